@@ -1,0 +1,111 @@
+"""The model bundle, Python side (docs/bundle.md): write it with checksums, read it back verified.
+
+A bundle loads fully or not at all; every failure names the file and what was expected.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from safetensors.numpy import load_file, save_file
+
+from .features import sha256_file
+
+FORMAT = 1
+
+
+class BundleError(Exception):
+    pass
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def write_fne(path, mean: np.ndarray, std: np.ndarray) -> None:
+    save_file({"mean": np.asarray(mean, np.float32), "std": np.asarray(std, np.float32)}, str(path))
+
+
+def write_projection(path, weight: np.ndarray, dtype=np.float16) -> None:
+    save_file({"weight": np.ascontiguousarray(weight, dtype)}, str(path))
+
+
+def finish(directory: str | Path, manifest: dict) -> dict:
+    """Fill in format/created/files (sha256 of every named file) and write bundle.json."""
+    directory = Path(directory)
+    manifest = {"format": FORMAT, "created": manifest.get("created") or now(), **manifest}
+    named = [manifest["vision"]["onnx"], manifest["fne"]["stats"], manifest["projection"]["weights"],
+             manifest["text"]["onnx"], manifest["text"]["tokenizer"]]
+    manifest["files"] = {n: sha256_file(directory / n) for n in named}
+    (directory / "bundle.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+@dataclass
+class Bundle:
+    directory: Path
+    manifest: dict
+    fne_mean: np.ndarray
+    fne_std: np.ndarray
+    projection: np.ndarray  # [joint_dim, fne_dim] float32
+
+    @property
+    def vision(self) -> dict:
+        return self.manifest["vision"]
+
+    def path(self, key: str) -> Path:
+        section, field = key.split(".")
+        return self.directory / self.manifest[section][field]
+
+
+def _io_shapes(path: Path) -> dict[str, list]:
+    g = onnx.load(str(path), load_external_data=False).graph
+    return {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
+            for v in list(g.input) + list(g.output)}
+
+
+def read(directory: str | Path) -> Bundle:
+    directory = Path(directory)
+    mf = directory / "bundle.json"
+    if not mf.exists():
+        raise BundleError(f"{mf}: missing; a bundle is a directory holding bundle.json")
+    m = json.loads(mf.read_text())
+    if m.get("format") != FORMAT:
+        raise BundleError(f"{mf}: format {m.get('format')!r}, this reader knows format {FORMAT}")
+    for name, digest in m["files"].items():
+        p = directory / name
+        if not p.exists():
+            raise BundleError(f"{p}: missing (named in bundle.json)")
+        got = sha256_file(p)
+        if got != digest:
+            raise BundleError(f"{p}: sha256 {got} does not match bundle.json's {digest}")
+    v, f, pr, t = m["vision"], m["fne"], m["projection"], m["text"]
+    if sum(tap["channels"] for tap in v["taps"]) != v["raw_dim"]:
+        raise BundleError(f"{mf}: vision.taps add up to {sum(x['channels'] for x in v['taps'])}, raw_dim is {v['raw_dim']}")
+    if f["dim"] != v["raw_dim"]:
+        raise BundleError(f"{mf}: fne.dim {f['dim']} != vision.raw_dim {v['raw_dim']}")
+    shapes = _io_shapes(directory / v["onnx"])
+    want = {v["input_name"]: ["N", 3, v["input_size"], v["input_size"]], v["output_name"]: ["N", v["raw_dim"]]}
+    for name, shape in want.items():
+        got = shapes.get(name)
+        if got is None or [g if isinstance(g, int) else "N" for g in got] != shape:
+            raise BundleError(f"{directory / v['onnx']}: tensor {name!r} has shape {got}, expected {shape}")
+    tshapes = _io_shapes(directory / t["onnx"])
+    out = tshapes.get(t["output_name"])
+    if out is None or out[-1] != pr["joint_dim"]:
+        raise BundleError(f"{directory / t['onnx']}: output {t['output_name']!r} is {out}, expected [N, {pr['joint_dim']}]")
+    stats = load_file(str(directory / f["stats"]))
+    for k in ("mean", "std"):
+        if k not in stats or stats[k].shape != (f["dim"],) or stats[k].dtype != np.float32:
+            raise BundleError(f"{directory / f['stats']}: tensor {k!r} must be float32 [{f['dim']}]")
+    w = load_file(str(directory / pr["weights"])).get("weight")
+    if w is None or w.shape != (pr["joint_dim"], f["dim"]) or w.dtype not in (np.float16, np.float32):
+        raise BundleError(f"{directory / pr['weights']}: tensor 'weight' must be float16/float32 "
+                          f"[{pr['joint_dim']}, {f['dim']}], found {None if w is None else (w.dtype, w.shape)}")
+    if m["similarity"] not in ("cosine", "order"):
+        raise BundleError(f"{mf}: similarity must be 'cosine' or 'order'")
+    return Bundle(directory, m, stats["mean"], stats["std"], w.astype(np.float32))

@@ -1,0 +1,48 @@
+"""Flickr8k as laid out in ../shared/data/flickr8k: images/, Flickr8k.token.txt and the official splits."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+SPLIT_FILES = {"train": "Flickr_8k.trainImages.txt", "dev": "Flickr_8k.devImages.txt",
+               "test": "Flickr_8k.testImages.txt"}
+
+
+@dataclass
+class Split:
+    name: str
+    images: list[str]          # image file names, in the split file's order
+    captions: list[list[str]]  # five captions per image, same order
+
+    def flat_captions(self) -> tuple[list[str], list[int]]:
+        """All captions and, for each, the index of its image."""
+        caps, owner = [], []
+        for i, cs in enumerate(self.captions):
+            caps.extend(cs)
+            owner.extend([i] * len(cs))
+        return caps, owner
+
+
+def load_captions(root: str | Path) -> dict[str, list[str]]:
+    caps: dict[str, list[str]] = defaultdict(list)
+    for line in (Path(root) / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        key, text = line.split("\t", 1)
+        name = key.split("#", 1)[0]
+        caps[name].append(text.strip())
+    return caps
+
+
+def load_split(root: str | Path, split: str) -> Split:
+    root = Path(root)
+    names = [n.strip() for n in (root / SPLIT_FILES[split]).read_text().splitlines() if n.strip()]
+    caps = load_captions(root)
+    names = [n for n in names if (root / "images" / n).exists() and n in caps]
+    return Split(split, names, [caps[n][:5] for n in names])
+
+
+def all_images(root: str | Path) -> list[str]:
+    """train, dev, test names in that order: the order of the feature cache."""
+    return [n for s in ("train", "dev", "test") for n in load_split(root, s).images]

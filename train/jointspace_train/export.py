@@ -1,0 +1,75 @@
+"""Write a model bundle (docs/bundle.md) from a trained model: text ONNX, W, FNE statistics, tokenizer."""
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from . import bundle as bundle_mod
+from . import fne
+from .model import TextEncoder
+
+
+def export_text(text: TextEncoder, path: str | Path) -> None:
+    """ids [N,T] int64 + lengths [N] int64 -> embedding [N, joint_dim], dynamic N and T.
+
+    The TorchScript exporter is used: it turns nn.GRU into one ONNX GRU node, which the dynamo exporter of
+    this torch version mis-names.
+    """
+    text = text.eval()
+    ids = torch.tensor([[2, 3, 4], [5, 0, 0]], dtype=torch.int64)
+    lengths = torch.tensor([3, 1], dtype=torch.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(text, (ids, lengths), str(path), input_names=["ids", "lengths"],
+                          output_names=["embedding"], opset_version=17, dynamo=False,
+                          dynamic_axes={"ids": {0: "N", 1: "T"}, "lengths": {0: "N"}, "embedding": {0: "N"}})
+    # The exporter leaves the output's width symbolic; state it, so readers can check it against joint_dim.
+    model = onnx.load(str(path))
+    dim = model.graph.output[0].type.tensor_type.shape.dim[1]
+    dim.ClearField("dim_param")
+    dim.dim_value = text.gru.hidden_size
+    onnx.save(model, str(path))
+
+
+def write(directory: str | Path, *, name: str, vision: dict, vision_onnx: str | Path, fne_mean, fne_std,
+          projection: np.ndarray, text: TextEncoder, tok, max_tokens: int, similarity: str, use_abs: bool,
+          training: dict, projection_dtype=np.float16) -> dict:
+    """Write every file and bundle.json; `vision` is the manifest's vision section (taps, colour order...)."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    vision = {"onnx": "vision.onnx", **vision}
+    if Path(vision_onnx).resolve() != (d / "vision.onnx").resolve():
+        shutil.copyfile(vision_onnx, d / "vision.onnx")
+    bundle_mod.write_fne(d / "fne.safetensors", fne_mean, fne_std)
+    bundle_mod.write_projection(d / "projection.safetensors", projection, projection_dtype)
+    export_text(text, d / "text.onnx")
+    tok.save(str(d / "tokenizer.json"))
+    joint_dim = int(projection.shape[0])
+    manifest = {
+        "name": name,
+        "vision": vision,
+        "fne": {"stats": "fne.safetensors", "dim": int(vision["raw_dim"]), "thresholds": list(fne.THRESHOLDS),
+                "std_eps": fne.STD_EPS},
+        "projection": {"weights": "projection.safetensors", "joint_dim": joint_dim, "abs": bool(use_abs)},
+        "text": {"onnx": "text.onnx", "tokenizer": "tokenizer.json", "max_tokens": int(max_tokens),
+                 "ids_name": "ids", "lengths_name": "lengths", "output_name": "embedding", "pad_id": 0},
+        "similarity": similarity,
+        "training": training,
+    }
+    return bundle_mod.finish(d, manifest)
+
+
+def vision_section(weights, tap_point: str, crop_mode: str, input_size: int = 224, resize: int = 256,
+                   backbone: str = "vgg16") -> dict:
+    from . import vision as vision_mod
+
+    taps = vision_mod.tap_list(weights, tap_point)
+    return {"backbone": backbone, "weights": weights.source, "input_size": input_size, "resize": resize,
+            "crop_mode": crop_mode, "color_order": weights.color_order, "mean": list(weights.mean),
+            "scale": list(weights.scale), "tap_point": tap_point, "taps": taps,
+            "raw_dim": sum(t["channels"] for t in taps), "input_name": "images", "output_name": "features"}

@@ -1,0 +1,99 @@
+"""Raw vision features for a dataset: the vision graph over every image's crops, averaged per image.
+
+Resumable: rows land in a memory-mapped .npy under the cache (outside git) and a done-mask is replaced
+atomically after each batch, so an interrupted run picks up where it stopped. The cache key is the graph's
+sha256 and the crop mode, so a different graph never reuses stale rows.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from . import images
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("JOINTSPACE_CACHE", Path.home() / ".cache" / "jointspace"))
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def session(graph: str | Path, threads: int = 0):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        so.intra_op_num_threads = threads
+    return ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
+
+
+def embed_images(sess, vision: dict, paths, crop_mode: str) -> np.ndarray:
+    """[len(paths), raw_dim]: one graph run for all crops of all the given images."""
+    x = np.concatenate([images.preprocess(str(p), vision, crop_mode) for p in paths])
+    out = sess.run([vision["output_name"]], {vision["input_name"]: x})[0]
+    return out.reshape(len(paths), -1, out.shape[1]).mean(axis=1, dtype=np.float32)
+
+
+def extract(graph: str | Path, vision: dict, image_dir: str | Path, names: list[str], crop_mode: str,
+            cache: str | Path | None = None, batch_images: int = 4, threads: int = 0,
+            progress: bool = True) -> np.ndarray:
+    """Features [len(names), raw_dim] float32 for `names` (files in image_dir), computed or from the cache."""
+    digest = sha256_file(graph)[:16]
+    out_dir = Path(cache or default_cache()) / f"features-{digest}-{crop_mode}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dim = vision["raw_dim"]
+    manifest = out_dir / "names.json"
+    fpath, dpath = out_dir / "features.npy", out_dir / "done.npy"
+    if manifest.exists() and json.loads(manifest.read_text()) == names and fpath.exists():
+        feats = np.load(fpath, mmap_mode="r+")
+        done = np.load(dpath) if dpath.exists() else np.zeros(len(names), bool)
+    else:
+        manifest.write_text(json.dumps(names))
+        feats = np.lib.format.open_memmap(fpath, mode="w+", dtype=np.float32, shape=(len(names), dim))
+        done = np.zeros(len(names), bool)
+        np.save(dpath, done)
+    todo = np.flatnonzero(~done)
+    if len(todo):
+        sess = session(graph, threads)
+        batches = [todo[i : i + batch_images] for i in range(0, len(todo), batch_images)]
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(names), initial=int(done.sum()), unit="img", desc=f"features {crop_mode}")
+        image_dir = Path(image_dir)
+
+        def prep(idx):
+            return idx, np.concatenate([images.preprocess(str(image_dir / names[i]), vision, crop_mode) for i in idx])
+
+        # Decode and crop the next batch on a thread while the runtime works on this one.
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(prep, batches[0])
+            for k in range(len(batches)):
+                idx, x = pending.result()
+                if k + 1 < len(batches):
+                    pending = pool.submit(prep, batches[k + 1])
+                y = sess.run([vision["output_name"]], {vision["input_name"]: x})[0]
+                feats[idx] = y.reshape(len(idx), -1, dim).mean(axis=1, dtype=np.float32)
+                feats.flush()
+                done[idx] = True
+                tmp = out_dir / "done.tmp.npy"
+                np.save(tmp, done)
+                os.replace(tmp, dpath)
+                if bar:
+                    bar.update(len(idx))
+        if bar:
+            bar.close()
+    return np.asarray(feats)

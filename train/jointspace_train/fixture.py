@@ -1,0 +1,98 @@
+"""The tiny fixture bundle for the server's tests: same tools, same format, random weights, a few hundred KB.
+
+Its vision graph is VGG16-shaped (13 convs in 5 blocks, 224x224 input) but a few channels wide; its "training
+set" is a handful of generated pictures (tests/fixtures/images, written here too, never dataset photos).
+`parity.json` records what the trainer computes for those images and sentences, so the server can be checked
+against it: identical ternary codes, joint vectors within 1e-5.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+from . import export, features, fne, pipeline, tokenizer, vision
+from .model import TextEncoder
+
+BLOCKS = ((4, 4), (8, 8), (8, 8, 8), (16, 16, 16), (16, 16, 16))
+CAPTIONS = [
+    "a red circle on a blue background .",
+    "a green square in the middle of a white field",
+    "two yellow stripes across a dark picture",
+    "a small black dog runs on the beach",
+    "children play football in a park .",
+    "a grey cat sleeps on a red sofa",
+]
+SENTENCES = ["a red circle", "a dog on the beach", "zebra-striped spaceship!", "the"]
+
+
+def make_images(out: str | Path, seed: int = 7) -> list[Path]:
+    """Smooth synthetic pictures of several sizes and modes (RGB, RGBA, greyscale, palette)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    specs = [((224, 224), "RGB"), ((320, 200), "RGB"), ((96, 64), "RGBA"), ((256, 256), "L"),
+             ((500, 375), "RGB"), ((150, 300), "P"), ((224, 224), "RGB"), ((640, 480), "RGB")]
+    paths = []
+    for k, ((w, h), mode) in enumerate(specs):
+        yy, xx = np.mgrid[0:h, 0:w]
+        base = np.stack([(xx * rng.uniform(0.2, 1.2) + yy * rng.uniform(-0.5, 0.5) + rng.uniform(0, 255)) % 256
+                         for _ in range(3)], -1).astype(np.uint8)
+        im = Image.fromarray(base, "RGB")
+        d = ImageDraw.Draw(im)
+        for _ in range(4):
+            x0, y0 = int(rng.uniform(0, w * 0.7)), int(rng.uniform(0, h * 0.7))
+            box = [x0, y0, x0 + int(rng.uniform(10, w * 0.4)), y0 + int(rng.uniform(10, h * 0.4))]
+            colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+            (d.ellipse if rng.uniform() < 0.5 else d.rectangle)(box, fill=colour)
+        if mode == "RGBA":
+            im = im.convert("RGBA")
+            im.putalpha(Image.fromarray((xx * 255 // max(w - 1, 1)).astype(np.uint8)))
+        elif mode in ("L", "P"):
+            im = im.convert(mode)
+        p = out / f"fixture_{k}.png"
+        im.save(p, optimize=True)
+        paths.append(p)
+    return paths
+
+
+def b64(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode()
+
+
+def make(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = make_images(images_dir)
+    weights = vision.random_vgg(BLOCKS, seed=seed)
+    vis = export.vision_section(weights, "post_relu", "ten")
+    vision.save(vision.build_graph(weights, "post_relu"), out / "vision.onnx")
+    sess = features.session(out / "vision.onnx")
+    raw = features.embed_images(sess, vis, paths, "ten")
+    mean, std = fne.stats(raw)
+    tok = tokenizer.build(CAPTIONS)
+    torch.manual_seed(seed)
+    joint = 16
+    text = TextEncoder(tok.get_vocab_size(), 8, joint)
+    w = np.random.default_rng(seed).normal(0, 0.1, (joint, vis["raw_dim"])).astype(np.float32)
+    export.write(out, name="fixture-tiny", vision=vis, vision_onnx=out / "vision.onnx", fne_mean=mean,
+                 fne_std=std, projection=w, text=text, tok=tok, max_tokens=16, similarity="cosine",
+                 use_abs=False, training={"dataset": "generated fixture pictures", "split": "all",
+                                          "loss": "none (random weights)", "crop_mode": "ten"})
+    # Expected outputs, computed through the bundle as written (the server's tests compare against these).
+    p = pipeline.Pipeline(out)
+    cases = []
+    for path in paths:
+        for mode in ("ten", "center"):
+            c, v = p.embed_images([path], mode)
+            cases.append({"image": path.name, "crop_mode": mode, "code": b64(fne.pack(c[0])),
+                          "nonzero": int(np.count_nonzero(c[0])), "vector": [float(x) for x in v[0]]})
+    texts = [{"text": s, "ids": tokenizer.encode_batch(p.tok, [s], 16)[0][0].tolist(),
+              "vector": [float(x) for x in vec]} for s, vec in zip(SENTENCES, p.embed_texts(SENTENCES))]
+    parity = {"bundle": "fixture-tiny", "images_dir": str(Path(images_dir)), "images": cases, "texts": texts}
+    (out / "parity.json").write_text(json.dumps(parity, indent=1) + "\n")
+    return parity

@@ -1,0 +1,45 @@
+"""Pairwise ranking losses over a batch (every other pair in the batch is a negative).
+
+SH sums the hinges over all negatives (Kiros et al.); MH keeps only the hardest negative per anchor
+(VSE++, Faghri et al.). The order variants use Vendrov et al.'s S(c, i) = -||max(0, c - i)||^2.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def cosine_scores(images: torch.Tensor, captions: torch.Tensor) -> torch.Tensor:
+    """[N_img, N_cap] dot products of unit vectors."""
+    return images @ captions.t()
+
+
+def order_scores(images: torch.Tensor, captions: torch.Tensor) -> torch.Tensor:
+    """[N_img, N_cap] S(c, i) = -||max(0, c - i)||^2."""
+    diff = (captions.unsqueeze(0) - images.unsqueeze(1)).clamp_min(0)
+    return -(diff * diff).sum(-1)
+
+
+def scores(images, captions, similarity: str) -> torch.Tensor:
+    return order_scores(images, captions) if similarity == "order" else cosine_scores(images, captions)
+
+
+def contrastive(s: torch.Tensor, margin: float, hardest: bool) -> torch.Tensor:
+    """s[i, j]: score of image i with caption j; the diagonal holds the true pairs."""
+    pos = s.diag()
+    eye = torch.eye(s.shape[0], dtype=torch.bool, device=s.device)
+    cost_cap = (margin + s - pos.view(-1, 1)).clamp_min(0).masked_fill(eye, 0)  # image anchor, wrong captions
+    cost_img = (margin + s - pos.view(1, -1)).clamp_min(0).masked_fill(eye, 0)  # caption anchor, wrong images
+    if hardest:
+        return cost_cap.max(dim=1).values.sum() + cost_img.max(dim=0).values.sum()
+    return cost_cap.sum() + cost_img.sum()
+
+
+# loss name -> (similarity, hardest negatives?, curriculum?)
+PIPELINES = {
+    "SH": ("cosine", False, False),
+    "MH": ("cosine", True, False),
+    "SOE": ("order", False, False),
+    "MOE": ("order", True, False),
+    "PH": ("cosine", None, True),
+    "POE": ("order", None, True),
+}

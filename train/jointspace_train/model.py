@@ -1,0 +1,42 @@
+"""The joint-space model: a GRU caption encoder and a bias-free linear projection of the FNE code."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def l2norm(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+class TextEncoder(nn.Module):
+    """ids [N,T] + lengths [N] -> unit vectors [N, joint_dim] (|.| for order embeddings)."""
+
+    def __init__(self, vocab_size: int, word_dim: int, joint_dim: int, use_abs: bool = False):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
+        self.gru = nn.GRU(word_dim, joint_dim, batch_first=True)
+        self.use_abs = use_abs
+        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(self.embed(ids))
+        # The state after each sentence's last real token. The GRU runs left to right, so right padding
+        # never reaches it; this gather is what exports to ONNX (pack_padded_sequence does not).
+        last = (lengths - 1).clamp_min(0).view(-1, 1, 1).expand(-1, 1, out.shape[2])
+        h = l2norm(out.gather(1, last).squeeze(1))
+        return h.abs() if self.use_abs else h
+
+
+class ImageProjection(nn.Module):
+    """FNE code [N, fne_dim] in {-1,0,1} -> unit vectors [N, joint_dim]."""
+
+    def __init__(self, fne_dim: int, joint_dim: int, use_abs: bool = False):
+        super().__init__()
+        self.fc = nn.Linear(fne_dim, joint_dim, bias=False)
+        self.use_abs = use_abs
+        nn.init.xavier_uniform_(self.fc.weight)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        v = l2norm(self.fc(codes))
+        return v.abs() if self.use_abs else v

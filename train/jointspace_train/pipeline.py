@@ -1,0 +1,63 @@
+"""A bundle run end to end in Python: the reference that the server's path must reproduce.
+
+Images: crops -> vision graph -> mean over crops -> FNE code -> W . code -> unit vector.
+Captions: tokenizer.json -> text graph -> unit vector.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import bundle as bundle_mod
+from . import features, fne, tokenizer
+
+
+class Pipeline:
+    def __init__(self, directory, threads: int = 0):
+        import onnxruntime as ort
+
+        self.bundle = bundle_mod.read(directory)
+        m = self.bundle.manifest
+        self.vision_session = features.session(self.bundle.path("vision.onnx"), threads)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if threads:
+            so.intra_op_num_threads = threads
+        self.text_session = ort.InferenceSession(str(self.bundle.path("text.onnx")), so,
+                                                 providers=["CPUExecutionProvider"])
+        self.tok = tokenizer.load(self.bundle.path("text.tokenizer"))
+        self.m = m
+
+    def raw_features(self, paths, crop_mode: str | None = None) -> np.ndarray:
+        v = self.m["vision"]
+        return features.embed_images(self.vision_session, v, paths, crop_mode or v["crop_mode"])
+
+    def codes(self, raw: np.ndarray) -> np.ndarray:
+        f = self.m["fne"]
+        return fne.encode(raw, self.bundle.fne_mean, self.bundle.fne_std, tuple(f["thresholds"]), f["std_eps"])
+
+    def project(self, codes: np.ndarray) -> np.ndarray:
+        v = codes.astype(np.float32) @ self.bundle.projection.T
+        n = np.linalg.norm(v, axis=1, keepdims=True)
+        v = np.where(n > 0, v / np.where(n > 0, n, 1), 0).astype(np.float32)
+        return np.abs(v) if self.m["projection"]["abs"] else v
+
+    def embed_images(self, paths, crop_mode: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(int8 codes [N, D], unit vectors [N, joint_dim])."""
+        c = self.codes(self.raw_features(paths, crop_mode))
+        return c, self.project(c)
+
+    def embed_texts(self, texts: list[str]) -> np.ndarray:
+        t = self.m["text"]
+        ids, lengths = tokenizer.encode_batch(self.tok, texts, t["max_tokens"])
+        return self.text_session.run([t["output_name"]], {t["ids_name"]: ids, t["lengths_name"]: lengths})[0]
+
+
+def similarities(images: np.ndarray, captions: np.ndarray, similarity: str) -> np.ndarray:
+    """[N_img, N_cap] in the bundle's similarity."""
+    if similarity == "cosine":
+        return images @ captions.T
+    out = np.empty((len(images), len(captions)), np.float32)
+    for k in range(0, len(captions), 256):
+        d = np.maximum(captions[None, k : k + 256] - images[:, None], 0)
+        out[:, k : k + 256] = -(d * d).sum(-1)
+    return out
