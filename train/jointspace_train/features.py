@@ -51,7 +51,8 @@ def extract(graph: str | Path, vision: dict, image_dir: str | Path, names: list[
             progress: bool = True) -> np.ndarray:
     """Features [len(names), raw_dim] float32 for `names` (files in image_dir), computed or from the cache."""
     digest = sha256_file(graph)[:16]
-    out_dir = Path(cache or default_cache()) / f"features-{digest}-{crop_mode}"
+    which = hashlib.sha256("\n".join(names).encode()).hexdigest()[:8]
+    out_dir = Path(cache or default_cache()) / f"features-{digest}-{crop_mode}-{which}"
     out_dir.mkdir(parents=True, exist_ok=True)
     dim = vision["raw_dim"]
     manifest = out_dir / "names.json"

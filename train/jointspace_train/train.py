@@ -1,0 +1,172 @@
+"""Train the joint space on cached FNE codes: one random caption per image per epoch, batches of 128 with the
+rest of the batch as negatives, Adam, gradient clipping, the best dev rsum kept.
+
+The learning rate drops tenfold when dev rsum stops improving for `patience` epochs, and training stops at
+the second plateau (or at `epochs`). The curriculum pipelines (PH, POE) run the sum loss to its plateau and
+then continue from its best model with the max loss.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from . import evaluate, losses, tokenizer
+from .model import ImageProjection, TextEncoder, l2norm
+
+
+@dataclass
+class Settings:
+    loss: str = "MH"
+    joint_dim: int = 1024
+    word_dim: int = 300
+    lr: float = 2e-4
+    batch_size: int = 128
+    grad_clip: float = 2.0
+    margin: float | None = None        # 0.2 for cosine, 0.05 for order when not given
+    use_abs: bool | None = None        # True for order embeddings when not given
+    epochs: int = 200
+    patience: int = 6
+    max_tokens: int = 64
+    min_count: int = 1
+    seed: int = 0
+    threads: int = 2
+    image_input: str = "fne"           # "fne" (ternary codes) or "l2" (L2-normalised raw features, the baseline)
+
+    def resolved(self) -> "Settings":
+        s = copy.copy(self)
+        similarity = losses.PIPELINES[s.loss][0]
+        if s.margin is None:
+            s.margin = 0.05 if similarity == "order" else 0.2
+        if s.use_abs is None:
+            s.use_abs = similarity == "order"
+        return s
+
+
+@dataclass
+class Result:
+    settings: dict
+    best_epoch: int = 0
+    dev: dict = field(default_factory=dict)
+    history: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Encoded:
+    """A split ready for the model: image inputs [N, D] float32 and tokenised captions (5 per image)."""
+
+    def __init__(self, image_inputs: np.ndarray, captions: list[list[str]], tok, max_tokens: int):
+        self.images = torch.from_numpy(np.ascontiguousarray(image_inputs, np.float32))
+        flat = [c for cs in captions for c in cs]
+        self.owner = np.repeat(np.arange(len(captions)), [len(cs) for cs in captions])
+        self.ids, self.lengths = tokenizer.encode_batch(tok, flat, max_tokens)
+        self.per_image = [np.flatnonzero(self.owner == i) for i in range(len(captions))]
+
+
+def encode_texts(text: TextEncoder, ids: np.ndarray, lengths: np.ndarray, batch: int = 256) -> torch.Tensor:
+    """Caption vectors, batched by similar length to waste little on padding."""
+    order = np.argsort(lengths, kind="stable")
+    out = torch.empty(len(lengths), text.gru.hidden_size)
+    with torch.inference_mode():
+        for k in range(0, len(order), batch):
+            idx = order[k : k + batch]
+            t = int(lengths[idx].max())
+            out[idx] = text(torch.from_numpy(ids[idx, :t]), torch.from_numpy(lengths[idx]))
+    return out
+
+
+def sims(proj: ImageProjection, text: TextEncoder, split: Encoded, similarity: str) -> np.ndarray:
+    with torch.inference_mode():
+        im = proj(split.images)
+        cap = encode_texts(text, split.ids, split.lengths)
+        if similarity == "order":
+            return torch.cat([losses.order_scores(im, cap[k : k + 500]) for k in range(0, len(cap), 500)], 1).numpy()
+        return losses.cosine_scores(im, cap).numpy()
+
+
+def evaluate_split(proj, text, split: Encoded, similarity: str) -> dict:
+    proj.eval(), text.eval()
+    return evaluate.metrics(sims(proj, text, split, similarity), split.owner)
+
+
+def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_size: int, log=print):
+    s = settings.resolved()
+    torch.manual_seed(s.seed)
+    torch.set_num_threads(s.threads)
+    rng = np.random.default_rng(s.seed)
+    similarity, hardest, curriculum = losses.PIPELINES[s.loss]
+    phase_hardest = False if curriculum else hardest
+    proj = ImageProjection(train_split.images.shape[1], s.joint_dim, s.use_abs)
+    text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs)
+    params = list(proj.parameters()) + list(text.parameters())
+    opt = torch.optim.Adam(params, lr=s.lr)
+    result = Result(settings=asdict(s))
+    best = (-1.0, None)
+    since_best, decayed = 0, False
+    t0 = time.time()
+    n = train_split.images.shape[0]
+    for epoch in range(1, s.epochs + 1):
+        proj.train(), text.train()
+        perm = rng.permutation(n)
+        cap_idx = np.array([rng.choice(train_split.per_image[i]) for i in perm])
+        total = 0.0
+        for k in range(0, n, s.batch_size):
+            b_img, b_cap = perm[k : k + s.batch_size], cap_idx[k : k + s.batch_size]
+            lengths = train_split.lengths[b_cap]
+            ids = torch.from_numpy(train_split.ids[b_cap, : int(lengths.max())])
+            im = proj(train_split.images[b_img])
+            cap = text(ids, torch.from_numpy(lengths))
+            loss = losses.contrastive(losses.scores(im, cap, similarity), s.margin, phase_hardest)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, s.grad_clip)
+            opt.step()
+            total += float(loss)
+        dev = evaluate_split(proj, text, dev_split, similarity)
+        phase = "max" if phase_hardest else "sum"
+        result.history.append({"epoch": epoch, "loss": round(total, 3), "phase": phase,
+                               "lr": opt.param_groups[0]["lr"], **dev})
+        log(f"epoch {epoch:3d} {phase} loss {total:9.2f} dev rsum {dev['rsum']:6.2f} "
+            f"i2t R@1 {dev['i2t_r1']:5.1f} t2i R@1 {dev['t2i_r1']:5.1f} ({time.time() - t0:.0f}s)")
+        if dev["rsum"] > best[0]:
+            best = (dev["rsum"], (copy.deepcopy(proj.state_dict()), copy.deepcopy(text.state_dict())))
+            result.best_epoch, result.dev = epoch, dev
+            since_best = 0
+            continue
+        since_best += 1
+        if since_best < s.patience:
+            continue
+        # Plateau: the curriculum switches to the max loss from its best model; otherwise decay once, then stop.
+        proj.load_state_dict(best[1][0]), text.load_state_dict(best[1][1])
+        since_best = 0
+        if curriculum and not phase_hardest:
+            phase_hardest = True
+            opt = torch.optim.Adam(params, lr=s.lr)
+            log("curriculum: switching to the max-of-hinges loss from the best sum-loss model")
+        elif not decayed:
+            decayed = True
+            for g in opt.param_groups:
+                g["lr"] *= 0.1
+            log(f"plateau: learning rate -> {opt.param_groups[0]['lr']:g}")
+        else:
+            break
+    proj.load_state_dict(best[1][0]), text.load_state_dict(best[1][1])
+    proj.eval(), text.eval()
+    result.seconds = round(time.time() - t0, 1)
+    return proj, text, result
+
+
+def l2_rows(x: np.ndarray) -> np.ndarray:
+    return (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+def save_result(result: Result, path) -> None:
+    with open(path, "w") as f:
+        json.dump(asdict(result), f, indent=1)
+
+
+__all__ = ["Settings", "Encoded", "train", "evaluate_split", "l2_rows", "l2norm", "save_result"]

@@ -1,0 +1,64 @@
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from jointspace_train import bundle, pipeline
+
+
+@pytest.fixture
+def fixture_copy(repo, tmp_path):
+    d = tmp_path / "b"
+    shutil.copytree(repo / "models" / "fixture-tiny", d)
+    return d
+
+
+def test_round_trip(fixture_copy):
+    b = bundle.read(fixture_copy)
+    m = b.manifest
+    assert m["format"] == 1 and set(m["files"]) == {"vision.onnx", "fne.safetensors", "projection.safetensors",
+                                                    "text.onnx", "tokenizer.json"}
+    assert b.fne_mean.shape == (m["fne"]["dim"],) and b.projection.shape == (16, m["fne"]["dim"])
+    # rewriting the manifest from the same files gives the same checksums
+    again = bundle.finish(fixture_copy, {k: v for k, v in m.items() if k != "files"})
+    assert again["files"] == m["files"]
+
+
+def test_checksum_failure_names_the_file(fixture_copy):
+    p = fixture_copy / "projection.safetensors"
+    data = bytearray(p.read_bytes())
+    data[-1] ^= 1
+    p.write_bytes(bytes(data))
+    with pytest.raises(bundle.BundleError, match="projection.safetensors: sha256"):
+        bundle.read(fixture_copy)
+
+
+def test_missing_file_and_bad_shape(fixture_copy):
+    (fixture_copy / "text.onnx").unlink()
+    with pytest.raises(bundle.BundleError, match="text.onnx: missing"):
+        bundle.read(fixture_copy)
+
+
+def test_manifest_shape_disagreement(fixture_copy):
+    m = json.loads((fixture_copy / "bundle.json").read_text())
+    m["projection"]["joint_dim"] = 32
+    (fixture_copy / "bundle.json").write_text(json.dumps(m))
+    with pytest.raises(bundle.BundleError, match="expected"):
+        bundle.read(fixture_copy)
+
+
+def test_fixture_parity_file_is_what_the_trainer_computes(repo):
+    """parity.json is what the server is checked against; it must not drift from the trainer's code."""
+    import base64
+
+    from jointspace_train import fne
+
+    parity = json.loads((repo / "models/fixture-tiny/parity.json").read_text())
+    p = pipeline.Pipeline(repo / "models/fixture-tiny")
+    for case in parity["images"]:
+        codes, vecs = p.embed_images([repo / parity["images_dir"] / case["image"]], case["crop_mode"])
+        assert base64.b64decode(case["code"]) == fne.pack(codes[0]).tobytes(), case["image"]
+        np.testing.assert_allclose(vecs[0], case["vector"], atol=1e-6)
+    texts = p.embed_texts([t["text"] for t in parity["texts"]])
+    np.testing.assert_allclose(texts, [t["vector"] for t in parity["texts"]], atol=1e-6)

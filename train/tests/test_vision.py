@@ -1,0 +1,107 @@
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from jointspace_train import features, vision
+
+SMALL = ((3, 3), (4, 4), (4, 4, 4), (5, 5, 5), (6, 6, 6))
+
+
+def torch_reference(w: vision.VggWeights, x: np.ndarray, tap_point: str) -> np.ndarray:
+    """An independent computation of the FNE taps with torch ops."""
+    h = torch.from_numpy(x)
+    outs = []
+    ends = set(np.cumsum([len(b) for b in w.blocks]) - 1)
+    for i, (_, wt, b) in enumerate(w.convs):
+        pre = F.conv2d(h, torch.from_numpy(wt), torch.from_numpy(b), padding=1)
+        h = F.relu(pre)
+        outs.append((pre if tap_point == "pre_relu" else h).mean(dim=(2, 3)))
+        if i in ends:
+            h = F.max_pool2d(h, 2)
+    h = h.flatten(1)
+    for _, wt, b in w.fcs:
+        pre = h @ torch.from_numpy(wt).T + torch.from_numpy(b)
+        h = F.relu(pre)
+        outs.append(pre if tap_point == "pre_relu" else h)
+    return torch.cat(outs, 1).numpy()
+
+
+@pytest.mark.parametrize("tap_point", ["pre_relu", "post_relu"])
+def test_graph_matches_torch_reference_with_fc_layers(tmp_path, tap_point):
+    w = vision.random_vgg(SMALL, seed=3, fc=10)
+    path = tmp_path / "g.onnx"
+    vision.save(vision.build_graph(w, tap_point), path)
+    x = np.random.default_rng(0).normal(0, 50, (2, 3, 224, 224)).astype(np.float32)
+    got = features.session(path).run(None, {"images": x})[0]
+    want = torch_reference(w, x, tap_point)
+    assert got.shape == (2, sum(sum(b) for b in SMALL) + 20)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_both_and_last(tmp_path):
+    w = vision.random_vgg(SMALL, seed=4)
+    x = np.random.default_rng(1).normal(0, 50, (1, 3, 224, 224)).astype(np.float32)
+    run = {}
+    for tp, taps in [("both", "all"), ("pre_relu", "all"), ("post_relu", "all"), ("post_relu", "last")]:
+        p = tmp_path / f"{tp}-{taps}.onnx"
+        vision.save(vision.build_graph(w, tp, taps), p)
+        run[tp, taps] = features.session(p).run(None, {"images": x})[0]
+    d = sum(sum(b) for b in SMALL)
+    np.testing.assert_allclose(run["both", "all"][:, :d], run["pre_relu", "all"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run["both", "all"][:, d:], run["post_relu", "all"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run["post_relu", "last"], run["post_relu", "all"][:, -6:], rtol=1e-5, atol=1e-5)
+    assert (run["post_relu", "all"] >= 0).all() and (run["pre_relu", "all"] < 0).any()
+
+
+def test_build_is_byte_reproducible():
+    w = vision.random_vgg(SMALL, seed=5)
+    a = vision.build_graph(w, "post_relu").SerializeToString(deterministic=True)
+    b = vision.build_graph(vision.random_vgg(SMALL, seed=5), "post_relu").SerializeToString(deterministic=True)
+    assert hashlib.sha256(a).digest() == hashlib.sha256(b).digest()
+
+
+def test_torchvision_state_dict_layout_gives_the_papers_12416():
+    # torchvision vgg16: features.{0,2,5,...}.weight, classifier.0 (fc6) and .3 (fc7); shapes only, no memory
+    sd, cin, idx = {}, 3, 0
+    for block in vision.VGG16_BLOCKS:
+        for cout in block:
+            sd[f"features.{idx}.weight"] = np.broadcast_to(np.float32(0), (cout, cin, 3, 3))
+            sd[f"features.{idx}.bias"] = np.zeros(cout, np.float32)
+            cin, idx = cout, idx + 2
+        idx += 1  # the max-pool's slot
+    sd["classifier.0.weight"] = np.broadcast_to(np.float32(0), (4096, 512 * 7 * 7))
+    sd["classifier.0.bias"] = np.zeros(4096, np.float32)
+    sd["classifier.3.weight"] = np.broadcast_to(np.float32(0), (4096, 4096))
+    sd["classifier.3.bias"] = np.zeros(4096, np.float32)
+    sd["classifier.6.weight"] = np.broadcast_to(np.float32(0), (1000, 4096))  # the ImageNet head: not a tap
+    w = vision.from_torchvision(sd)
+    taps = vision.tap_list(w, "post_relu")
+    assert [t["name"] for t in taps][-3:] == ["block5_conv3", "fc6", "fc7"]
+    assert sum(t["channels"] for t in taps) == 12416
+    assert sum(t["channels"] for t in taps[:13]) == 4224
+    assert w.color_order == "RGB"
+
+
+def test_torchvision_loader_runs_a_small_network(tmp_path):
+    # a torchvision-layout state dict of a narrow VGG: the loader's key mapping feeds the same builder
+    ref = vision.random_vgg(SMALL, seed=6, fc=8)
+    sd, idx = {}, 0
+    convs = iter(ref.convs)
+    for block in SMALL:
+        for _ in block:
+            _, wt, b = next(convs)
+            sd[f"features.{idx}.weight"], sd[f"features.{idx}.bias"] = torch.from_numpy(wt), torch.from_numpy(b)
+            idx += 2
+        idx += 1
+    for (_, wt, b), k in zip(ref.fcs, (0, 3)):
+        sd[f"classifier.{k}.weight"], sd[f"classifier.{k}.bias"] = torch.from_numpy(wt), torch.from_numpy(b)
+    w = vision.from_torchvision(sd)
+    w.blocks = SMALL
+    x = np.random.default_rng(2).normal(0, 1, (1, 3, 224, 224)).astype(np.float32)
+    p = tmp_path / "tv.onnx"
+    vision.save(vision.build_graph(w, "post_relu"), p)
+    np.testing.assert_allclose(features.session(p).run(None, {"images": x})[0],
+                               torch_reference(ref, x, "post_relu"), rtol=1e-4, atol=1e-4)
