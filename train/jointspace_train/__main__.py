@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from . import bundle as bundle_mod
-from . import data, evaluate, export, features, fne, pipeline, tokenizer, vision
+from . import data, evaluate, features, fne, vision
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "flickr8k"
 
@@ -78,7 +78,7 @@ def dataset_features(args, weights, crop: str):
     """Raw features of train/dev/test from the "both" graph (pre- and post-ReLU taps in one pass)."""
     graph = graph_file(args, weights, "both")
     names = data.all_images(args.data)
-    v = export.vision_section(weights, "both", crop)
+    v = vision.vision_section(weights, "both", crop)
     f = features.extract(graph, v, Path(args.data) / "images", names, crop, cache=args.cache,
                          batch_images=args.batch_images)
     return dict(zip(names, range(len(names)))), f
@@ -102,6 +102,7 @@ def cmd_features(args):
 def cmd_train(args):
     import torch
 
+    from . import export, tokenizer
     from .train import Encoded, Settings, evaluate_split, l2_rows, save_result, train
 
     w = load_weights(args)
@@ -139,7 +140,7 @@ def cmd_train(args):
     if args.bundle_out and args.input == "fne":
         out = Path(args.bundle_out)
         out.mkdir(parents=True, exist_ok=True)
-        vis = export.vision_section(w, args.tap_point, args.crop)
+        vis = vision.vision_section(w, args.tap_point, args.crop)
         g = graph_file(args, w, args.tap_point)
         training = {"dataset": "flickr8k", "split": "train", "loss": s.loss, "crop_mode": args.crop,
                     "hyperparameters": asdict(s), "best_epoch": result.best_epoch, "train_seconds": result.seconds,
@@ -160,6 +161,8 @@ def cmd_train(args):
 
 def reference_eval(bundle_dir, data_root, split: str, threads: int = 0) -> dict:
     """Metrics of a bundle computed from the images themselves, through `pipeline.Pipeline`."""
+    from . import pipeline
+
     p = pipeline.Pipeline(bundle_dir, threads)
     sp = data.load_split(data_root, split)
     v = p.m["vision"]

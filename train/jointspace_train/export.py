@@ -63,13 +63,3 @@ def write(directory: str | Path, *, name: str, vision: dict, vision_onnx: str | 
     }
     return bundle_mod.finish(d, manifest)
 
-
-def vision_section(weights, tap_point: str, crop_mode: str, input_size: int = 224, resize: int = 256,
-                   backbone: str = "vgg16") -> dict:
-    from . import vision as vision_mod
-
-    taps = vision_mod.tap_list(weights, tap_point)
-    return {"backbone": backbone, "weights": weights.source, "input_size": input_size, "resize": resize,
-            "crop_mode": crop_mode, "color_order": weights.color_order, "mean": list(weights.mean),
-            "scale": list(weights.scale), "tap_point": tap_point, "taps": taps,
-            "raw_dim": sum(t["channels"] for t in taps), "input_name": "images", "output_name": "features"}

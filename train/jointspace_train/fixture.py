@@ -69,7 +69,7 @@ def make(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     paths = make_images(images_dir)
     weights = vision.random_vgg(BLOCKS, seed=seed)
-    vis = export.vision_section(weights, "post_relu", "ten")
+    vis = vision.vision_section(weights, "post_relu", "ten")
     vision.save(vision.build_graph(weights, "post_relu"), out / "vision.onnx")
     sess = features.session(out / "vision.onnx")
     raw = features.embed_images(sess, vis, paths, "ten")

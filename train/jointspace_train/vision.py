@@ -196,3 +196,13 @@ def tap_list(weights: VggWeights, tap_point: str, taps: str = "all") -> list[dic
 
 def save(model: onnx.ModelProto, path: str | Path) -> None:
     Path(path).write_bytes(model.SerializeToString(deterministic=True))
+
+
+def vision_section(weights, tap_point: str, crop_mode: str, input_size: int = 224, resize: int = 256,
+                   backbone: str = "vgg16") -> dict:
+    """The bundle manifest's `vision` section for a graph built by `build_graph(weights, tap_point)`."""
+    taps = tap_list(weights, tap_point)
+    return {"backbone": backbone, "weights": weights.source, "input_size": input_size, "resize": resize,
+            "crop_mode": crop_mode, "color_order": weights.color_order, "mean": list(weights.mean),
+            "scale": list(weights.scale), "tap_point": tap_point, "taps": taps,
+            "raw_dim": sum(t["channels"] for t in taps), "input_name": "images", "output_name": "features"}

