@@ -133,7 +133,9 @@ def cmd_train(args):
     s = settings.resolved()
     similarity = "order" if s.loss in ("SOE", "MOE", "POE") else "cosine"
     test = evaluate_split(proj, text, enc["test"], similarity)
-    result.history.append({"test": test})
+    result.test = test
+    result.command = "python -m jointspace_train " + " ".join(args.argv)
+    result.features = {"tap_point": args.tap_point, "input": args.input, "crop": args.crop, "weights": args.weights}
     say(f"best epoch {result.best_epoch}: dev {result.dev}\ntest {test}")
     save_result(result, run / "result.json")
     torch.save({"proj": proj.state_dict(), "text": text.state_dict()}, run / "model.pt")
@@ -176,6 +178,21 @@ def reference_eval(bundle_dir, data_root, split: str, threads: int = 0) -> dict:
 
 def cmd_eval(args):
     print(json.dumps(reference_eval(args.bundle, args.data, args.split), indent=1))
+
+
+def cmd_report(args):
+    """A markdown table of finished runs (their result.json), for docs/results.md."""
+    print("| run | image input | taps | crop | loss | epochs (best) | dev rsum | test i2t R@1/5/10, medr "
+          "| test t2i R@1/5/10, medr | test rsum | train time | command |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for d in args.runs:
+        r = json.loads((Path(d) / "result.json").read_text())
+        t, f, s = r["test"], r["features"], r["settings"]
+        ran = len([h for h in r["history"] if "epoch" in h])
+        print(f"| {Path(d).name} | {f['input']} | {f['tap_point']} | {f['crop']} | {s['loss']} | {ran} ({r['best_epoch']}) "
+              f"| {r['dev']['rsum']:.1f} | {t['i2t_r1']:.1f} / {t['i2t_r5']:.1f} / {t['i2t_r10']:.1f}, {t['i2t_medr']:g} "
+              f"| {t['t2i_r1']:.1f} / {t['t2i_r5']:.1f} / {t['t2i_r10']:.1f}, {t['t2i_medr']:g} | {t['rsum']:.1f} "
+              f"| {r['seconds'] / 60:.0f} min | `{r['command']}` |")
 
 
 def cmd_fixture(args):
@@ -250,11 +267,17 @@ def main(argv=None):
     p.add_argument("--images", default="tests/fixtures/images")
     p.set_defaults(fn=cmd_fixture)
 
+    p = sub.add_parser("report", help="markdown table of finished training runs")
+    p.add_argument("runs", nargs="+")
+    p.set_defaults(fn=cmd_report)
+
     p = sub.add_parser("check", help="verify a bundle (checksums, shapes)")
     p.add_argument("bundle")
     p.set_defaults(fn=cmd_check)
 
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
+    args.argv = argv
     Path(args.cache).mkdir(parents=True, exist_ok=True)
     args.fn(args)
 

@@ -30,7 +30,7 @@ CAPTIONS = [
 SENTENCES = ["a red circle", "a dog on the beach", "zebra-striped spaceship!", "the"]
 
 
-def make_images(out: str | Path, seed: int = 7) -> list[Path]:
+def make_images(out: str | Path, seed: int = 7, prefix: str = "fixture") -> list[Path]:
     """Smooth synthetic pictures of several sizes and modes (RGB, RGBA, greyscale, palette)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -54,7 +54,7 @@ def make_images(out: str | Path, seed: int = 7) -> list[Path]:
             im.putalpha(Image.fromarray((xx * 255 // max(w - 1, 1)).astype(np.uint8)))
         elif mode in ("L", "P"):
             im = im.convert(mode)
-        p = out / f"fixture_{k}.png"
+        p = out / f"{prefix}_{k}.png"
         im.save(p, optimize=True)
         paths.append(p)
     return paths

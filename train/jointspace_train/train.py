@@ -54,6 +54,9 @@ class Result:
     dev: dict = field(default_factory=dict)
     history: list = field(default_factory=list)
     seconds: float = 0.0
+    test: dict = field(default_factory=dict)
+    command: str = ""
+    features: dict = field(default_factory=dict)
 
 
 class Encoded:

@@ -1,0 +1,56 @@
+"""The trainer end to end on a tiny generated dataset laid out like Flickr8k: features -> train -> bundle."""
+import json
+
+import numpy as np
+import torch
+
+from jointspace_train import bundle, fixture, vision
+from jointspace_train.__main__ import main, reference_eval
+
+SMALL = ((3, 3), (4, 4), (4, 4, 4), (5, 5, 5), (6, 6, 6))
+
+
+def tiny_dataset(root):
+    imgs = fixture.make_images(root / "images", seed=11, prefix="a") + fixture.make_images(root / "images", 12, "b")
+    words = ["red", "blue", "green", "dark", "bright", "round", "square", "striped"] * 2
+    lines = []
+    for k, p in enumerate(imgs):
+        lines += [f"{p.name}#{j}\tA {words[k]} picture number {j} ." for j in range(5)]
+    (root / "Flickr8k.token.txt").write_text("\n".join(lines) + "\n")
+    names = [p.name for p in imgs]
+    for split, part in (("train", names[:8]), ("dev", names[8:12]), ("test", names[12:])):
+        (root / f"Flickr_8k.{split}Images.txt").write_text("\n".join(part) + "\n")
+
+
+def torchvision_state_dict(path):
+    w = vision.random_vgg(SMALL, seed=2, fc=6)
+    sd, idx, convs = {}, 0, iter(w.convs)
+    for block in SMALL:
+        for _ in block:
+            _, wt, b = next(convs)
+            sd[f"features.{idx}.weight"], sd[f"features.{idx}.bias"] = torch.from_numpy(wt), torch.from_numpy(b)
+            idx += 2
+        idx += 1
+    for (_, wt, b), k in zip(w.fcs, (0, 3)):
+        sd[f"classifier.{k}.weight"], sd[f"classifier.{k}.bias"] = torch.from_numpy(wt), torch.from_numpy(b)
+    torch.save(sd, path)
+
+
+def test_features_train_bundle_and_reference_eval_agree(tmp_path):
+    data = tmp_path / "flickr"
+    tiny_dataset(data)
+    torchvision_state_dict(tmp_path / "vgg.pth")
+    out = tmp_path / "bundle"
+    common = ["--cache", str(tmp_path / "cache")]
+    main(common + ["train", "--weights", str(tmp_path / "vgg.pth"), "--data", str(data), "--loss", "MH",
+                   "--joint-dim", "8", "--word-dim", "4", "--batch-size", "4", "--epochs", "2", "--threads", "1",
+                   "--run-dir", str(tmp_path / "run"), "--bundle-out", str(out)])
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["features"]["input"] == "fne" and "--loss MH" in result["command"]
+    b = bundle.read(out)
+    m = b.manifest
+    assert m["vision"]["color_order"] == "RGB" and m["vision"]["raw_dim"] == sum(map(sum, SMALL)) + 12
+    assert m["training"]["test_metrics"] == result["test"]
+    # the bundle, run from the images through its own graph, gives the trainer's test metrics
+    assert reference_eval(out, data, "test") == result["test"]
+    main(common + ["report", str(tmp_path / "run")])
