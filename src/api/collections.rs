@@ -1,0 +1,70 @@
+//! /v1/collections
+
+use axum::{Json, extract::State, http::StatusCode};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{
+    AppState,
+    error::{ApiJson, ApiPath, ApiResult, ErrorBody},
+};
+use crate::store::CollectionRow;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCollection {
+    /// 1-64 lower-case letters, digits, '-' or '_'.
+    #[schema(example = "products")]
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Collection {
+    pub name: String,
+    pub description: String,
+    pub created_at: String,
+    pub images: i64,
+    pub captions: i64,
+}
+
+impl From<CollectionRow> for Collection {
+    fn from(c: CollectionRow) -> Self {
+        Collection { name: c.name, description: c.description, created_at: c.created_at, images: c.images, captions: c.captions }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CollectionList {
+    pub collections: Vec<Collection>,
+}
+
+#[utoipa::path(post, path = "/v1/collections", tag = "collections", request_body = CreateCollection,
+    responses((status = 201, body = Collection), (status = 409, description = "name taken", body = ErrorBody),
+              (status = 422, description = "bad name", body = ErrorBody)))]
+pub async fn create(State(s): State<AppState>, ApiJson(req): ApiJson<CreateCollection>) -> ApiResult<(StatusCode, Json<Collection>)> {
+    let c = s.service.create_collection(&req.name, &req.description).await?;
+    Ok((StatusCode::CREATED, Json(c.into())))
+}
+
+#[utoipa::path(get, path = "/v1/collections", tag = "collections", responses((status = 200, body = CollectionList)))]
+pub async fn list(State(s): State<AppState>) -> ApiResult<Json<CollectionList>> {
+    let rows = s.service.store.list_collections().await?;
+    Ok(Json(CollectionList { collections: rows.into_iter().map(Into::into).collect() }))
+}
+
+#[utoipa::path(get, path = "/v1/collections/{collection}", tag = "collections",
+    params(("collection" = String, Path, description = "collection name")),
+    responses((status = 200, body = Collection), (status = 404, body = ErrorBody)))]
+pub async fn get(State(s): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<Json<Collection>> {
+    Ok(Json(s.service.collection(&name).await?.into()))
+}
+
+#[utoipa::path(delete, path = "/v1/collections/{collection}", tag = "collections",
+    params(("collection" = String, Path, description = "collection name")),
+    responses((status = 204, description = "deleted with all its images and captions"), (status = 404, body = ErrorBody)))]
+pub async fn delete(State(s): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
+    s.service.delete_collection(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,197 @@
+//! The one JSON error shape, and the one place where every layer's error gets its HTTP status.
+
+use axum::{
+    Json,
+    extract::{
+        FromRequest, FromRequestParts, Request,
+        rejection::{JsonRejection, PathRejection, QueryRejection},
+    },
+    http::{StatusCode, request::Parts},
+    response::{IntoResponse, Response},
+};
+use serde::{Serialize, de::DeserializeOwned};
+use utoipa::ToSchema;
+
+use crate::{decode::DecodeError, runtime::RuntimeError, service::ServiceError, store::StoreError, text::TextError};
+
+/// Every error response: `{"error": {"status": 404, "code": "not_found", "message": "..."}}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// The HTTP status, repeated for clients that only keep the body.
+    pub status: u16,
+    /// Stable machine-readable kind, e.g. `not_found`, `conflict`, `invalid_image`.
+    pub code: String,
+    /// What went wrong and what to do about it.
+    pub message: String,
+}
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into() }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", message)
+    }
+
+    pub fn unsupported_media(message: impl Into<String>) -> ApiError {
+        Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(status = self.status.as_u16(), code = self.code, message = %self.message, "request failed");
+        }
+        let body = ErrorBody { error: ErrorDetail { status: self.status.as_u16(), code: self.code.to_string(), message: self.message } };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<DecodeError> for ApiError {
+    fn from(e: DecodeError) -> Self {
+        decode_error(None, e)
+    }
+}
+
+fn decode_error(index: Option<usize>, e: DecodeError) -> ApiError {
+    let status = match e {
+        DecodeError::Empty => StatusCode::BAD_REQUEST,
+        DecodeError::TooManyBytes { .. } | DecodeError::TooManyPixels { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        DecodeError::UnknownFormat => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        DecodeError::TooSmall { .. } | DecodeError::Corrupt { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+    };
+    let prefix = index.map(|i| format!("image {i}: ")).unwrap_or_default();
+    ApiError::new(status, "invalid_image", format!("{prefix}{e}"))
+}
+
+fn text_error(index: Option<usize>, e: TextError) -> ApiError {
+    let prefix = index.map(|i| format!("text {i}: ")).unwrap_or_default();
+    match e {
+        TextError::Load { .. } | TextError::Tokenize(_) => {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("{prefix}{e}"))
+        }
+        _ => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_text", format!("{prefix}{e}")),
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(m) => ApiError::not_found(m),
+            StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            StoreError::Invalid(m) => ApiError::invalid(m),
+            StoreError::Db(sqlx::Error::PoolTimedOut) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is busy; retry shortly")
+            }
+            e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+        }
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(e: RuntimeError) -> Self {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "inference_failed", e.to_string())
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::Decode { index, source } => decode_error(index, source),
+            ServiceError::Text { index, source } => text_error(index, source),
+            ServiceError::Store(e) => e.into(),
+            ServiceError::Runtime(e) => e.into(),
+            ServiceError::Invalid(m) => ApiError::invalid(m),
+            ServiceError::Unavailable(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
+        }
+    }
+}
+
+fn rejection(status: StatusCode, text: String) -> ApiError {
+    let code = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid",
+        _ => "bad_request",
+    };
+    ApiError::new(status, code, text)
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        let msg = match &r {
+            JsonRejection::MissingJsonContentType(_) => "send the body as JSON with `Content-Type: application/json`".to_string(),
+            _ => r.body_text(),
+        };
+        rejection(r.status(), msg)
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        rejection(StatusCode::BAD_REQUEST, r.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        rejection(StatusCode::BAD_REQUEST, r.body_text())
+    }
+}
+
+/// `Json` whose rejections use the error shape above.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        Ok(ApiJson(Json::<T>::from_request(req, state).await?.0))
+    }
+}
+
+/// `Path` whose rejections use the error shape above.
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Ok(ApiPath(axum::extract::Path::<T>::from_request_parts(parts, state).await?.0))
+    }
+}
+
+/// `Query` whose rejections use the error shape above.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Ok(ApiQuery(axum::extract::Query::<T>::from_request_parts(parts, state).await?.0))
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,244 @@
+//! /v1/collections/{collection}/images
+
+use std::collections::BTreeMap;
+
+use axum::{Json, extract::{Request, State}, http::StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::{
+    AppState,
+    captions::Caption,
+    error::{ApiError, ApiPath, ApiQuery, ApiResult, ErrorBody},
+    upload::{self, Body},
+};
+use crate::{service::ImageInput, store::ImageRow};
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewImageJson {
+    /// The image file (JPEG, PNG, WebP, GIF, BMP), base64 (a `data:` URL is accepted too).
+    pub data: String,
+    /// Your id for the image, unique in the collection.
+    pub external_id: Option<String>,
+    /// A JSON object; search can filter on equality of its top-level keys.
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+    /// Captions to add with the image.
+    #[serde(default)]
+    pub captions: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddImagesJson {
+    pub images: Vec<NewImageJson>,
+}
+
+/// Per-file fields of a multipart batch, in file order (the `items` form field).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ItemFields {
+    pub external_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+    #[serde(default)]
+    pub captions: Vec<String>,
+}
+
+/// multipart/form-data upload: one or more `image` file parts; for one image, optional `external_id`,
+/// `metadata` (JSON object) and `caption` (repeatable) parts; for several, an `items` part (JSON array).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct AddImagesMultipart {
+    #[schema(value_type = Vec<String>, format = Binary)]
+    pub image: Vec<Vec<u8>>,
+    pub external_id: Option<String>,
+    pub metadata: Option<String>,
+    pub caption: Option<Vec<String>>,
+    pub items: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AddedImage {
+    pub id: i64,
+    pub external_id: Option<String>,
+    pub width: u32,
+    pub height: u32,
+    pub caption_ids: Vec<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AddedImages {
+    pub images: Vec<AddedImage>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Image {
+    pub id: i64,
+    pub external_id: Option<String>,
+    #[schema(value_type = Object)]
+    pub metadata: Value,
+    pub width: i64,
+    pub height: i64,
+    /// The bundle whose W produced the stored vector.
+    pub bundle_id: String,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub captions: Option<Vec<Caption>>,
+}
+
+impl From<ImageRow> for Image {
+    fn from(r: ImageRow) -> Self {
+        Image {
+            id: r.id,
+            external_id: r.external_id,
+            metadata: r.metadata,
+            width: r.width,
+            height: r.height,
+            bundle_id: r.bundle_id,
+            created_at: r.created_at,
+            captions: None,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ImageList {
+    pub images: Vec<Image>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListImagesQuery {
+    /// Find the image with this external id.
+    pub external_id: Option<String>,
+    /// Equality filter on metadata, as a JSON object (URL-encoded), e.g. `{"color":"red"}`.
+    pub filter: Option<String>,
+    #[param(default = 0)]
+    pub offset: Option<i64>,
+    #[param(default = 100, maximum = 1000)]
+    pub limit: Option<i64>,
+}
+
+fn inputs_from(body: Body<AddImagesJson>) -> ApiResult<Vec<ImageInput>> {
+    match body {
+        Body::Json(j) => j
+            .images
+            .into_iter()
+            .enumerate()
+            .map(|(i, it)| {
+                Ok(ImageInput {
+                    bytes: upload::base64_image(&format!("images[{i}].data"), &it.data)?,
+                    external_id: it.external_id,
+                    metadata: it.metadata,
+                    captions: it.captions,
+                })
+            })
+            .collect(),
+        Body::Multipart(parts) => {
+            let (mut files, mut external_id, mut metadata, mut captions, mut items) = (vec![], None, None, vec![], None);
+            for p in parts {
+                match p.name.as_str() {
+                    "image" | "image[]" | "images" => files.push(p.data),
+                    "external_id" => external_id = Some(p.text()?.to_string()),
+                    "metadata" => metadata = Some(upload::json_field::<Value>(&p)?),
+                    "caption" | "captions" => captions.push(p.text()?.to_string()),
+                    "items" => items = Some(upload::json_field::<Vec<ItemFields>>(&p)?),
+                    other => {
+                        return Err(ApiError::bad_request(format!(
+                            "unknown form field \"{other}\"; expected image, external_id, metadata, caption or items"
+                        )));
+                    }
+                }
+            }
+            if files.is_empty() {
+                return Err(ApiError::bad_request("no `image` file part in the form"));
+            }
+            match items {
+                Some(items) => {
+                    if items.len() != files.len() {
+                        return Err(ApiError::invalid(format!("`items` has {} entries for {} images", items.len(), files.len())));
+                    }
+                    Ok(files
+                        .into_iter()
+                        .zip(items)
+                        .map(|(bytes, it)| ImageInput { bytes, external_id: it.external_id, metadata: it.metadata, captions: it.captions })
+                        .collect())
+                }
+                None if files.len() == 1 => Ok(vec![ImageInput { bytes: files.remove(0), external_id, metadata, captions }]),
+                None => {
+                    if external_id.is_some() || metadata.is_some() || !captions.is_empty() {
+                        return Err(ApiError::invalid("several images: give their fields in an `items` JSON array"));
+                    }
+                    Ok(files.into_iter().map(|bytes| ImageInput { bytes, external_id: None, metadata: None, captions: vec![] }).collect())
+                }
+            }
+        }
+    }
+}
+
+#[utoipa::path(post, path = "/v1/collections/{collection}/images", tag = "images",
+    params(("collection" = String, Path, description = "collection name")),
+    request_body(description = "one image or a batch, stored all or nothing", content(
+        (AddImagesJson = "application/json"), (AddImagesMultipart = "multipart/form-data"))),
+    responses((status = 201, body = AddedImages), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, description = "external_id taken", body = ErrorBody), (status = 413, body = ErrorBody),
+              (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn add(State(s): State<AppState>, ApiPath(collection): ApiPath<String>, req: Request) -> ApiResult<(StatusCode, Json<AddedImages>)> {
+    let inputs = inputs_from(upload::read::<AddImagesJson>(req).await?)?;
+    let added = s.service.add_images(&collection, inputs).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(AddedImages {
+            images: added
+                .into_iter()
+                .map(|a| AddedImage { id: a.id, external_id: a.external_id, width: a.width, height: a.height, caption_ids: a.caption_ids })
+                .collect(),
+        }),
+    ))
+}
+
+pub fn parse_filter(f: Option<&str>) -> ApiResult<BTreeMap<String, Value>> {
+    match f {
+        None | Some("") => Ok(BTreeMap::new()),
+        Some(s) => serde_json::from_str(s).map_err(|e| ApiError::bad_request(format!("filter must be a JSON object: {e}"))),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/collections/{collection}/images", tag = "images",
+    params(("collection" = String, Path, description = "collection name"), ListImagesQuery),
+    responses((status = 200, body = ImageList), (status = 404, body = ErrorBody)))]
+pub async fn list(State(s): State<AppState>, ApiPath(collection): ApiPath<String>, ApiQuery(q): ApiQuery<ListImagesQuery>) -> ApiResult<Json<ImageList>> {
+    if let Some(ext) = q.external_id {
+        let c = s.service.collection(&collection).await?;
+        let img = s.service.store.image_by_external_id(c.id, &ext).await?;
+        return Ok(Json(ImageList { images: vec![img.into()] }));
+    }
+    let filter = parse_filter(q.filter.as_deref())?;
+    let (offset, limit) = (q.offset.unwrap_or(0), q.limit.unwrap_or(100));
+    if offset < 0 || !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid("offset must be >= 0 and limit between 1 and 1000"));
+    }
+    let rows = s.service.list_images(&collection, &filter, offset, limit).await?;
+    Ok(Json(ImageList { images: rows.into_iter().map(Into::into).collect() }))
+}
+
+#[utoipa::path(get, path = "/v1/collections/{collection}/images/{id}", tag = "images",
+    params(("collection" = String, Path, description = "collection name"), ("id" = i64, Path, description = "image id")),
+    responses((status = 200, body = Image), (status = 404, body = ErrorBody)))]
+pub async fn get(State(s): State<AppState>, ApiPath((collection, id)): ApiPath<(String, i64)>) -> ApiResult<Json<Image>> {
+    let (img, caps) = s.service.image(&collection, id).await?;
+    let mut img: Image = img.into();
+    img.captions = Some(caps.into_iter().map(Into::into).collect());
+    Ok(Json(img))
+}
+
+#[utoipa::path(delete, path = "/v1/collections/{collection}/images/{id}", tag = "images",
+    params(("collection" = String, Path, description = "collection name"), ("id" = i64, Path, description = "image id")),
+    responses((status = 204, description = "deleted, with its captions"), (status = 404, body = ErrorBody)))]
+pub async fn delete(State(s): State<AppState>, ApiPath((collection, id)): ApiPath<(String, i64)>) -> ApiResult<StatusCode> {
+    s.service.delete_image(&collection, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

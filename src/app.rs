@@ -1,0 +1,130 @@
+//! Wiring: bundle -> runtime -> pipeline -> store -> service -> router. `Application::build` is what `main`
+//! and the integration tests (on port 0) both start.
+
+use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::{
+    api,
+    bundle::Bundle,
+    config::{ModelArgs, ServeArgs, StoreArgs},
+    decode::DecodeLimits,
+    index::IndexParams,
+    metrics::Metrics,
+    pipeline::{Pipeline, PipelineOptions},
+    runtime::{self, Backend, OrtBackend},
+    service::{Service, ServiceOptions},
+    store::Store,
+};
+
+/// Loads and verifies the bundle and opens ONNX Runtime on it.
+pub fn load_pipeline(model: &ModelArgs) -> anyhow::Result<Arc<Pipeline>> {
+    let bundle = Arc::new(Bundle::load(&model.bundle)?);
+    let dylib = runtime::locate_dylib(model.runtime.ort_dylib.as_deref())?;
+    let backend: Arc<dyn Backend> =
+        Arc::new(OrtBackend::new(&bundle, &dylib, model.runtime.device, model.runtime.intra_threads)?);
+    tracing::info!(
+        bundle = %bundle.id, similarity = ?bundle.manifest.similarity, provider = backend.provider(),
+        onnxruntime = %dylib.display(), "model bundle loaded"
+    );
+    let opts = PipelineOptions {
+        limits: DecodeLimits { max_bytes: model.max_image_bytes, max_pixels: model.max_image_pixels, min_side: model.min_image_side },
+        crop_mode: model.crop_mode,
+        max_text_chars: model.max_text_chars,
+        max_batch_crops: model.max_batch_crops,
+        max_batch_texts: 256,
+    };
+    Ok(Arc::new(Pipeline::new(bundle, backend, opts)?))
+}
+
+pub async fn open_service(pipeline: Arc<Pipeline>, store_args: &StoreArgs, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Service>> {
+    let store = Store::connect(&store_args.database_url)
+        .await
+        .with_context(|| format!("cannot open the database {}", store_args.database_url))?;
+    let snapshot_dir: Option<PathBuf> = store_args.index_dir.clone().or_else(|| {
+        Store::file_path(&store_args.database_url).map(|f| f.parent().map(|p| p.join("index")).unwrap_or_else(|| "index".into()))
+    });
+    let opts = ServiceOptions {
+        index: IndexParams { ef_search: store_args.ef_search, exact_below: store_args.exact_below, ..IndexParams::default() },
+        snapshot_dir,
+        max_k: store_args.max_k,
+        max_batch: store_args.max_batch,
+    };
+    Ok(Arc::new(Service::open(pipeline, store, metrics, opts).await?))
+}
+
+pub struct Application {
+    listener: TcpListener,
+    router: axum::Router,
+    service: Arc<Service>,
+    snapshot_interval: u64,
+}
+
+impl Application {
+    pub async fn build(cfg: ServeArgs) -> anyhow::Result<Application> {
+        let metrics = Arc::new(Metrics::new());
+        let pipeline = load_pipeline(&cfg.model)?;
+        let service = open_service(pipeline, &cfg.store, metrics).await?;
+        let listener = TcpListener::bind(cfg.addr).await.with_context(|| format!("cannot listen on {}", cfg.addr))?;
+        let router = api::router(service.clone(), cfg.max_request_bytes);
+        Ok(Application { listener, router, service, snapshot_interval: cfg.snapshot_interval })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    pub fn service(&self) -> Arc<Service> {
+        self.service.clone()
+    }
+
+    /// Serves until `shutdown` resolves, then drains requests and snapshots the indexes.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let svc = self.service.clone();
+        if self.snapshot_interval > 0 {
+            let (svc, every) = (svc.clone(), Duration::from_secs(self.snapshot_interval));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    if let Err(e) = svc.snapshot().await {
+                        tracing::warn!(error = %e, "periodic index snapshot failed");
+                    }
+                }
+            });
+        }
+        tracing::info!(addr = %self.listener.local_addr()?, "listening");
+        axum::serve(self.listener, self.router).with_graceful_shutdown(shutdown).await?;
+        match svc.snapshot().await {
+            Ok(n) => tracing::info!(indexes = n, "index snapshots written"),
+            Err(e) => tracing::warn!(error = %e, "index snapshot at shutdown failed"),
+        }
+        Ok(())
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.run_until(shutdown_signal()).await
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,297 @@
+//! The model bundle (docs/bundle.md): parse `bundle.json`, verify every file's sha256 and every tensor's
+//! shape, and load the small tensors (FNE statistics, W). A bundle loads fully or not at all.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The only `format` this server reads.
+pub const FORMAT: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("bundle {dir}: cannot read bundle.json: {source}")]
+    Manifest { dir: PathBuf, source: std::io::Error },
+    #[error("bundle {dir}: bundle.json is not valid: {message}")]
+    Parse { dir: PathBuf, message: String },
+    #[error("bundle {dir}: bundle.json has format {found}, this server reads format {FORMAT} only")]
+    Format { dir: PathBuf, found: u32 },
+    #[error("bundle {dir}: {file} is missing{hint}")]
+    Missing { dir: PathBuf, file: String, hint: &'static str },
+    #[error("bundle {dir}: {file} has sha256 {found} but bundle.json says {expected}")]
+    Checksum { dir: PathBuf, file: String, expected: String, found: String },
+    #[error("bundle {dir}: {file}: {message}")]
+    Invalid { dir: PathBuf, file: String, message: String },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    pub name: String,
+    pub created: String,
+    pub files: BTreeMap<String, String>,
+    pub vision: VisionSpec,
+    pub fne: FneSpec,
+    pub projection: ProjectionSpec,
+    pub text: TextSpec,
+    pub similarity: Similarity,
+    #[serde(default)]
+    pub training: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CropMode {
+    /// One centre crop.
+    Center,
+    /// Four corners and the centre, then their horizontal mirrors.
+    Ten,
+}
+
+impl CropMode {
+    pub fn crops(self) -> usize {
+        match self {
+            CropMode::Center => 1,
+            CropMode::Ten => 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ColorOrder {
+    RGB,
+    BGR,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Similarity {
+    Cosine,
+    Order,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tap {
+    pub name: String,
+    pub channels: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VisionSpec {
+    pub onnx: String,
+    #[serde(default)]
+    pub backbone: String,
+    #[serde(default)]
+    pub weights: String,
+    pub input_size: usize,
+    pub resize: usize,
+    pub crop_mode: CropMode,
+    pub color_order: ColorOrder,
+    pub mean: [f32; 3],
+    pub scale: [f32; 3],
+    #[serde(default)]
+    pub tap_point: String,
+    pub taps: Vec<Tap>,
+    pub raw_dim: usize,
+    pub input_name: String,
+    pub output_name: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FneSpec {
+    pub stats: String,
+    pub dim: usize,
+    pub thresholds: [f32; 2],
+    pub std_eps: f32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProjectionSpec {
+    pub weights: String,
+    pub joint_dim: usize,
+    pub abs: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TextSpec {
+    pub onnx: String,
+    pub tokenizer: String,
+    pub max_tokens: usize,
+    pub ids_name: String,
+    pub lengths_name: String,
+    pub output_name: String,
+    pub pad_id: i64,
+}
+
+/// A verified bundle: the manifest plus the tensors the server keeps in memory. The ONNX graphs and the
+/// tokenizer are opened by their own modules from the verified paths.
+#[derive(Debug)]
+pub struct Bundle {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+    /// `name@<first 12 hex of sha256(bundle.json)>`: stored with every vector, so that vectors from two
+    /// bundles are never mixed silently.
+    pub id: String,
+    /// Identifies everything up to the ternary code (graph, preprocessing, statistics, thresholds): two
+    /// bundles with the same `vision_id` produce the same codes, so a new W can be applied to stored codes.
+    pub vision_id: String,
+    pub fne_mean: Vec<f32>,
+    pub fne_std: Vec<f32>,
+    /// W as stored, row-major `[joint_dim, fne_dim]`, converted to f32.
+    pub projection: Vec<f32>,
+}
+
+impl Bundle {
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
+    /// Reads and verifies a bundle directory.
+    pub fn load(dir: &Path) -> Result<Bundle, BundleError> {
+        let dir = dir.to_path_buf();
+        let raw = fs::read(dir.join("bundle.json")).map_err(|source| BundleError::Manifest { dir: dir.clone(), source })?;
+        let manifest: Manifest = serde_json::from_slice(&raw)
+            .map_err(|e| BundleError::Parse { dir: dir.clone(), message: e.to_string() })?;
+        let check = Checker { dir: &dir };
+        check.manifest(&manifest)?;
+        // Checksums first: a shape check on a corrupt file would give a misleading message.
+        for (file, expected) in &manifest.files {
+            check.sha256(file, expected)?;
+        }
+        let (v, f, p, t) = (&manifest.vision, &manifest.fne, &manifest.projection, &manifest.text);
+        for file in [&v.onnx, &f.stats, &p.weights, &t.onnx, &t.tokenizer] {
+            if !manifest.files.contains_key(file.as_str()) {
+                return Err(check.invalid("bundle.json", format!("`files` has no sha256 for {file}")));
+            }
+        }
+        let stats = check.read(&f.stats)?;
+        let stats = check.safetensors(&f.stats, &stats)?;
+        let fne_mean = check.tensor(&f.stats, &stats, "mean", &[f.dim])?;
+        let fne_std = check.tensor(&f.stats, &stats, "std", &[f.dim])?;
+        let weights = check.read(&p.weights)?;
+        let weights = check.safetensors(&p.weights, &weights)?;
+        let projection = check.tensor(&p.weights, &weights, "weight", &[p.joint_dim, f.dim])?;
+
+        let id = format!("{}@{}", manifest.name, &hex::encode(Sha256::digest(&raw))[..12]);
+        let vision_id = vision_id(&manifest);
+        Ok(Bundle { dir, manifest, id, vision_id, fne_mean, fne_std, projection })
+    }
+}
+
+fn vision_id(m: &Manifest) -> String {
+    let mut h = Sha256::new();
+    let v = &m.vision;
+    for part in [
+        m.files.get(&v.onnx).map(String::as_str).unwrap_or(""),
+        m.files.get(&m.fne.stats).map(String::as_str).unwrap_or(""),
+        &serde_json::to_string(&(v.input_size, v.resize, v.crop_mode, v.color_order, v.mean, v.scale)).unwrap_or_default(),
+        &serde_json::to_string(&(m.fne.thresholds, m.fne.std_eps)).unwrap_or_default(),
+    ] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    hex::encode(h.finalize())[..16].to_string()
+}
+
+struct Checker<'a> {
+    dir: &'a Path,
+}
+
+impl Checker<'_> {
+    fn invalid(&self, file: &str, message: impl Into<String>) -> BundleError {
+        BundleError::Invalid { dir: self.dir.to_path_buf(), file: file.to_string(), message: message.into() }
+    }
+
+    fn manifest(&self, m: &Manifest) -> Result<(), BundleError> {
+        let bad = |msg: String| Err(self.invalid("bundle.json", msg));
+        if m.format != FORMAT {
+            return Err(BundleError::Format { dir: self.dir.to_path_buf(), found: m.format });
+        }
+        let v = &m.vision;
+        let taps: usize = v.taps.iter().map(|t| t.channels).sum();
+        if taps != v.raw_dim {
+            return bad(format!("vision.taps sum to {taps} channels but vision.raw_dim is {}", v.raw_dim));
+        }
+        if m.fne.dim != v.raw_dim {
+            return bad(format!("fne.dim is {} but vision.raw_dim is {}", m.fne.dim, v.raw_dim));
+        }
+        if v.input_size == 0 || v.input_size > v.resize {
+            return bad(format!("vision.input_size {} must be in 1..=resize ({})", v.input_size, v.resize));
+        }
+        let [lo, hi] = m.fne.thresholds;
+        if !(lo <= hi) {
+            return bad(format!("fne.thresholds [{lo}, {hi}] must be ordered"));
+        }
+        if m.projection.joint_dim == 0 || m.text.max_tokens == 0 {
+            return bad("projection.joint_dim and text.max_tokens must be positive".into());
+        }
+        Ok(())
+    }
+
+    fn read(&self, file: &str) -> Result<Vec<u8>, BundleError> {
+        fs::read(self.dir.join(file)).map_err(|_| self.missing(file))
+    }
+
+    fn missing(&self, file: &str) -> BundleError {
+        let hint = if file.ends_with(".onnx") {
+            " (a vision graph that is not committed is built by scripts/setup-python.sh)"
+        } else {
+            ""
+        };
+        BundleError::Missing { dir: self.dir.to_path_buf(), file: file.to_string(), hint }
+    }
+
+    fn sha256(&self, file: &str, expected: &str) -> Result<(), BundleError> {
+        use std::io::Read;
+        let mut f = fs::File::open(self.dir.join(file)).map_err(|_| self.missing(file))?;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = f.read(&mut buf).map_err(|e| self.invalid(file, e.to_string()))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        let found = hex::encode(h.finalize());
+        if !found.eq_ignore_ascii_case(expected) {
+            return Err(BundleError::Checksum {
+                dir: self.dir.to_path_buf(),
+                file: file.to_string(),
+                expected: expected.to_string(),
+                found,
+            });
+        }
+        Ok(())
+    }
+
+    fn safetensors<'d>(&self, file: &str, data: &'d [u8]) -> Result<safetensors::SafeTensors<'d>, BundleError> {
+        safetensors::SafeTensors::deserialize(data).map_err(|e| self.invalid(file, format!("not a safetensors file: {e}")))
+    }
+
+    /// Reads a float16/float32 tensor of exactly `shape` as f32.
+    fn tensor(
+        &self,
+        file: &str,
+        st: &safetensors::SafeTensors<'_>,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Vec<f32>, BundleError> {
+        use safetensors::Dtype;
+        let t = st.tensor(name).map_err(|_| self.invalid(file, format!("has no tensor \"{name}\"")))?;
+        if t.shape() != shape {
+            return Err(self.invalid(file, format!("tensor \"{name}\" has shape {:?}, bundle.json implies {shape:?}", t.shape())));
+        }
+        let bytes = t.data();
+        Ok(match t.dtype() {
+            Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            other => return Err(self.invalid(file, format!("tensor \"{name}\" is {other:?}; float32 or float16 expected"))),
+        })
+    }
+}

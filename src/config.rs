@@ -1,0 +1,203 @@
+//! The command line: one binary, every flag with an environment fallback.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::{bundle::CropMode, runtime::Device};
+
+#[derive(Debug, Parser)]
+#[command(name = "jointspace", version, about = "Find photos from a sentence and sentences for a photo")]
+pub struct Cli {
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long, env = "JOINTSPACE_LOG_JSON", global = true)]
+    pub log_json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API.
+    Serve(ServeArgs),
+    /// Add a folder of images (and a captions file) to a collection, through the server's code path.
+    Ingest(IngestArgs),
+    /// Ingest a dataset split into a scratch database and measure retrieval (R@1/5/10, median rank).
+    Eval(EvalArgs),
+    /// Model bundle tools.
+    Bundle {
+        #[command(subcommand)]
+        command: BundleCommand,
+    },
+    /// Recompute every stored vector with the loaded bundle: image vectors from their stored ternary codes and
+    /// the new W (no CNN), caption vectors with the new text model.
+    Reindex(ReindexArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BundleCommand {
+    /// Verify a bundle (checksums, shapes) and print what it holds.
+    Inspect {
+        dir: PathBuf,
+        /// Also open the ONNX graphs with ONNX Runtime.
+        #[arg(long)]
+        graphs: bool,
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+    },
+}
+
+/// Where ONNX Runtime comes from and where it runs.
+#[derive(Debug, Clone, Args)]
+pub struct RuntimeArgs {
+    /// libonnxruntime.so; default: .venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so*
+    #[arg(long, env = "ORT_DYLIB_PATH")]
+    pub ort_dylib: Option<PathBuf>,
+    /// Execution provider; `cuda` falls back to the CPU (with a warning) when CUDA is unavailable.
+    #[arg(long, env = "JOINTSPACE_DEVICE", value_enum, default_value = "cpu")]
+    pub device: Device,
+    /// Threads per ONNX Runtime session (default: ONNX Runtime's choice, all cores).
+    #[arg(long, env = "JOINTSPACE_INTRA_THREADS")]
+    pub intra_threads: Option<usize>,
+}
+
+/// The model bundle and how inputs are turned into vectors.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// Model bundle directory (docs/bundle.md).
+    #[arg(long, env = "JOINTSPACE_BUNDLE", default_value = "models/flickr8k-vgg16-fne")]
+    pub bundle: PathBuf,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// Override the bundle's crop mode (`ten` is the paper's 10-crop procedure, 10x the CNN cost).
+    #[arg(long, env = "JOINTSPACE_CROP_MODE", value_enum)]
+    pub crop_mode: Option<CropMode>,
+    /// Most crops in one runtime call (requests queued together are batched up to this).
+    #[arg(long, env = "JOINTSPACE_MAX_BATCH_CROPS", default_value_t = 32)]
+    pub max_batch_crops: usize,
+    /// Largest accepted image file, bytes.
+    #[arg(long, env = "JOINTSPACE_MAX_IMAGE_BYTES", default_value_t = 20 << 20)]
+    pub max_image_bytes: usize,
+    /// Largest accepted image, width x height (checked before decoding: decompression bombs are refused).
+    #[arg(long, env = "JOINTSPACE_MAX_IMAGE_PIXELS", default_value_t = 40_000_000)]
+    pub max_image_pixels: u64,
+    /// Smallest accepted image side, pixels.
+    #[arg(long, env = "JOINTSPACE_MIN_IMAGE_SIDE", default_value_t = 16)]
+    pub min_image_side: u32,
+    /// Longest accepted sentence, characters.
+    #[arg(long, env = "JOINTSPACE_MAX_TEXT_CHARS", default_value_t = 1000)]
+    pub max_text_chars: usize,
+}
+
+/// The database and the indexes built from it.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// sqlx database URL; the SQLite file and its folder are created if missing.
+    #[arg(long, env = "JOINTSPACE_DATABASE_URL", default_value = "sqlite://data/jointspace.db")]
+    pub database_url: String,
+    /// Where index snapshots go (default: an `index` folder next to the database file).
+    #[arg(long, env = "JOINTSPACE_INDEX_DIR")]
+    pub index_dir: Option<PathBuf>,
+    /// Collections (or filtered subsets) smaller than this are searched exactly instead of through HNSW.
+    #[arg(long, env = "JOINTSPACE_EXACT_BELOW", default_value_t = 2000)]
+    pub exact_below: usize,
+    /// HNSW search breadth (higher: better recall, slower).
+    #[arg(long, env = "JOINTSPACE_EF_SEARCH", default_value_t = 128)]
+    pub ef_search: usize,
+    /// Largest `k` a search may ask for.
+    #[arg(long, env = "JOINTSPACE_MAX_K", default_value_t = 1000)]
+    pub max_k: usize,
+    /// Most images in one add request.
+    #[arg(long, env = "JOINTSPACE_MAX_BATCH", default_value_t = 64)]
+    pub max_batch: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, env = "JOINTSPACE_ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Largest request body, bytes (a batch of uploads).
+    #[arg(long, env = "JOINTSPACE_MAX_REQUEST_BYTES", default_value_t = 64 << 20)]
+    pub max_request_bytes: usize,
+    /// Seconds between index snapshots when something changed (0: only at shutdown).
+    #[arg(long, env = "JOINTSPACE_SNAPSHOT_INTERVAL", default_value_t = 300)]
+    pub snapshot_interval: u64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct IngestArgs {
+    /// Folder of images.
+    #[arg(long, env = "JOINTSPACE_INGEST_IMAGES")]
+    pub images: PathBuf,
+    /// Captions file in Flickr8k token format (`<image>#<n>\t<caption>` per line).
+    #[arg(long, env = "JOINTSPACE_INGEST_CAPTIONS")]
+    pub captions: Option<PathBuf>,
+    /// Only the images named in this file (one file name per line).
+    #[arg(long)]
+    pub list: Option<PathBuf>,
+    /// Collection to add to (created if missing).
+    #[arg(long, env = "JOINTSPACE_COLLECTION", default_value = "default")]
+    pub collection: String,
+    /// Images per add request.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 2)]
+    pub concurrency: usize,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    /// Dataset folder (Flickr8k layout: images/, Flickr8k.token.txt, Flickr_8k.<split>Images.txt).
+    #[arg(long, env = "JOINTSPACE_EVAL_DATA", default_value = "/work/shared/data/flickr8k")]
+    pub data: PathBuf,
+    /// train, dev or test.
+    #[arg(long, default_value = "test")]
+    pub split: String,
+    /// Print the metrics as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Only the first N images of the split (a quick check).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Scratch database (default: in memory).
+    #[arg(long, default_value = "sqlite::memory:")]
+    pub database_url: String,
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    #[arg(long, default_value_t = 2)]
+    pub concurrency: usize,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReindexArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Parser)]
+struct ServeOnly {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+impl ServeArgs {
+    /// Parses `serve` flags (with their environment fallbacks) from a list: for tests and embedders.
+    pub fn try_from_flags<I: IntoIterator<Item = S>, S: Into<std::ffi::OsString> + Clone>(flags: I) -> Result<ServeArgs, clap::Error> {
+        let args = std::iter::once(std::ffi::OsString::from("jointspace")).chain(flags.into_iter().map(Into::into));
+        Ok(ServeOnly::try_parse_from(args)?.serve)
+    }
+}

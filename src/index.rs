@@ -1,0 +1,295 @@
+//! Step 8: one vector index per collection and modality: HNSW (hnsw_rs) for candidates, exact scores for
+//! the final order. hnsw_rs cannot delete, so deleted ids are hidden through its filtered search and the
+//! graph is rebuilt in the background once too many are hidden. Small or heavily filtered searches skip
+//! the graph and scan exactly (faster there, and exact).
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
+};
+
+use hnsw_rs::prelude::{AnnT, DistL2, Hnsw, HnswIo};
+use serde::{Deserialize, Serialize};
+
+use crate::{bundle::Similarity, store::Modality};
+
+/// hnsw_rs' file_dump reloads only graphs made with its maximal layer count.
+const MAX_LAYER: usize = 16;
+
+#[derive(Debug, Clone, Copy)]
+pub struct IndexParams {
+    pub max_connections: usize,
+    pub ef_construction: usize,
+    pub ef_search: usize,
+    /// Below this many live vectors (or allowed ids, under a filter), search scans exactly.
+    pub exact_below: usize,
+    /// Rebuild once hidden (deleted) points exceed this fraction of the graph (and at least 64 of them).
+    pub rebuild_fraction: f32,
+}
+
+impl Default for IndexParams {
+    fn default() -> Self {
+        IndexParams { max_connections: 24, ef_construction: 200, ef_search: 128, exact_below: 2000, rebuild_fraction: 0.2 }
+    }
+}
+
+type Graph = Hnsw<'static, f32, DistL2>;
+
+struct Inner {
+    graph: Arc<Graph>,
+    /// Every live vector by database id: the exact scores and rebuilds read these.
+    live: HashMap<i64, Arc<[f32]>>,
+    /// In the graph but deleted.
+    hidden: HashSet<usize>,
+    rebuilding: bool,
+}
+
+/// How a query and a stored vector are compared (higher is better).
+#[derive(Debug, Clone, Copy)]
+pub enum Score {
+    /// Dot product of unit vectors.
+    Cosine,
+    /// Order embeddings, `-‖max(0, c - i)‖²`; `query_is_caption` says which side the query is.
+    Order { query_is_caption: bool },
+    /// Negative squared distance (image to image under an order bundle, where S is not symmetric).
+    NegL2,
+}
+
+impl Score {
+    pub fn new(sim: Similarity, query: Modality, target: Modality) -> Score {
+        match (sim, query, target) {
+            (Similarity::Cosine, _, _) => Score::Cosine,
+            (Similarity::Order, Modality::Captions, Modality::Images) => Score::Order { query_is_caption: true },
+            (Similarity::Order, Modality::Images, Modality::Captions) => Score::Order { query_is_caption: false },
+            (Similarity::Order, _, _) => Score::NegL2,
+        }
+    }
+
+    pub fn eval(self, q: &[f32], x: &[f32]) -> f32 {
+        match self {
+            Score::Cosine => q.iter().zip(x).map(|(a, b)| a * b).sum(),
+            Score::Order { query_is_caption } => {
+                let (c, i) = if query_is_caption { (q, x) } else { (x, q) };
+                -c.iter().zip(i).map(|(c, i)| (c - i).max(0.0).powi(2)).sum::<f32>()
+            }
+            Score::NegL2 => -q.iter().zip(x).map(|(a, b)| (a - b).powi(2)).sum::<f32>(),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct SnapshotMeta {
+    format: u32,
+    generation: i64,
+    bundle_id: String,
+    points: usize,
+    hidden: Vec<usize>,
+    basename: String,
+}
+
+pub struct VectorIndex {
+    inner: RwLock<Inner>,
+    params: IndexParams,
+}
+
+fn new_graph(params: &IndexParams, capacity: usize) -> Graph {
+    Hnsw::new(params.max_connections, capacity.max(1024), MAX_LAYER, params.ef_construction, DistL2 {})
+}
+
+impl VectorIndex {
+    /// Builds from (id, vector) pairs; the vectors must be finite (they are unit vectors here).
+    pub fn build(params: IndexParams, vectors: Vec<(i64, Vec<f32>)>) -> VectorIndex {
+        let graph = new_graph(&params, vectors.len());
+        let live: HashMap<i64, Arc<[f32]>> = vectors.into_iter().map(|(id, v)| (id, Arc::from(v))).collect();
+        let items: Vec<(&[f32], usize)> = live.iter().map(|(id, v)| (&v[..], *id as usize)).collect();
+        if !items.is_empty() {
+            graph.parallel_insert_slice(&items);
+        }
+        VectorIndex {
+            inner: RwLock::new(Inner { graph: Arc::new(graph), live, hidden: HashSet::new(), rebuilding: false }),
+            params,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().live.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn hidden(&self) -> usize {
+        self.read().hidden.len()
+    }
+
+    pub fn vector(&self, id: i64) -> Option<Arc<[f32]>> {
+        self.read().live.get(&id).cloned()
+    }
+
+    pub fn insert(&self, id: i64, v: Vec<f32>) {
+        let mut inner = self.write();
+        let v: Arc<[f32]> = Arc::from(v);
+        inner.graph.insert_slice((&v[..], id as usize));
+        inner.hidden.remove(&(id as usize));
+        inner.live.insert(id, v);
+    }
+
+    /// Hides a deleted id; returns true when the caller should start a rebuild.
+    pub fn remove(&self, id: i64) -> bool {
+        let mut inner = self.write();
+        if inner.live.remove(&id).is_some() {
+            inner.hidden.insert(id as usize);
+        }
+        let points = inner.graph.get_nb_point();
+        let due = inner.hidden.len() >= 64 && inner.hidden.len() as f32 > self.params.rebuild_fraction * points as f32;
+        if due && !inner.rebuilding {
+            inner.rebuilding = true;
+            return true;
+        }
+        false
+    }
+
+    /// Rebuilds the graph from the live vectors without blocking searches or writes for long: the build runs
+    /// on a copy, then ids written meanwhile are replayed into the new graph before the swap.
+    pub fn rebuild(&self) {
+        let snapshot: Vec<(i64, Arc<[f32]>)> = self.read().live.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let graph = new_graph(&self.params, snapshot.len());
+        let items: Vec<(&[f32], usize)> = snapshot.iter().map(|(id, v)| (&v[..], *id as usize)).collect();
+        if !items.is_empty() {
+            graph.parallel_insert_slice(&items);
+        }
+        let built: HashSet<i64> = snapshot.iter().map(|(id, _)| *id).collect();
+        let mut inner = self.write();
+        for (id, v) in inner.live.iter() {
+            if !built.contains(id) {
+                graph.insert_slice((&v[..], *id as usize));
+            }
+        }
+        inner.hidden = built.iter().filter(|id| !inner.live.contains_key(id)).map(|id| *id as usize).collect();
+        inner.graph = Arc::new(graph);
+        inner.rebuilding = false;
+        tracing::info!(points = inner.live.len(), "index rebuilt");
+    }
+
+    /// The best `k` ids after skipping `offset`, by `score`, among `allowed` ids if given.
+    pub fn search(&self, q: &[f32], score: Score, offset: usize, k: usize, allowed: Option<&HashSet<i64>>) -> Vec<(i64, f32)> {
+        let want = offset + k;
+        let inner = self.read();
+        let pool = allowed.map_or(inner.live.len(), |a| a.len());
+        let mut hits: Vec<(i64, f32)> = if pool <= self.params.exact_below || want >= pool {
+            match allowed {
+                Some(a) => a.iter().filter_map(|id| inner.live.get(id).map(|v| (*id, score.eval(q, v)))).collect(),
+                None => inner.live.iter().map(|(id, v)| (*id, score.eval(q, v))).collect(),
+            }
+        } else {
+            // Candidates by L2 (equivalent to cosine on unit vectors); order similarity re-ranks more of them.
+            let cands = match score {
+                Score::Cosine => want,
+                _ => (want * 4).max(100),
+            };
+            let ef = self.params.ef_search.max(cands);
+            let hidden = &inner.hidden;
+            let filter = |id: &usize| !hidden.contains(id) && allowed.is_none_or(|a| a.contains(&(*id as i64)));
+            let found = inner.graph.search_filter(q, cands, ef, Some(&filter));
+            found
+                .iter()
+                .filter_map(|n| {
+                    let id = n.d_id as i64;
+                    inner.live.get(&id).map(|v| (id, score.eval(q, v)))
+                })
+                .collect()
+        };
+        let cmp = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if hits.len() > want {
+            hits.select_nth_unstable_by(want, cmp);
+            hits.truncate(want);
+        }
+        hits.sort_by(cmp);
+        hits.into_iter().skip(offset).collect()
+    }
+
+    /// Writes the graph and a small manifest; the manifest goes last, so a torn snapshot is never loaded.
+    pub fn save(&self, dir: &Path, basename: &str, generation: i64, bundle_id: &str) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let meta_path = dir.join(format!("{basename}.json"));
+        let _ = std::fs::remove_file(&meta_path);
+        let inner = self.read();
+        let written = inner.graph.file_dump(dir, basename)?;
+        let meta = SnapshotMeta {
+            format: 1,
+            generation,
+            bundle_id: bundle_id.to_string(),
+            points: inner.graph.get_nb_point(),
+            hidden: inner.hidden.iter().copied().collect(),
+            basename: written,
+        };
+        let tmp = dir.join(format!("{basename}.json.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec(&meta)?)?;
+        std::fs::rename(tmp, meta_path)?;
+        Ok(())
+    }
+
+    /// Loads a snapshot if it matches `generation` and `bundle_id`; `live` are the database's vectors.
+    pub fn load(
+        params: IndexParams,
+        dir: &Path,
+        basename: &str,
+        generation: i64,
+        bundle_id: &str,
+        live: Vec<(i64, Vec<f32>)>,
+    ) -> Result<VectorIndex, (String, Vec<(i64, Vec<f32>)>)> {
+        let meta: SnapshotMeta = match std::fs::read(dir.join(format!("{basename}.json")))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+        {
+            Some(m) => m,
+            None => return Err(("no snapshot".into(), live)),
+        };
+        if meta.format != 1 || meta.generation != generation || meta.bundle_id != bundle_id {
+            return Err(("snapshot is stale".into(), live));
+        }
+        if meta.points != live.len() + meta.hidden.len() {
+            return Err(("snapshot disagrees with the database".into(), live));
+        }
+        // A reloaded hnsw_rs graph borrows its loader. The loader is small (paths and options; the graph
+        // data is copied, not mapped), and this happens once per index at start, so it is leaked on purpose
+        // to give the graph a 'static lifetime.
+        let loader: &'static mut HnswIo = Box::leak(Box::new(HnswIo::new(dir, &meta.basename)));
+        let graph: Graph = match loader.load_hnsw::<f32, DistL2>() {
+            Ok(g) => g,
+            Err(e) => return Err((format!("snapshot unreadable: {e}"), live)),
+        };
+        if graph.get_nb_point() != meta.points {
+            return Err(("snapshot point count differs".into(), live));
+        }
+        let live: HashMap<i64, Arc<[f32]>> = live.into_iter().map(|(id, v)| (id, Arc::from(v))).collect();
+        Ok(VectorIndex {
+            inner: RwLock::new(Inner {
+                graph: Arc::new(graph),
+                live,
+                hidden: meta.hidden.into_iter().collect(),
+                rebuilding: false,
+            }),
+            params,
+        })
+    }
+}
+
+/// Where the snapshot of one index lives.
+pub fn snapshot_name(collection_id: i64, modality: Modality) -> String {
+    format!("c{collection_id}-{}", modality.as_str())
+}
+
+pub fn snapshot_dir(base: &Path) -> PathBuf {
+    base.to_path_buf()
+}

@@ -1,0 +1,193 @@
+//! The straight line from bytes or a sentence to a joint vector: decode -> crops -> vision -> fne ->
+//! projection, and tokenizer -> text graph. The HTTP handlers, `ingest` and `eval` all call this, so the
+//! numbers `eval` reports are the numbers the server gives.
+
+use std::sync::Arc;
+
+use crate::{
+    batch::Batcher,
+    bundle::{Bundle, CropMode, Similarity},
+    crops,
+    decode::{self, DecodeError, DecodeLimits},
+    fne::{Fne, TernaryCode},
+    projection::Projection,
+    runtime::{Backend, RuntimeError},
+    text::{self, TextError, TextTokenizer},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(transparent)]
+    Text(#[from] TextError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+/// What the server keeps of an image: its code (the durable part) and its joint vector (derived from it).
+#[derive(Debug, Clone)]
+pub struct ImageEmbedding {
+    pub code: TernaryCode,
+    pub vector: Vec<f32>,
+    pub width: u32,
+    pub height: u32,
+}
+
+pub struct PipelineOptions {
+    pub limits: DecodeLimits,
+    pub crop_mode: Option<CropMode>,
+    pub max_text_chars: usize,
+    /// Upper bound of crops (images x crops per image) in one runtime call.
+    pub max_batch_crops: usize,
+    pub max_batch_texts: usize,
+}
+
+type TextJob = Vec<Vec<i64>>;
+
+pub struct Pipeline {
+    pub bundle: Arc<Bundle>,
+    pub crop_mode: CropMode,
+    pub limits: DecodeLimits,
+    provider: String,
+    fne: Fne,
+    projection: Projection,
+    tokenizer: TextTokenizer,
+    vision: Batcher<Vec<f32>>,
+    text: Batcher<TextJob>,
+}
+
+impl Pipeline {
+    pub fn new(bundle: Arc<Bundle>, backend: Arc<dyn Backend>, opts: PipelineOptions) -> Result<Pipeline, EmbedError> {
+        let m = &bundle.manifest;
+        let crop_mode = opts.crop_mode.unwrap_or(m.vision.crop_mode);
+        let (side, raw_dim, joint) = (m.vision.input_size, m.vision.raw_dim, m.projection.joint_dim);
+        let crop_len = crops::crop_len(&m.vision);
+
+        let vb = backend.clone();
+        let vision = Batcher::spawn("vision", opts.max_batch_crops.max(crop_mode.crops()), raw_dim, move |jobs: &[crate::batch::Job<Vec<f32>>]| {
+            let rows: usize = jobs.iter().map(|j| j.rows).sum();
+            if let [one] = jobs {
+                return vb.vision(&one.input, rows, side);
+            }
+            // Several requests: one contiguous input for one run.
+            let mut all = Vec::with_capacity(rows * crop_len);
+            jobs.iter().for_each(|j| all.extend_from_slice(&j.input));
+            vb.vision(&all, rows, side)
+        });
+        let pad_id = m.text.pad_id;
+        let tb = backend.clone();
+        let text = Batcher::spawn("text", opts.max_batch_texts.max(1), joint, move |jobs: &[crate::batch::Job<TextJob>]| {
+            let seqs: Vec<&[i64]> = jobs.iter().flat_map(|j| j.input.iter().map(Vec::as_slice)).collect();
+            let (ids, lengths, t) = text::pad(&seqs, pad_id);
+            tb.text(&ids, &lengths, seqs.len(), t)
+        });
+        Ok(Pipeline {
+            fne: Fne::new(&bundle),
+            projection: Projection::new(&bundle),
+            tokenizer: TextTokenizer::new(&bundle, opts.max_text_chars)?,
+            provider: backend.provider().to_string(),
+            crop_mode,
+            limits: opts.limits,
+            vision,
+            text,
+            bundle,
+        })
+    }
+
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    pub fn similarity(&self) -> Similarity {
+        self.bundle.manifest.similarity
+    }
+
+    pub fn joint_dim(&self) -> usize {
+        self.projection.joint_dim()
+    }
+
+    pub fn projection(&self) -> &Projection {
+        &self.projection
+    }
+
+    /// Embeds a batch of images with one runtime call for all their crops. One bad image fails the batch
+    /// (naming it): a batch is stored all or nothing.
+    pub async fn embed_images(&self, images: Vec<bytes::Bytes>) -> Result<Vec<ImageEmbedding>, (usize, EmbedError)> {
+        let n = images.len();
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let per = self.crop_mode.crops();
+        let spec = self.bundle.manifest.vision.clone();
+        let crop_len = crops::crop_len(&spec);
+        let (limits, mode) = (self.limits, self.crop_mode);
+        // Decode and cut every image on the blocking pool, each straight into its slice of the batch.
+        let tasks: Vec<_> = images
+            .into_iter()
+            .map(|bytes| {
+                let spec = spec.clone();
+                tokio::task::spawn_blocking(move || -> Result<(Vec<f32>, u32, u32), DecodeError> {
+                    let img = decode::decode(&bytes, &limits)?;
+                    let (w, h) = img.dimensions();
+                    let resized = crops::resize(&img, spec.resize);
+                    drop(img);
+                    let mut out = vec![0f32; per * crop_len];
+                    crops::write_crops(&resized, &spec, mode, &mut out);
+                    Ok((out, w, h))
+                })
+            })
+            .collect();
+        let mut batch = Vec::with_capacity(n * per * crop_len);
+        let mut sizes = Vec::with_capacity(n);
+        for (i, t) in tasks.into_iter().enumerate() {
+            let (crops, w, h) = t
+                .await
+                .map_err(|e| (i, EmbedError::Runtime(RuntimeError::Run(e.to_string()))))?
+                .map_err(|e| (i, e.into()))?;
+            if n == 1 {
+                batch = crops;
+            } else {
+                batch.extend_from_slice(&crops);
+            }
+            sizes.push((w, h));
+        }
+        let raw = self.vision.submit(batch, n * per).await.map_err(|e| (0, e.into()))?;
+        let dim = self.fne.dim();
+        Ok(sizes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (width, height))| {
+                let code = self.fne.code(&raw[i * per * dim..(i + 1) * per * dim]);
+                let vector = self.projection.project(&code);
+                ImageEmbedding { code, vector, width, height }
+            })
+            .collect())
+    }
+
+    pub async fn embed_image(&self, bytes: bytes::Bytes) -> Result<ImageEmbedding, EmbedError> {
+        let mut v = self.embed_images(vec![bytes]).await.map_err(|(_, e)| e)?;
+        Ok(v.remove(0))
+    }
+
+    /// Tokenises every sentence (so that bad input is reported before any inference), then one runtime call.
+    pub fn tokenize(&self, texts: &[String]) -> Result<Vec<Vec<i64>>, (usize, TextError)> {
+        texts.iter().enumerate().map(|(i, t)| self.tokenizer.ids(t).map_err(|e| (i, e))).collect()
+    }
+
+    pub async fn embed_texts(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, (usize, EmbedError)> {
+        if texts.is_empty() {
+            return Ok(vec![]);
+        }
+        let ids = self.tokenize(texts).map_err(|(i, e)| (i, e.into()))?;
+        let n = ids.len();
+        let joint = self.joint_dim();
+        let out = self.text.submit(ids, n).await.map_err(|e| (0, e.into()))?;
+        Ok(out.chunks_exact(joint).map(<[f32]>::to_vec).collect())
+    }
+
+    pub async fn embed_text(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        let mut v = self.embed_texts(&[text.to_string()]).await.map_err(|(_, e)| e)?;
+        Ok(v.remove(0))
+    }
+}

@@ -1,0 +1,185 @@
+//! The inference runtime behind one trait, so the pipeline does not care whether ONNX Runtime runs on the
+//! CPU or CUDA (and a future runtime only implements `Backend`). ONNX Runtime is loaded dynamically from
+//! the PyPI wheel's shared library: `ort`'s own binary download cannot work offline.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Mutex, OnceLock},
+};
+
+use ort::{
+    ep::{self, ExecutionProvider},
+    session::{Session, builder::GraphOptimizationLevel},
+    value::TensorRef,
+};
+
+use crate::bundle::Bundle;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(
+        "no ONNX Runtime library: pass --ort-dylib or set ORT_DYLIB_PATH to libonnxruntime.so \
+         (scripts/setup-python.sh installs it under .venv/lib/python3*/site-packages/onnxruntime/capi/)"
+    )]
+    NoLibrary,
+    #[error("cannot load ONNX Runtime from {path}: {message}")]
+    Load { path: PathBuf, message: String },
+    #[error("{graph}: {message}")]
+    Graph { graph: String, message: String },
+    #[error("inference failed: {0}")]
+    Run(String),
+    #[error("the inference worker has stopped")]
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Device {
+    Cpu,
+    Cuda,
+}
+
+/// Runs the bundle's two graphs. Inputs are borrowed, outputs are row-major `[n, dim]`.
+pub trait Backend: Send + Sync {
+    /// The execution provider that actually runs (for logs, /readyz and /v1/bundle).
+    fn provider(&self) -> &str;
+    /// `crops`: `[n, 3, side, side]` NCHW float32 -> `[n, raw_dim]`.
+    fn vision(&self, crops: &[f32], n: usize, side: usize) -> Result<Vec<f32>, RuntimeError>;
+    /// `ids`: `[n, t]` right-padded, `lengths`: `[n]` -> `[n, joint_dim]`.
+    fn text(&self, ids: &[i64], lengths: &[i64], n: usize, t: usize) -> Result<Vec<f32>, RuntimeError>;
+}
+
+/// Finds the ONNX Runtime library: the flag / ORT_DYLIB_PATH first, then the project's virtualenv.
+pub fn locate_dylib(explicit: Option<&Path>) -> Result<PathBuf, RuntimeError> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    let lib = Path::new(".venv/lib");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(lib)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .flat_map(|e| std::fs::read_dir(e.path().join("site-packages/onnxruntime/capi")).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libonnxruntime.so")))
+        .collect();
+    found.sort();
+    found.pop().map(|p| std::path::absolute(&p).unwrap_or(p)).ok_or(RuntimeError::NoLibrary)
+}
+
+/// ONNX Runtime can be initialised once per process; later calls must agree on the library.
+fn init_ort(dylib: &Path) -> Result<ort::environment::Environment, RuntimeError> {
+    static ENV: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
+    let res = ENV.get_or_init(|| {
+        if !dylib.exists() {
+            return Err("file not found".to_string());
+        }
+        ort::init_from(dylib)
+            .map_err(|e| e.to_string())
+            .and_then(|b| b.with_name("jointspace").build().map_err(|e| e.to_string()))
+    });
+    res.clone().map_err(|message| RuntimeError::Load { path: dylib.to_path_buf(), message })
+}
+
+pub struct OrtBackend {
+    provider: String,
+    // `Session::run` needs `&mut`; the batchers call from one thread each, so these locks are uncontended.
+    vision: Mutex<Session>,
+    text: Mutex<Session>,
+    vision_io: (String, String),
+    text_io: (String, String, String),
+}
+
+impl OrtBackend {
+    pub fn new(bundle: &Bundle, dylib: &Path, device: Device, intra_threads: Option<usize>) -> Result<OrtBackend, RuntimeError> {
+        let env = init_ort(dylib)?;
+        let m = &bundle.manifest;
+        let (vision, provider) = open(&env, &bundle.path(&m.vision.onnx), device, intra_threads)?;
+        let (text, _) = open(&env, &bundle.path(&m.text.onnx), device, intra_threads)?;
+        expect_io(&vision, &m.vision.onnx, &[&m.vision.input_name], &[&m.vision.output_name])?;
+        expect_io(&text, &m.text.onnx, &[&m.text.ids_name, &m.text.lengths_name], &[&m.text.output_name])?;
+        Ok(OrtBackend {
+            provider,
+            vision: Mutex::new(vision),
+            text: Mutex::new(text),
+            vision_io: (m.vision.input_name.clone(), m.vision.output_name.clone()),
+            text_io: (m.text.ids_name.clone(), m.text.lengths_name.clone(), m.text.output_name.clone()),
+        })
+    }
+}
+
+fn open(
+    env: &ort::environment::Environment,
+    path: &Path,
+    device: Device,
+    intra_threads: Option<usize>,
+) -> Result<(Session, String), RuntimeError> {
+    let graph = path.display().to_string();
+    let err = |e: &dyn std::fmt::Display| RuntimeError::Graph { graph: graph.clone(), message: e.to_string() };
+    let mut builder = Session::builder(env).map_err(|e| err(&e))?;
+    builder = builder.with_optimization_level(GraphOptimizationLevel::All).map_err(|e| err(&e))?;
+    if let Some(n) = intra_threads {
+        builder = builder.with_intra_threads(n).map_err(|e| err(&e))?;
+    }
+    let mut provider = "CPUExecutionProvider".to_string();
+    if device == Device::Cuda {
+        // Registering fails when the library has no CUDA EP (the CPU-only wheel) or CUDA is absent: fall back
+        // loudly rather than refuse to start.
+        match ep::CUDA::default().register(&mut builder) {
+            Ok(()) => provider = "CUDAExecutionProvider".to_string(),
+            Err(e) => tracing::warn!(error = %e, "CUDA execution provider unavailable, running on CPU"),
+        }
+    }
+    let session = builder.commit_from_file(path).map_err(|e| err(&e))?;
+    Ok((session, provider))
+}
+
+fn expect_io(s: &Session, graph: &str, inputs: &[&str], outputs: &[&str]) -> Result<(), RuntimeError> {
+    for (want, have, kind) in [(inputs, s.inputs(), "input"), (outputs, s.outputs(), "output")] {
+        for name in want {
+            if !have.iter().any(|o| o.name() == *name) {
+                let names: Vec<&str> = have.iter().map(|o| o.name()).collect();
+                return Err(RuntimeError::Graph {
+                    graph: graph.to_string(),
+                    message: format!("bundle.json names {kind} \"{name}\" but the graph has {names:?}"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_err(e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Run(e.to_string())
+}
+
+impl Backend for OrtBackend {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn vision(&self, crops: &[f32], n: usize, side: usize) -> Result<Vec<f32>, RuntimeError> {
+        let input = TensorRef::from_array_view(([n, 3, side, side], crops)).map_err(run_err)?;
+        let mut session = self.vision.lock().unwrap_or_else(|p| p.into_inner());
+        let outputs = session.run(vec![(self.vision_io.0.as_str(), input)]).map_err(run_err)?;
+        let (shape, data) = outputs[self.vision_io.1.as_str()].try_extract_tensor::<f32>().map_err(run_err)?;
+        if shape.len() != 2 || shape[0] as usize != n {
+            return Err(RuntimeError::Run(format!("vision graph returned shape {shape:?} for {n} crops")));
+        }
+        Ok(data.to_vec())
+    }
+
+    fn text(&self, ids: &[i64], lengths: &[i64], n: usize, t: usize) -> Result<Vec<f32>, RuntimeError> {
+        let ids = TensorRef::from_array_view(([n, t], ids)).map_err(run_err)?;
+        let lengths = TensorRef::from_array_view(([n], lengths)).map_err(run_err)?;
+        let mut session = self.text.lock().unwrap_or_else(|p| p.into_inner());
+        let outputs = session
+            .run(ort::inputs![self.text_io.0.as_str() => ids, self.text_io.1.as_str() => lengths])
+            .map_err(run_err)?;
+        let (shape, data) = outputs[self.text_io.2.as_str()].try_extract_tensor::<f32>().map_err(run_err)?;
+        if shape.len() != 2 || shape[0] as usize != n {
+            return Err(RuntimeError::Run(format!("text graph returned shape {shape:?} for {n} sentences")));
+        }
+        Ok(data.to_vec())
+    }
+}
