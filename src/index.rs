@@ -293,3 +293,89 @@ pub fn snapshot_name(collection_id: i64, modality: Modality) -> String {
 pub fn snapshot_dir(base: &Path) -> PathBuf {
     base.to_path_buf()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vectors(n: usize, dim: usize, seed: u64) -> Vec<(i64, Vec<f32>)> {
+        let mut s = seed;
+        (1..=n as i64)
+            .map(|id| {
+                let mut v: Vec<f32> = (0..dim)
+                    .map(|_| {
+                        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        ((s >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+                    })
+                    .collect();
+                crate::projection::normalise(&mut v, false);
+                (id, v)
+            })
+            .collect()
+    }
+
+    fn graph_params() -> IndexParams {
+        IndexParams { exact_below: 0, ..IndexParams::default() }
+    }
+
+    #[test]
+    fn finds_itself_hides_deleted_and_rebuilds() {
+        let data = vectors(600, 32, 7);
+        let idx = VectorIndex::build(graph_params(), data.clone());
+        for (id, v) in data.iter().step_by(37) {
+            let hits = idx.search(v, Score::Cosine, 0, 3, None);
+            assert_eq!(hits[0].0, *id);
+            assert!(hits[0].1 > 0.999);
+        }
+        // Delete a third: hidden from every search, then a rebuild drops them for good.
+        let mut due = false;
+        for (id, _) in data.iter().filter(|(id, _)| id % 3 == 0) {
+            due |= idx.remove(*id);
+        }
+        assert!(due, "a rebuild is due past the threshold");
+        for (id, v) in data.iter().filter(|(id, _)| id % 3 == 0).step_by(11) {
+            let hits = idx.search(v, Score::Cosine, 0, 10, None);
+            assert!(hits.iter().all(|(h, _)| h % 3 != 0), "deleted {id} came back");
+        }
+        idx.insert(10_000, data[0].1.clone());
+        idx.rebuild();
+        assert_eq!(idx.hidden(), 0);
+        assert_eq!(idx.len(), 401);
+        let hits = idx.search(&data[1].1, Score::Cosine, 0, 1, None);
+        assert_eq!(hits[0].0, 2);
+        // Filters and paging.
+        let allowed: HashSet<i64> = [5, 7, 11].into_iter().collect();
+        let hits = idx.search(&data[6].1, Score::Cosine, 0, 10, Some(&allowed));
+        assert_eq!(hits.len(), 3);
+        assert_eq!(hits[0].0, 7);
+        let all = idx.search(&data[1].1, Score::Cosine, 0, 6, None);
+        let page = idx.search(&data[1].1, Score::Cosine, 3, 3, None);
+        assert_eq!(&all[3..], &page[..]);
+    }
+
+    #[test]
+    fn snapshot_roundtrip_and_staleness() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = vectors(300, 16, 3);
+        let idx = VectorIndex::build(graph_params(), data.clone());
+        idx.remove(5);
+        idx.save(dir.path(), "t", 42, "b@1").expect("save");
+        let live: Vec<_> = data.iter().filter(|(id, _)| *id != 5).cloned().collect();
+        let loaded = VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", live.clone()).ok().expect("loads");
+        assert_eq!(loaded.len(), 299);
+        let hits = loaded.search(&data[4].1, Score::Cosine, 0, 5, None);
+        assert!(hits.iter().all(|(id, _)| *id != 5));
+        let hits = loaded.search(&data[9].1, Score::Cosine, 0, 1, None);
+        assert_eq!(hits[0].0, 10);
+        assert!(VectorIndex::load(graph_params(), dir.path(), "t", 43, "b@1", live.clone()).is_err(), "other generation");
+        assert!(VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@2", live).is_err(), "other bundle");
+    }
+
+    #[test]
+    fn order_score() {
+        let s = Score::Order { query_is_caption: true };
+        assert_eq!(s.eval(&[0.5, 0.1], &[0.6, 0.0]), -0.010000001);
+        let t = Score::Order { query_is_caption: false };
+        assert_eq!(t.eval(&[0.6, 0.0], &[0.5, 0.1]), -0.010000001);
+    }
+}
