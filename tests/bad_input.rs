@@ -60,9 +60,11 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
     assert_eq!(s, 201);
 
     let png = fixture_image(1);
+    let jpg = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jpeg/fixture_4_q90.jpg")).expect("jpeg");
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         ("zero-byte", vec![], 400),
-        ("truncated", png[..png.len() / 2].to_vec(), 422),
+        ("truncated PNG", png[..png.len() / 2].to_vec(), 422),
+        ("truncated JPEG", jpg[..jpg.len() / 2].to_vec(), 422),
         ("non-image", b"this is not an image, it is a sentence".to_vec(), 415),
         ("1x1", tiny_png(), 422),
         ("20000x20000 PNG", bomb_png(), 413),
