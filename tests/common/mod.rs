@@ -23,8 +23,12 @@ pub struct TestApp {
 impl TestApp {
     /// `extra`: more `serve` flags.
     pub async fn start(db: &Path, extra: &[&str]) -> TestApp {
+        Self::start_with(BUNDLE, db, extra).await
+    }
+
+    pub async fn start_with(bundle: &str, db: &Path, extra: &[&str]) -> TestApp {
         let url = format!("sqlite://{}", db.display());
-        let mut flags = vec!["--addr", "127.0.0.1:0", "--bundle", BUNDLE, "--database-url", &url, "--snapshot-interval", "0"];
+        let mut flags = vec!["--addr", "127.0.0.1:0", "--bundle", bundle, "--database-url", &url, "--snapshot-interval", "0"];
         flags.extend_from_slice(extra);
         let cfg = ServeArgs::try_from_flags(flags).expect("flags");
         let app = Application::build(cfg).await.expect("application starts");
@@ -89,4 +93,34 @@ impl TestApp {
 pub fn b64(data: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// A copy of the fixture bundle in `dir`, with `edit` applied to bundle.json and, if given, a new W
+/// (`[joint_dim, fne_dim]`, f32) whose checksum is written into bundle.json.
+pub fn variant_bundle(dir: &Path, edit: impl FnOnce(&mut serde_json::Value), w: Option<Vec<f32>>) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    std::fs::create_dir_all(dir).expect("dir");
+    for e in std::fs::read_dir(BUNDLE).expect("fixture bundle") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), dir.join(e.file_name())).expect("copy");
+    }
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("bundle.json")).expect("read")).expect("json");
+    if let Some(w) = w {
+        let (j, d) = (m["projection"]["joint_dim"].as_u64().expect("joint") as usize, m["fne"]["dim"].as_u64().expect("dim") as usize);
+        assert_eq!(w.len(), j * d);
+        let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![j, d], &bytes).expect("view");
+        let data = safetensors::serialize([("weight", view)], None).expect("serialize");
+        std::fs::write(dir.join("projection.safetensors"), &data).expect("write");
+        m["files"]["projection.safetensors"] = hex::encode(Sha256::digest(&data)).into();
+    }
+    edit(&mut m);
+    std::fs::write(dir.join("bundle.json"), serde_json::to_vec_pretty(&m).expect("json")).expect("write");
+    dir.to_path_buf()
+}
+
+/// The fixture bundle's W, row-major `[joint_dim, fne_dim]`.
+pub fn fixture_w() -> Vec<f32> {
+    let b = jointspace::bundle::Bundle::load(Path::new(BUNDLE)).expect("fixture bundle");
+    b.projection.clone()
 }
