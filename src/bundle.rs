@@ -15,8 +15,8 @@ pub const FORMAT: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
-    #[error("bundle {dir}: cannot read bundle.json: {source}")]
-    Manifest { dir: PathBuf, source: std::io::Error },
+    #[error("bundle {dir}: cannot read bundle.json ({reason}); give the bundle folder with --bundle or JOINTSPACE_BUNDLE")]
+    Manifest { dir: PathBuf, reason: String },
     #[error("bundle {dir}: bundle.json is not valid: {message}")]
     Parse { dir: PathBuf, message: String },
     #[error("bundle {dir}: bundle.json has format {found}, this server reads format {FORMAT} only")]
@@ -154,7 +154,7 @@ impl Bundle {
     /// Reads and verifies a bundle directory.
     pub fn load(dir: &Path) -> Result<Bundle, BundleError> {
         let dir = dir.to_path_buf();
-        let raw = fs::read(dir.join("bundle.json")).map_err(|source| BundleError::Manifest { dir: dir.clone(), source })?;
+        let raw = fs::read(dir.join("bundle.json")).map_err(|e| BundleError::Manifest { dir: dir.clone(), reason: e.to_string() })?;
         let manifest: Manifest = serde_json::from_slice(&raw)
             .map_err(|e| BundleError::Parse { dir: dir.clone(), message: e.to_string() })?;
         let check = Checker { dir: &dir };

@@ -98,6 +98,10 @@ impl OrtBackend {
         let (text, _) = open(&env, &bundle.path(&m.text.onnx), device, intra_threads)?;
         expect_io(&vision, &m.vision.onnx, &[&m.vision.input_name], &[&m.vision.output_name])?;
         expect_io(&text, &m.text.onnx, &[&m.text.ids_name, &m.text.lengths_name], &[&m.text.output_name])?;
+        let (side, raw, joint) = (m.vision.input_size as i64, m.vision.raw_dim as i64, m.projection.joint_dim as i64);
+        expect_dims(&vision, &m.vision.onnx, &m.vision.input_name, &[-1, 3, side, side])?;
+        expect_dims(&vision, &m.vision.onnx, &m.vision.output_name, &[-1, raw])?;
+        expect_dims(&text, &m.text.onnx, &m.text.output_name, &[-1, joint])?;
         Ok(OrtBackend {
             provider,
             vision: Mutex::new(vision),
@@ -145,6 +149,21 @@ fn expect_io(s: &Session, graph: &str, inputs: &[&str], outputs: &[&str]) -> Res
                 });
             }
         }
+    }
+    Ok(())
+}
+
+/// Checks a graph input's or output's shape against bundle.json; -1 (on either side) is a dynamic dimension.
+fn expect_dims(s: &Session, graph: &str, name: &str, want: &[i64]) -> Result<(), RuntimeError> {
+    let outlet = s.inputs().iter().chain(s.outputs()).find(|o| o.name() == name);
+    let Some(shape) = outlet.and_then(|o| o.dtype().tensor_shape()) else { return Ok(()) };
+    let have: &[i64] = shape;
+    let fits = have.len() == want.len() && have.iter().zip(want).all(|(h, w)| *h < 0 || *w < 0 || h == w);
+    if !fits {
+        return Err(RuntimeError::Graph {
+            graph: graph.to_string(),
+            message: format!("\"{name}\" has shape {have:?}, bundle.json implies {want:?} (-1: any)"),
+        });
     }
     Ok(())
 }
