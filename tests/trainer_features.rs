@@ -1,0 +1,66 @@
+//! Opt-in check of the image path on real photos against the trainer's raw-feature cache (JPEG decode,
+//! resize, crops, normalisation, vision graph). Skipped unless these are set:
+//!   JOINTSPACE_PARITY_BUNDLE  a bundle whose vision.onnx is the graph the cache was made with
+//!   JOINTSPACE_FEATURES_DIR   the cache folder (features.npy, done.npy, names.json)
+//!   JOINTSPACE_IMAGES_DIR     the photos (e.g. /work/shared/data/flickr8k/images)
+
+use std::path::PathBuf;
+
+use jointspace::{
+    bundle::{Bundle, CropMode},
+    crops,
+    decode::{DecodeLimits, decode},
+    runtime::{Backend, Device, OrtBackend, locate_dylib},
+};
+
+fn npy_rows(path: &PathBuf) -> (Vec<u8>, usize) {
+    let raw = std::fs::read(path).expect("npy");
+    assert_eq!(&raw[..6], b"\x93NUMPY");
+    let header_len = u16::from_le_bytes([raw[8], raw[9]]) as usize;
+    (raw, 10 + header_len)
+}
+
+#[test]
+fn raw_features_match_the_trainer_cache_on_real_jpegs() {
+    let (Some(bundle), Some(cache), Some(images)) = (
+        std::env::var_os("JOINTSPACE_PARITY_BUNDLE"),
+        std::env::var_os("JOINTSPACE_FEATURES_DIR"),
+        std::env::var_os("JOINTSPACE_IMAGES_DIR"),
+    ) else {
+        eprintln!("skipped: set JOINTSPACE_PARITY_BUNDLE, JOINTSPACE_FEATURES_DIR and JOINTSPACE_IMAGES_DIR to run");
+        return;
+    };
+    let (cache, images) = (PathBuf::from(cache), PathBuf::from(images));
+    let b = Bundle::load(std::path::Path::new(&bundle)).expect("bundle");
+    let be = OrtBackend::new(&b, &locate_dylib(None).expect("onnxruntime"), Device::Cpu, None).expect("runtime");
+    let names: Vec<String> = serde_json::from_slice(&std::fs::read(cache.join("names.json")).expect("names")).expect("json");
+    let (done, dstart) = npy_rows(&cache.join("done.npy"));
+    let (feats, fstart) = npy_rows(&cache.join("features.npy"));
+    let dim = b.manifest.vision.raw_dim;
+    let spec = &b.manifest.vision;
+    let mut checked = 0;
+    let mut worst = 0f32;
+    for (i, name) in names.iter().enumerate() {
+        if done[dstart + i] == 0 {
+            continue;
+        }
+        let img = decode(&std::fs::read(images.join(name)).expect("image"), &DecodeLimits::default()).expect("decodes");
+        let r = crops::resize(&img, spec.resize);
+        let mut x = vec![0f32; crops::crop_len(spec)];
+        crops::write_crops(&r, spec, CropMode::Center, &mut x);
+        let got = be.vision(&x, 1, spec.input_size).expect("runs");
+        let row = &feats[fstart + i * dim * 4..fstart + (i + 1) * dim * 4];
+        for (j, c) in row.chunks_exact(4).enumerate() {
+            let want = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            let rel = (got[j] - want).abs() / want.abs().max(1.0);
+            worst = worst.max(rel);
+        }
+        checked += 1;
+        if checked == 25 {
+            break;
+        }
+    }
+    eprintln!("{checked} photos, worst relative difference {worst:e}");
+    assert!(checked > 0);
+    assert!(worst < 1e-3, "raw features differ from the trainer's by up to {worst}");
+}
