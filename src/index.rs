@@ -272,12 +272,23 @@ impl VectorIndex {
         if graph.get_nb_point() != meta.points {
             return Err(("snapshot point count differs".into(), live));
         }
+        // The graph must hold exactly the live ids and the hidden ones: a snapshot taken between a commit and
+        // its index insert would otherwise miss a point forever.
+        let in_graph: HashSet<usize> = graph.get_point_indexation().into_iter().map(|p| p.get_origin_id()).collect();
+        let hidden: HashSet<usize> = meta.hidden.into_iter().collect();
+        let expected = live.len() + hidden.len();
+        if in_graph.len() != expected
+            || !hidden.iter().all(|h| in_graph.contains(h))
+            || !live.iter().all(|(id, _)| in_graph.contains(&(*id as usize)))
+        {
+            return Err(("snapshot holds other ids than the database".into(), live));
+        }
         let live: HashMap<i64, Arc<[f32]>> = live.into_iter().map(|(id, v)| (id, Arc::from(v))).collect();
         Ok(VectorIndex {
             inner: RwLock::new(Inner {
                 graph: Arc::new(graph),
                 live,
-                hidden: meta.hidden.into_iter().collect(),
+                hidden,
                 rebuilding: false,
             }),
             params,
@@ -368,7 +379,10 @@ mod tests {
         let hits = loaded.search(&data[9].1, Score::Cosine, 0, 1, None);
         assert_eq!(hits[0].0, 10);
         assert!(VectorIndex::load(graph_params(), dir.path(), "t", 43, "b@1", live.clone()).is_err(), "other generation");
-        assert!(VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@2", live).is_err(), "other bundle");
+        assert!(VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@2", live.clone()).is_err(), "other bundle");
+        let mut swapped = live;
+        swapped[0].0 = 9_999;
+        assert!(VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", swapped).is_err(), "other ids");
     }
 
     #[test]
