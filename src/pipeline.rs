@@ -55,6 +55,8 @@ pub struct Pipeline {
     tokenizer: TextTokenizer,
     vision: Batcher<Vec<f32>>,
     text: Batcher<TextJob>,
+    max_batch_crops: usize,
+    decode_permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl Pipeline {
@@ -89,6 +91,10 @@ impl Pipeline {
             provider: backend.provider().to_string(),
             crop_mode,
             limits: opts.limits,
+            max_batch_crops: opts.max_batch_crops,
+            decode_permits: Arc::new(tokio::sync::Semaphore::new(
+                2 * std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            )),
             vision,
             text,
             bundle,
@@ -111,8 +117,9 @@ impl Pipeline {
         &self.projection
     }
 
-    /// Embeds a batch of images with one runtime call for all their crops. One bad image fails the batch
-    /// (naming it): a batch is stored all or nothing.
+    /// Embeds a batch of images: their crops go to the runtime together, in runs of at most
+    /// `max_batch_crops` crops (a 64-image ten-crop batch in one run would need gigabytes of activations).
+    /// One bad image fails the batch (naming it): a batch is stored all or nothing.
     pub async fn embed_images(&self, images: Vec<bytes::Bytes>) -> Result<Vec<ImageEmbedding>, (usize, EmbedError)> {
         let n = images.len();
         if n == 0 {
@@ -122,37 +129,56 @@ impl Pipeline {
         let spec = self.bundle.manifest.vision.clone();
         let crop_len = crops::crop_len(&spec);
         let (limits, mode) = (self.limits, self.crop_mode);
-        // Decode and cut every image on the blocking pool, each straight into its slice of the batch.
+        // Decode and cut every image on the blocking pool; the permits bound the decoded images in memory.
         let tasks: Vec<_> = images
             .into_iter()
             .map(|bytes| {
-                let spec = spec.clone();
-                tokio::task::spawn_blocking(move || -> Result<(Vec<f32>, u32, u32), DecodeError> {
-                    let img = decode::decode(&bytes, &limits)?;
-                    let (w, h) = img.dimensions();
-                    let resized = crops::resize(&img, spec.resize);
-                    drop(img);
-                    let mut out = vec![0f32; per * crop_len];
-                    crops::write_crops(&resized, &spec, mode, &mut out);
-                    Ok((out, w, h))
-                })
+                let (spec, permits) = (spec.clone(), self.decode_permits.clone());
+                async move {
+                    let _permit = permits.acquire_owned().await.map_err(|_| EmbedError::Runtime(RuntimeError::Stopped))?;
+                    tokio::task::spawn_blocking(move || -> Result<(Vec<f32>, u32, u32), DecodeError> {
+                        let img = decode::decode(&bytes, &limits)?;
+                        let (w, h) = img.dimensions();
+                        let resized = crops::resize(&img, spec.resize);
+                        drop(img);
+                        let mut out = vec![0f32; per * crop_len];
+                        crops::write_crops(&resized, &spec, mode, &mut out);
+                        Ok((out, w, h))
+                    })
+                    .await
+                    .map_err(|e| EmbedError::Runtime(RuntimeError::Run(e.to_string())))?
+                    .map_err(EmbedError::from)
+                }
             })
             .collect();
-        let mut batch = Vec::with_capacity(n * per * crop_len);
+        let decoded = futures::future::join_all(tasks).await;
         let mut sizes = Vec::with_capacity(n);
-        for (i, t) in tasks.into_iter().enumerate() {
-            let (crops, w, h) = t
-                .await
-                .map_err(|e| (i, EmbedError::Runtime(RuntimeError::Run(e.to_string()))))?
-                .map_err(|e| (i, e.into()))?;
-            if n == 1 {
-                batch = crops;
-            } else {
-                batch.extend_from_slice(&crops);
-            }
+        let mut pieces = Vec::with_capacity(n);
+        for (i, d) in decoded.into_iter().enumerate() {
+            let (crops, w, h) = d.map_err(|e| (i, e))?;
             sizes.push((w, h));
+            pieces.push(crops);
         }
-        let raw = self.vision.submit(batch, n * per).await.map_err(|e| (0, e.into()))?;
+        // Runs of whole images; a run of one image hands its buffer over without a copy.
+        let per_run = (self.max_batch_crops / per).max(1);
+        let mut runs = Vec::with_capacity(n.div_ceil(per_run));
+        let mut it = pieces.into_iter().peekable();
+        while it.peek().is_some() {
+            let chunk: Vec<Vec<f32>> = it.by_ref().take(per_run).collect();
+            let rows = chunk.len() * per;
+            let input = if chunk.len() == 1 {
+                chunk.into_iter().next().unwrap_or_default()
+            } else {
+                let mut all = Vec::with_capacity(rows * crop_len);
+                chunk.iter().for_each(|c| all.extend_from_slice(c));
+                all
+            };
+            runs.push(self.vision.submit(input, rows));
+        }
+        let mut raw = Vec::with_capacity(n * per * self.fne.dim());
+        for out in futures::future::join_all(runs).await {
+            raw.extend_from_slice(&out.map_err(|e| (0, e.into()))?);
+        }
         let dim = self.fne.dim();
         Ok(sizes
             .into_iter()
