@@ -23,14 +23,22 @@ use crate::{
 pub fn load_pipeline(model: &ModelArgs) -> anyhow::Result<Arc<Pipeline>> {
     let bundle = Arc::new(Bundle::load(&model.bundle)?);
     let dylib = runtime::locate_dylib(model.runtime.ort_dylib.as_deref())?;
-    let backend: Arc<dyn Backend> =
-        Arc::new(OrtBackend::new(&bundle, &dylib, model.runtime.device, model.runtime.intra_threads)?);
+    let backend: Arc<dyn Backend> = Arc::new(OrtBackend::new(
+        &bundle,
+        &dylib,
+        model.runtime.device,
+        model.runtime.intra_threads,
+    )?);
     tracing::info!(
         bundle = %bundle.id, similarity = ?bundle.manifest.similarity, provider = backend.provider(),
         onnxruntime = %dylib.display(), "model bundle loaded"
     );
     let opts = PipelineOptions {
-        limits: DecodeLimits { max_bytes: model.max_image_bytes, max_pixels: model.max_image_pixels, min_side: model.min_image_side },
+        limits: DecodeLimits {
+            max_bytes: model.max_image_bytes,
+            max_pixels: model.max_image_pixels,
+            min_side: model.min_image_side,
+        },
         crop_mode: model.crop_mode,
         max_text_chars: model.max_text_chars,
         max_batch_crops: model.max_batch_crops,
@@ -39,20 +47,34 @@ pub fn load_pipeline(model: &ModelArgs) -> anyhow::Result<Arc<Pipeline>> {
     Ok(Arc::new(Pipeline::new(bundle, backend, opts)?))
 }
 
-pub async fn open_service(pipeline: Arc<Pipeline>, store_args: &StoreArgs, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Service>> {
+pub async fn open_service(
+    pipeline: Arc<Pipeline>,
+    store_args: &StoreArgs,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Arc<Service>> {
     let store = Store::connect(&store_args.database_url)
         .await
         .with_context(|| format!("cannot open the database {}", store_args.database_url))?;
     let snapshot_dir: Option<PathBuf> = store_args.index_dir.clone().or_else(|| {
-        Store::file_path(&store_args.database_url).map(|f| f.parent().map(|p| p.join("index")).unwrap_or_else(|| "index".into()))
+        Store::file_path(&store_args.database_url).map(|f| {
+            f.parent()
+                .map(|p| p.join("index"))
+                .unwrap_or_else(|| "index".into())
+        })
     });
     let opts = ServiceOptions {
-        index: IndexParams { ef_search: store_args.ef_search, exact_below: store_args.exact_below, ..IndexParams::default() },
+        index: IndexParams {
+            ef_search: store_args.ef_search,
+            exact_below: store_args.exact_below,
+            ..IndexParams::default()
+        },
         snapshot_dir,
         max_k: store_args.max_k,
         max_batch: store_args.max_batch,
     };
-    Ok(Arc::new(Service::open(pipeline, store, metrics, opts).await?))
+    Ok(Arc::new(
+        Service::open(pipeline, store, metrics, opts).await?,
+    ))
 }
 
 pub struct Application {
@@ -67,9 +89,16 @@ impl Application {
         let metrics = Arc::new(Metrics::new());
         let pipeline = load_pipeline(&cfg.model)?;
         let service = open_service(pipeline, &cfg.store, metrics).await?;
-        let listener = TcpListener::bind(cfg.addr).await.with_context(|| format!("cannot listen on {}", cfg.addr))?;
+        let listener = TcpListener::bind(cfg.addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", cfg.addr))?;
         let router = api::router(service.clone(), cfg.max_request_bytes);
-        Ok(Application { listener, router, service, snapshot_interval: cfg.snapshot_interval })
+        Ok(Application {
+            listener,
+            router,
+            service,
+            snapshot_interval: cfg.snapshot_interval,
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -81,7 +110,10 @@ impl Application {
     }
 
     /// Serves until `shutdown` resolves, then drains requests and snapshots the indexes.
-    pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let svc = self.service.clone();
         if self.snapshot_interval > 0 {
             let (svc, every) = (svc.clone(), Duration::from_secs(self.snapshot_interval));
@@ -97,7 +129,9 @@ impl Application {
             });
         }
         tracing::info!(addr = %self.listener.local_addr()?, "listening");
-        axum::serve(self.listener, self.router).with_graceful_shutdown(shutdown).await?;
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(shutdown)
+            .await?;
         match svc.snapshot().await {
             Ok(n) => tracing::info!(indexes = n, "index snapshots written"),
             Err(e) => tracing::warn!(error = %e, "index snapshot at shutdown failed"),

@@ -21,7 +21,9 @@ pub struct Batcher<I> {
 
 impl<I> Clone for Batcher<I> {
     fn clone(&self) -> Self {
-        Batcher { tx: self.tx.clone() }
+        Batcher {
+            tx: self.tx.clone(),
+        }
     }
 }
 
@@ -32,57 +34,59 @@ impl<I: Send + 'static> Batcher<I> {
         F: FnMut(&[Job<I>]) -> Result<Vec<f32>, RuntimeError> + Send + 'static,
     {
         let (tx, rx) = mpsc::sync_channel::<Job<I>>(1024);
-        let spawned = thread::Builder::new().name(name.to_string()).spawn(move || {
-            let mut pending: Option<Job<I>> = None;
-            loop {
-                let first = match pending.take() {
-                    Some(j) => j,
-                    None => match rx.recv() {
-                        Ok(j) => j,
-                        Err(_) => return, // every sender dropped: shut down
-                    },
-                };
-                let mut rows = first.rows;
-                let mut jobs = vec![first];
-                while rows < max_rows {
-                    match rx.try_recv() {
-                        Ok(j) if rows + j.rows <= max_rows => {
-                            rows += j.rows;
-                            jobs.push(j);
+        let spawned = thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                let mut pending: Option<Job<I>> = None;
+                loop {
+                    let first = match pending.take() {
+                        Some(j) => j,
+                        None => match rx.recv() {
+                            Ok(j) => j,
+                            Err(_) => return, // every sender dropped: shut down
+                        },
+                    };
+                    let mut rows = first.rows;
+                    let mut jobs = vec![first];
+                    while rows < max_rows {
+                        match rx.try_recv() {
+                            Ok(j) if rows + j.rows <= max_rows => {
+                                rows += j.rows;
+                                jobs.push(j);
+                            }
+                            Ok(j) => {
+                                pending = Some(j);
+                                break;
+                            }
+                            Err(_) => break,
                         }
-                        Ok(j) => {
-                            pending = Some(j);
-                            break;
+                    }
+                    match run(&jobs) {
+                        Ok(out) if out.len() == rows * dim => {
+                            let mut rest = out.as_slice();
+                            for job in jobs {
+                                let (mine, tail) = rest.split_at(job.rows * dim);
+                                rest = tail;
+                                let _ = job.reply.send(Ok(mine.to_vec()));
+                            }
                         }
-                        Err(_) => break,
+                        Ok(out) => {
+                            for job in jobs {
+                                let _ = job.reply.send(Err(RuntimeError::Run(format!(
+                                    "expected {rows}x{dim} outputs, got {}",
+                                    out.len()
+                                ))));
+                            }
+                        }
+                        Err(e) => {
+                            let msg = e.to_string();
+                            for job in jobs {
+                                let _ = job.reply.send(Err(RuntimeError::Run(msg.clone())));
+                            }
+                        }
                     }
                 }
-                match run(&jobs) {
-                    Ok(out) if out.len() == rows * dim => {
-                        let mut rest = out.as_slice();
-                        for job in jobs {
-                            let (mine, tail) = rest.split_at(job.rows * dim);
-                            rest = tail;
-                            let _ = job.reply.send(Ok(mine.to_vec()));
-                        }
-                    }
-                    Ok(out) => {
-                        for job in jobs {
-                            let _ = job.reply.send(Err(RuntimeError::Run(format!(
-                                "expected {rows}x{dim} outputs, got {}",
-                                out.len()
-                            ))));
-                        }
-                    }
-                    Err(e) => {
-                        let msg = e.to_string();
-                        for job in jobs {
-                            let _ = job.reply.send(Err(RuntimeError::Run(msg.clone())));
-                        }
-                    }
-                }
-            }
-        });
+            });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot spawn the {name} worker");
         }

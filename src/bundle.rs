@@ -15,18 +15,33 @@ pub const FORMAT: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
-    #[error("bundle {dir}: cannot read bundle.json ({reason}); give the bundle folder with --bundle or JOINTSPACE_BUNDLE")]
+    #[error(
+        "bundle {dir}: cannot read bundle.json ({reason}); give the bundle folder with --bundle or JOINTSPACE_BUNDLE"
+    )]
     Manifest { dir: PathBuf, reason: String },
     #[error("bundle {dir}: bundle.json is not valid: {message}")]
     Parse { dir: PathBuf, message: String },
     #[error("bundle {dir}: bundle.json has format {found}, this server reads format {FORMAT} only")]
     Format { dir: PathBuf, found: u32 },
     #[error("bundle {dir}: {file} is missing{hint}")]
-    Missing { dir: PathBuf, file: String, hint: &'static str },
+    Missing {
+        dir: PathBuf,
+        file: String,
+        hint: &'static str,
+    },
     #[error("bundle {dir}: {file} has sha256 {found} but bundle.json says {expected}")]
-    Checksum { dir: PathBuf, file: String, expected: String, found: String },
+    Checksum {
+        dir: PathBuf,
+        file: String,
+        expected: String,
+        found: String,
+    },
     #[error("bundle {dir}: {file}: {message}")]
-    Invalid { dir: PathBuf, file: String, message: String },
+    Invalid {
+        dir: PathBuf,
+        file: String,
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -154,19 +169,31 @@ impl Bundle {
     /// Reads and verifies a bundle directory.
     pub fn load(dir: &Path) -> Result<Bundle, BundleError> {
         let dir = dir.to_path_buf();
-        let raw = fs::read(dir.join("bundle.json")).map_err(|e| BundleError::Manifest { dir: dir.clone(), reason: e.to_string() })?;
-        let manifest: Manifest = serde_json::from_slice(&raw)
-            .map_err(|e| BundleError::Parse { dir: dir.clone(), message: e.to_string() })?;
+        let raw = fs::read(dir.join("bundle.json")).map_err(|e| BundleError::Manifest {
+            dir: dir.clone(),
+            reason: e.to_string(),
+        })?;
+        let manifest: Manifest = serde_json::from_slice(&raw).map_err(|e| BundleError::Parse {
+            dir: dir.clone(),
+            message: e.to_string(),
+        })?;
         let check = Checker { dir: &dir };
         check.manifest(&manifest)?;
         // Checksums first: a shape check on a corrupt file would give a misleading message.
         for (file, expected) in &manifest.files {
             check.sha256(file, expected)?;
         }
-        let (v, f, p, t) = (&manifest.vision, &manifest.fne, &manifest.projection, &manifest.text);
+        let (v, f, p, t) = (
+            &manifest.vision,
+            &manifest.fne,
+            &manifest.projection,
+            &manifest.text,
+        );
         for file in [&v.onnx, &f.stats, &p.weights, &t.onnx, &t.tokenizer] {
             if !manifest.files.contains_key(file.as_str()) {
-                return Err(check.invalid("bundle.json", format!("`files` has no sha256 for {file}")));
+                return Err(
+                    check.invalid("bundle.json", format!("`files` has no sha256 for {file}"))
+                );
             }
         }
         let stats = check.read(&f.stats)?;
@@ -177,9 +204,21 @@ impl Bundle {
         let weights = check.safetensors(&p.weights, &weights)?;
         let projection = check.tensor(&p.weights, &weights, "weight", &[p.joint_dim, f.dim])?;
 
-        let id = format!("{}@{}", manifest.name, &hex::encode(Sha256::digest(&raw))[..12]);
+        let id = format!(
+            "{}@{}",
+            manifest.name,
+            &hex::encode(Sha256::digest(&raw))[..12]
+        );
         let vision_id = vision_id(&manifest);
-        Ok(Bundle { dir, manifest, id, vision_id, fne_mean, fne_std, projection })
+        Ok(Bundle {
+            dir,
+            manifest,
+            id,
+            vision_id,
+            fne_mean,
+            fne_std,
+            projection,
+        })
     }
 }
 
@@ -189,7 +228,15 @@ fn vision_id(m: &Manifest) -> String {
     for part in [
         m.files.get(&v.onnx).map(String::as_str).unwrap_or(""),
         m.files.get(&m.fne.stats).map(String::as_str).unwrap_or(""),
-        &serde_json::to_string(&(v.input_size, v.resize, v.crop_mode, v.color_order, v.mean, v.scale)).unwrap_or_default(),
+        &serde_json::to_string(&(
+            v.input_size,
+            v.resize,
+            v.crop_mode,
+            v.color_order,
+            v.mean,
+            v.scale,
+        ))
+        .unwrap_or_default(),
         &serde_json::to_string(&(m.fne.thresholds, m.fne.std_eps)).unwrap_or_default(),
     ] {
         h.update(part.as_bytes());
@@ -204,27 +251,46 @@ struct Checker<'a> {
 
 impl Checker<'_> {
     fn invalid(&self, file: &str, message: impl Into<String>) -> BundleError {
-        BundleError::Invalid { dir: self.dir.to_path_buf(), file: file.to_string(), message: message.into() }
+        BundleError::Invalid {
+            dir: self.dir.to_path_buf(),
+            file: file.to_string(),
+            message: message.into(),
+        }
     }
 
     fn manifest(&self, m: &Manifest) -> Result<(), BundleError> {
         let bad = |msg: String| Err(self.invalid("bundle.json", msg));
         if m.format != FORMAT {
-            return Err(BundleError::Format { dir: self.dir.to_path_buf(), found: m.format });
+            return Err(BundleError::Format {
+                dir: self.dir.to_path_buf(),
+                found: m.format,
+            });
         }
         let v = &m.vision;
         let taps: usize = v.taps.iter().map(|t| t.channels).sum();
         if taps != v.raw_dim {
-            return bad(format!("vision.taps sum to {taps} channels but vision.raw_dim is {}", v.raw_dim));
+            return bad(format!(
+                "vision.taps sum to {taps} channels but vision.raw_dim is {}",
+                v.raw_dim
+            ));
         }
         if m.fne.dim != v.raw_dim {
-            return bad(format!("fne.dim is {} but vision.raw_dim is {}", m.fne.dim, v.raw_dim));
+            return bad(format!(
+                "fne.dim is {} but vision.raw_dim is {}",
+                m.fne.dim, v.raw_dim
+            ));
         }
         if v.input_size == 0 || v.input_size > v.resize {
-            return bad(format!("vision.input_size {} must be in 1..=resize ({})", v.input_size, v.resize));
+            return bad(format!(
+                "vision.input_size {} must be in 1..=resize ({})",
+                v.input_size, v.resize
+            ));
         }
         let [lo, hi] = m.fne.thresholds;
-        if !(lo <= hi) {
+        if !matches!(
+            lo.partial_cmp(&hi),
+            Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+        ) {
             return bad(format!("fne.thresholds [{lo}, {hi}] must be ordered"));
         }
         if m.projection.joint_dim == 0 || m.text.max_tokens == 0 {
@@ -243,7 +309,11 @@ impl Checker<'_> {
         } else {
             ""
         };
-        BundleError::Missing { dir: self.dir.to_path_buf(), file: file.to_string(), hint }
+        BundleError::Missing {
+            dir: self.dir.to_path_buf(),
+            file: file.to_string(),
+            hint,
+        }
     }
 
     fn sha256(&self, file: &str, expected: &str) -> Result<(), BundleError> {
@@ -252,7 +322,9 @@ impl Checker<'_> {
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
         loop {
-            let n = f.read(&mut buf).map_err(|e| self.invalid(file, e.to_string()))?;
+            let n = f
+                .read(&mut buf)
+                .map_err(|e| self.invalid(file, e.to_string()))?;
             if n == 0 {
                 break;
             }
@@ -270,8 +342,13 @@ impl Checker<'_> {
         Ok(())
     }
 
-    fn safetensors<'d>(&self, file: &str, data: &'d [u8]) -> Result<safetensors::SafeTensors<'d>, BundleError> {
-        safetensors::SafeTensors::deserialize(data).map_err(|e| self.invalid(file, format!("not a safetensors file: {e}")))
+    fn safetensors<'d>(
+        &self,
+        file: &str,
+        data: &'d [u8],
+    ) -> Result<safetensors::SafeTensors<'d>, BundleError> {
+        safetensors::SafeTensors::deserialize(data)
+            .map_err(|e| self.invalid(file, format!("not a safetensors file: {e}")))
     }
 
     /// Reads a float16/float32 tensor of exactly `shape` as f32.
@@ -283,15 +360,34 @@ impl Checker<'_> {
         shape: &[usize],
     ) -> Result<Vec<f32>, BundleError> {
         use safetensors::Dtype;
-        let t = st.tensor(name).map_err(|_| self.invalid(file, format!("has no tensor \"{name}\"")))?;
+        let t = st
+            .tensor(name)
+            .map_err(|_| self.invalid(file, format!("has no tensor \"{name}\"")))?;
         if t.shape() != shape {
-            return Err(self.invalid(file, format!("tensor \"{name}\" has shape {:?}, bundle.json implies {shape:?}", t.shape())));
+            return Err(self.invalid(
+                file,
+                format!(
+                    "tensor \"{name}\" has shape {:?}, bundle.json implies {shape:?}",
+                    t.shape()
+                ),
+            ));
         }
         let bytes = t.data();
         Ok(match t.dtype() {
-            Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-            Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            other => return Err(self.invalid(file, format!("tensor \"{name}\" is {other:?}; float32 or float16 expected"))),
+            Dtype::F32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            Dtype::F16 => bytes
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            other => {
+                return Err(self.invalid(
+                    file,
+                    format!("tensor \"{name}\" is {other:?}; float32 or float16 expected"),
+                ));
+            }
         })
     }
 }

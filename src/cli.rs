@@ -24,12 +24,17 @@ use crate::{
 
 /// Flickr8k token format: `<image>#<n>\t<caption>`; captions grouped by image, in file order.
 pub fn read_captions(path: &Path) -> anyhow::Result<HashMap<String, Vec<String>>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut caps: HashMap<String, Vec<String>> = HashMap::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let Some((key, caption)) = line.split_once('\t') else { continue };
+        let Some((key, caption)) = line.split_once('\t') else {
+            continue;
+        };
         let name = key.split('#').next().unwrap_or(key);
-        caps.entry(name.to_string()).or_default().push(caption.trim().to_string());
+        caps.entry(name.to_string())
+            .or_default()
+            .push(caption.trim().to_string());
     }
     Ok(caps)
 }
@@ -37,8 +42,10 @@ pub fn read_captions(path: &Path) -> anyhow::Result<HashMap<String, Vec<String>>
 fn progress(n: usize, what: &str) -> ProgressBar {
     let pb = ProgressBar::new(n as u64);
     pb.set_style(
-        ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} [{elapsed_precise}<{eta_precise}, {per_sec}]")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{msg} {bar:40} {pos}/{len} [{elapsed_precise}<{eta_precise}, {per_sec}]",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     pb.set_message(what.to_string());
     pb
@@ -68,12 +75,17 @@ async fn add_all(
     let results: Vec<Vec<(String, i64)>> = stream::iter(batches)
         .map(|chunk| {
             let (svc, pb) = (svc.clone(), pb.clone());
-            let caps: Vec<Vec<String>> = chunk.iter().map(|n| captions.get(n).cloned().unwrap_or_default()).collect();
+            let caps: Vec<Vec<String>> = chunk
+                .iter()
+                .map(|n| captions.get(n).cloned().unwrap_or_default())
+                .collect();
             let dir = dir.to_path_buf();
             async move {
                 let mut inputs = Vec::with_capacity(chunk.len());
                 for (name, caps) in chunk.iter().zip(caps) {
-                    let bytes = tokio::fs::read(dir.join(name)).await.with_context(|| format!("cannot read {name}"))?;
+                    let bytes = tokio::fs::read(dir.join(name))
+                        .await
+                        .with_context(|| format!("cannot read {name}"))?;
                     inputs.push(ImageInput {
                         bytes: Bytes::from(bytes),
                         external_id: Some(name.clone()),
@@ -82,7 +94,10 @@ async fn add_all(
                     });
                 }
                 let added = match svc.add_images(collection, inputs).await {
-                    Ok(a) => a.into_iter().map(|a| (a.external_id.unwrap_or_default(), a.id)).collect(),
+                    Ok(a) => a
+                        .into_iter()
+                        .map(|a| (a.external_id.unwrap_or_default(), a.id))
+                        .collect(),
                     Err(ServiceError::Store(StoreError::Conflict(_))) => {
                         // Some are there already: fall back to one at a time, skipping those.
                         let c = svc.collection(collection).await?;
@@ -95,13 +110,24 @@ async fn add_all(
                             let bytes = tokio::fs::read(dir.join(name)).await?;
                             let caps = captions.get(name).cloned().unwrap_or_default();
                             let a = svc
-                                .add_images(collection, vec![ImageInput { bytes: bytes.into(), external_id: Some(name.clone()), metadata: Some(json!({ "file": name })), captions: caps }])
+                                .add_images(
+                                    collection,
+                                    vec![ImageInput {
+                                        bytes: bytes.into(),
+                                        external_id: Some(name.clone()),
+                                        metadata: Some(json!({ "file": name })),
+                                        captions: caps,
+                                    }],
+                                )
                                 .await?;
                             out.push((name.clone(), a[0].id));
                         }
                         out
                     }
-                    Err(e) => return Err(anyhow::Error::from(e).context(format!("batch starting at {}", chunk[0]))),
+                    Err(e) => {
+                        return Err(anyhow::Error::from(e)
+                            .context(format!("batch starting at {}", chunk[0])));
+                    }
                 };
                 pb.inc(chunk.len() as u64);
                 Ok::<_, anyhow::Error>(added)
@@ -122,7 +148,12 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         None => HashMap::new(),
     };
     let mut names: Vec<String> = match &args.list {
-        Some(l) => std::fs::read_to_string(l)?.lines().map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+        Some(l) => std::fs::read_to_string(l)?
+            .lines()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
         None => std::fs::read_dir(&args.images)
             .with_context(|| format!("cannot read {}", args.images.display()))?
             .flatten()
@@ -133,17 +164,39 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     let before = names.len();
     names.retain(|n| args.images.join(n).is_file());
     if names.len() < before {
-        tracing::warn!(missing = before - names.len(), "listed images without a file are skipped");
+        tracing::warn!(
+            missing = before - names.len(),
+            "listed images without a file are skipped"
+        );
     }
     names.sort();
     ensure_collection(&svc, &args.collection).await?;
-    let added = add_all(&svc, &args.collection, &args.images, names, &captions, args.batch, args.concurrency).await?;
-    let orphans = captions.keys().filter(|k| !args.images.join(k).is_file()).count();
+    let added = add_all(
+        &svc,
+        &args.collection,
+        &args.images,
+        names,
+        &captions,
+        args.batch,
+        args.concurrency,
+    )
+    .await?;
+    let orphans = captions
+        .keys()
+        .filter(|k| !args.images.join(k).is_file())
+        .count();
     if orphans > 0 {
-        tracing::warn!(images = orphans, "captions of images that are not in the folder were skipped");
+        tracing::warn!(
+            images = orphans,
+            "captions of images that are not in the folder were skipped"
+        );
     }
     svc.snapshot().await?;
-    println!("{} images in collection \"{}\"", added.len(), args.collection);
+    println!(
+        "{} images in collection \"{}\"",
+        added.len(),
+        args.collection
+    );
     Ok(())
 }
 
@@ -172,7 +225,12 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let captions = read_captions(&args.data.join("Flickr8k.token.txt"))?;
     let images_dir = args.data.join("images");
     let mut names: Vec<String> = std::fs::read_to_string(args.data.join(file))
-        .with_context(|| format!("cannot read the split list {file} in {}", args.data.display()))?
+        .with_context(|| {
+            format!(
+                "cannot read the split list {file} in {}",
+                args.data.display()
+            )
+        })?
         .lines()
         .map(str::trim)
         .filter(|n| !n.is_empty() && images_dir.join(n).is_file() && captions.contains_key(*n))
@@ -181,8 +239,10 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     if let Some(l) = args.limit {
         names.truncate(l);
     }
-    let captions: HashMap<String, Vec<String>> =
-        names.iter().map(|n| (n.clone(), captions[n].iter().take(5).cloned().collect())).collect();
+    let captions: HashMap<String, Vec<String>> = names
+        .iter()
+        .map(|n| (n.clone(), captions[n].iter().take(5).cloned().collect()))
+        .collect();
 
     let pipeline = load_pipeline(&args.model)?;
     let store_args = StoreArgs {
@@ -197,7 +257,16 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let collection = format!("eval-{}", args.split);
     let cid = ensure_collection(&svc, &collection).await?;
     let t = std::time::Instant::now();
-    let ids = add_all(&svc, &collection, &images_dir, names.clone(), &captions, args.batch, args.concurrency).await?;
+    let ids = add_all(
+        &svc,
+        &collection,
+        &images_dir,
+        names.clone(),
+        &captions,
+        args.batch,
+        args.concurrency,
+    )
+    .await?;
     let ingest_secs = t.elapsed().as_secs_f64();
 
     // Owners: caption id -> image id, from the database (what the server stored).
@@ -212,32 +281,84 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     }
     let n_img = image_ids.len();
     let n_cap = owner.len();
-    let img_vecs: BTreeMap<i64, Vec<f32>> = svc.store.vectors(cid, Modality::Images).await?.into_iter().collect();
+    let img_vecs: BTreeMap<i64, Vec<f32>> = svc
+        .store
+        .vectors(cid, Modality::Images)
+        .await?
+        .into_iter()
+        .collect();
     let cap_vecs: Vec<(i64, Vec<f32>)> = svc.store.vectors(cid, Modality::Captions).await?;
 
     // Annotation: an image's rank is the best rank among its captions.
     let mut i2t = Vec::with_capacity(n_img);
     for id in &image_ids {
-        let hits = svc.rank(cid, Modality::Captions, &img_vecs[id], Modality::Images, n_cap).await?;
+        let hits = svc
+            .rank(
+                cid,
+                Modality::Captions,
+                &img_vecs[id],
+                Modality::Images,
+                n_cap,
+            )
+            .await?;
         let mine = caps_of.get(id).cloned().unwrap_or_default();
-        i2t.push(hits.iter().position(|(c, _)| mine.contains(c)).map_or(n_cap + 1, |p| p + 1));
+        i2t.push(
+            hits.iter()
+                .position(|(c, _)| mine.contains(c))
+                .map_or(n_cap + 1, |p| p + 1),
+        );
     }
     // Search: each caption is a query with one correct image.
     let mut t2i = Vec::with_capacity(n_cap);
     for (cid_, v) in &cap_vecs {
-        let hits = svc.rank(cid, Modality::Images, v, Modality::Captions, n_img).await?;
+        let hits = svc
+            .rank(cid, Modality::Images, v, Modality::Captions, n_img)
+            .await?;
         let target = owner[cid_];
-        t2i.push(hits.iter().position(|(i, _)| *i == target).map_or(n_img + 1, |p| p + 1));
+        t2i.push(
+            hits.iter()
+                .position(|(i, _)| *i == target)
+                .map_or(n_img + 1, |p| p + 1),
+        );
     }
     let i = summarise(&i2t);
     let t = summarise(&t2i);
-    let keys = ["i2t_r1", "i2t_r5", "i2t_r10", "i2t_medr", "t2i_r1", "t2i_r5", "t2i_r10", "t2i_medr", "rsum"];
-    let vals = [i[0], i[1], i[2], i[3], t[0], t[1], t[2], t[3], i[0] + i[1] + i[2] + t[0] + t[1] + t[2]];
+    let keys = [
+        "i2t_r1", "i2t_r5", "i2t_r10", "i2t_medr", "t2i_r1", "t2i_r5", "t2i_r10", "t2i_medr",
+        "rsum",
+    ];
+    let vals = [
+        i[0],
+        i[1],
+        i[2],
+        i[3],
+        t[0],
+        t[1],
+        t[2],
+        t[3],
+        i[0] + i[1] + i[2] + t[0] + t[1] + t[2],
+    ];
     let round = |v: f64| (v * 100.0).round() / 100.0;
     let ours: BTreeMap<&str, f64> = keys.iter().zip(vals).map(|(k, v)| (*k, round(v))).collect();
-    let theirs = pipeline.bundle.manifest.training.get("test_metrics").cloned().unwrap_or(serde_json::Value::Null);
-    let diff: BTreeMap<&str, Option<f64>> =
-        keys.iter().map(|k| (*k, theirs.get(*k).and_then(|v| v.as_f64()).map(|v| round(ours[k] - v)))).collect();
+    let theirs = pipeline
+        .bundle
+        .manifest
+        .training
+        .get("test_metrics")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    let diff: BTreeMap<&str, Option<f64>> = keys
+        .iter()
+        .map(|k| {
+            (
+                *k,
+                theirs
+                    .get(*k)
+                    .and_then(|v| v.as_f64())
+                    .map(|v| round(ours[k] - v)),
+            )
+        })
+        .collect();
     if args.json {
         let out = json!({
             "bundle": pipeline.bundle.id, "split": args.split, "images": n_img, "captions": n_cap,
@@ -247,8 +368,14 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("bundle {}  split {}  {} images, {} captions  (ingest {:.1}s)", pipeline.bundle.id, args.split, n_img, n_cap, ingest_secs);
-        println!("{:<10} {:>9} {:>9} {:>9}", "metric", "server", "trainer", "diff");
+        println!(
+            "bundle {}  split {}  {} images, {} captions  (ingest {:.1}s)",
+            pipeline.bundle.id, args.split, n_img, n_cap, ingest_secs
+        );
+        println!(
+            "{:<10} {:>9} {:>9} {:>9}",
+            "metric", "server", "trainer", "diff"
+        );
         for k in keys {
             let th = theirs.get(k).and_then(|v| v.as_f64());
             println!(
@@ -266,13 +393,35 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
 pub fn inspect(dir: PathBuf, graphs: bool, rt: RuntimeArgs) -> anyhow::Result<()> {
     let b = Bundle::load(&dir)?;
     let m = &b.manifest;
-    println!("bundle     {} (format {}, created {})", b.id, m.format, m.created);
-    println!("vision     {} {} from {}; {} taps, raw_dim {}, input {}x{} after resize {}, crop mode {:?}, {:?}",
-        m.vision.onnx, m.vision.backbone, m.vision.weights, m.vision.taps.len(), m.vision.raw_dim,
-        m.vision.input_size, m.vision.input_size, m.vision.resize, m.vision.crop_mode, m.vision.color_order);
-    println!("fne        dim {}, thresholds {:?}, vision id {}", m.fne.dim, m.fne.thresholds, b.vision_id);
-    println!("projection [{}, {}], abs {}", m.projection.joint_dim, m.fne.dim, m.projection.abs);
-    println!("text       {} + {}, max {} tokens", m.text.onnx, m.text.tokenizer, m.text.max_tokens);
+    println!(
+        "bundle     {} (format {}, created {})",
+        b.id, m.format, m.created
+    );
+    println!(
+        "vision     {} {} from {}; {} taps, raw_dim {}, input {}x{} after resize {}, crop mode {:?}, {:?}",
+        m.vision.onnx,
+        m.vision.backbone,
+        m.vision.weights,
+        m.vision.taps.len(),
+        m.vision.raw_dim,
+        m.vision.input_size,
+        m.vision.input_size,
+        m.vision.resize,
+        m.vision.crop_mode,
+        m.vision.color_order
+    );
+    println!(
+        "fne        dim {}, thresholds {:?}, vision id {}",
+        m.fne.dim, m.fne.thresholds, b.vision_id
+    );
+    println!(
+        "projection [{}, {}], abs {}",
+        m.projection.joint_dim, m.fne.dim, m.projection.abs
+    );
+    println!(
+        "text       {} + {}, max {} tokens",
+        m.text.onnx, m.text.tokenizer, m.text.max_tokens
+    );
     println!("similarity {:?}", m.similarity);
     println!("files      {} verified (sha256)", m.files.len());
     if let Some(t) = m.training.get("test_metrics") {
@@ -281,7 +430,10 @@ pub fn inspect(dir: PathBuf, graphs: bool, rt: RuntimeArgs) -> anyhow::Result<()
     if graphs {
         let dylib = runtime::locate_dylib(rt.ort_dylib.as_deref())?;
         let be = OrtBackend::new(&b, &dylib, rt.device, rt.intra_threads)?;
-        println!("graphs     open with {}", crate::runtime::Backend::provider(&be));
+        println!(
+            "graphs     open with {}",
+            crate::runtime::Backend::provider(&be)
+        );
     }
     Ok(())
 }

@@ -7,7 +7,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::{bundle::CropMode, runtime::Device};
 
 #[derive(Debug, Parser)]
-#[command(name = "jointspace", version, about = "Find photos from a sentence and sentences for a photo")]
+#[command(
+    name = "jointspace",
+    version,
+    about = "Find photos from a sentence and sentences for a photo"
+)]
 pub struct Cli {
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "JOINTSPACE_LOG_JSON", global = true)]
@@ -65,7 +69,11 @@ pub struct RuntimeArgs {
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
     /// Model bundle directory (docs/bundle.md).
-    #[arg(long, env = "JOINTSPACE_BUNDLE", default_value = "models/flickr8k-vgg16-fne")]
+    #[arg(
+        long,
+        env = "JOINTSPACE_BUNDLE",
+        default_value = "models/flickr8k-vgg16-fne"
+    )]
     pub bundle: PathBuf,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -79,7 +87,11 @@ pub struct ModelArgs {
     #[arg(long, env = "JOINTSPACE_MAX_IMAGE_BYTES", default_value_t = 20 << 20)]
     pub max_image_bytes: usize,
     /// Largest accepted image, width x height (checked before decoding: decompression bombs are refused).
-    #[arg(long, env = "JOINTSPACE_MAX_IMAGE_PIXELS", default_value_t = 40_000_000)]
+    #[arg(
+        long,
+        env = "JOINTSPACE_MAX_IMAGE_PIXELS",
+        default_value_t = 40_000_000
+    )]
     pub max_image_pixels: u64,
     /// Smallest accepted image side, pixels.
     #[arg(long, env = "JOINTSPACE_MIN_IMAGE_SIDE", default_value_t = 16)]
@@ -93,7 +105,11 @@ pub struct ModelArgs {
 #[derive(Debug, Clone, Args)]
 pub struct StoreArgs {
     /// sqlx database URL; the SQLite file and its folder are created if missing.
-    #[arg(long, env = "JOINTSPACE_DATABASE_URL", default_value = "sqlite://data/jointspace.db")]
+    #[arg(
+        long,
+        env = "JOINTSPACE_DATABASE_URL",
+        default_value = "sqlite://data/jointspace.db"
+    )]
     pub database_url: String,
     /// Where index snapshots go (default: an `index` folder next to the database file).
     #[arg(long, env = "JOINTSPACE_INDEX_DIR")]
@@ -158,7 +174,11 @@ pub struct IngestArgs {
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
     /// Dataset folder (Flickr8k layout: images/, Flickr8k.token.txt, Flickr_8k.<split>Images.txt).
-    #[arg(long, env = "JOINTSPACE_EVAL_DATA", default_value = "/work/shared/data/flickr8k")]
+    #[arg(
+        long,
+        env = "JOINTSPACE_EVAL_DATA",
+        default_value = "/work/shared/data/flickr8k"
+    )]
     pub data: PathBuf,
     /// train, dev or test.
     #[arg(long, default_value = "test")]
@@ -196,8 +216,11 @@ struct ServeOnly {
 
 impl ServeArgs {
     /// Parses `serve` flags (with their environment fallbacks) from a list: for tests and embedders.
-    pub fn try_from_flags<I: IntoIterator<Item = S>, S: Into<std::ffi::OsString> + Clone>(flags: I) -> Result<ServeArgs, clap::Error> {
-        let args = std::iter::once(std::ffi::OsString::from("jointspace")).chain(flags.into_iter().map(Into::into));
+    pub fn try_from_flags<I: IntoIterator<Item = S>, S: Into<std::ffi::OsString> + Clone>(
+        flags: I,
+    ) -> Result<ServeArgs, clap::Error> {
+        let args = std::iter::once(std::ffi::OsString::from("jointspace"))
+            .chain(flags.into_iter().map(Into::into));
         Ok(ServeOnly::try_parse_from(args)?.serve)
     }
 }

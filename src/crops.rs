@@ -20,9 +20,16 @@ impl AxisWeights {
                 let c = (i as f64 + 0.5) * scale;
                 let lo = ((c - support).floor() as isize).max(0) as usize;
                 let hi = ((c + support).ceil() as isize).min(n as isize).max(0) as usize;
-                let w: Vec<f64> = (lo..hi).map(|j| (1.0 - ((j as f64 + 0.5 - c) / support).abs()).max(0.0)).collect();
+                let w: Vec<f64> = (lo..hi)
+                    .map(|j| (1.0 - ((j as f64 + 0.5 - c) / support).abs()).max(0.0))
+                    .collect();
                 let sum: f64 = w.iter().sum();
-                (lo, w.iter().map(|x| if sum > 0.0 { (x / sum) as f32 } else { 0.0 }).collect())
+                (
+                    lo,
+                    w.iter()
+                        .map(|x| if sum > 0.0 { (x / sum) as f32 } else { 0.0 })
+                        .collect(),
+                )
             })
             .collect();
         AxisWeights { taps }
@@ -79,7 +86,10 @@ pub fn crop_origins(mode: CropMode, resize: usize, input: usize) -> Vec<(usize, 
         CropMode::Center => vec![(c, c, false)],
         CropMode::Ten => {
             let five = [(0, 0), (0, e), (e, 0), (e, e), (c, c)];
-            five.iter().map(|&(t, l)| (t, l, false)).chain(five.iter().map(|&(t, l)| (t, l, true))).collect()
+            five.iter()
+                .map(|&(t, l)| (t, l, false))
+                .chain(five.iter().map(|&(t, l)| (t, l, true)))
+                .collect()
         }
     }
 }
@@ -103,11 +113,12 @@ pub fn write_crops(img: &Resized, spec: &VisionSpec, mode: CropMode, out: &mut [
             let (mean, scale) = (spec.mean[c], spec.scale[c]);
             let dst = &mut crop[c * plane..(c + 1) * plane];
             for y in 0..s {
-                let row = &img.data[((top + y) * img.side + left) * 3..((top + y) * img.side + left + s) * 3];
+                let row = &img.data
+                    [((top + y) * img.side + left) * 3..((top + y) * img.side + left + s) * 3];
                 let drow = &mut dst[y * s..(y + 1) * s];
-                for x in 0..s {
+                for (x, d) in drow.iter_mut().enumerate() {
                     let sx = if mirror { s - 1 - x } else { x };
-                    drow[x] = (row[sx * 3 + src_c] - mean) * scale;
+                    *d = (row[sx * 3 + src_c] - mean) * scale;
                 }
             }
         }
@@ -125,9 +136,16 @@ mod tests {
             assert!((ws.iter().sum::<f32>() - 1.0).abs() < 1e-5);
         }
         let mut img = RgbImage::new(256, 256);
-        img.pixels_mut().enumerate().for_each(|(i, p)| p.0 = [(i % 251) as u8, (i % 13) as u8, 7]);
+        img.pixels_mut()
+            .enumerate()
+            .for_each(|(i, p)| p.0 = [(i % 251) as u8, (i % 13) as u8, 7]);
         let r = resize(&img, 256);
-        assert!(r.data.iter().zip(img.as_raw()).all(|(a, &b)| *a == b as f32));
+        assert!(
+            r.data
+                .iter()
+                .zip(img.as_raw())
+                .all(|(a, &b)| *a == b as f32)
+        );
     }
 
     #[test]

@@ -15,7 +15,11 @@ pub struct DecodeLimits {
 
 impl Default for DecodeLimits {
     fn default() -> Self {
-        DecodeLimits { max_bytes: 20 << 20, max_pixels: 40_000_000, min_side: 16 }
+        DecodeLimits {
+            max_bytes: 20 << 20,
+            max_pixels: 40_000_000,
+            min_side: 16,
+        }
     }
 }
 
@@ -32,7 +36,10 @@ pub enum DecodeError {
     #[error("the image is {width}x{height} pixels; each side must be at least {min} pixels")]
     TooSmall { width: u32, height: u32, min: u32 },
     #[error("the {format} image cannot be decoded (corrupt or truncated): {reason}")]
-    Corrupt { format: &'static str, reason: String },
+    Corrupt {
+        format: &'static str,
+        reason: String,
+    },
 }
 
 fn format_name(f: ImageFormat) -> &'static str {
@@ -52,23 +59,47 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<RgbImage, DecodeErr
         return Err(DecodeError::Empty);
     }
     if bytes.len() > limits.max_bytes {
-        return Err(DecodeError::TooManyBytes { bytes: bytes.len(), max: limits.max_bytes });
+        return Err(DecodeError::TooManyBytes {
+            bytes: bytes.len(),
+            max: limits.max_bytes,
+        });
     }
     let format = image::guess_format(bytes).map_err(|_| DecodeError::UnknownFormat)?;
-    if !matches!(format, ImageFormat::Jpeg | ImageFormat::Png | ImageFormat::WebP | ImageFormat::Gif | ImageFormat::Bmp) {
+    if !matches!(
+        format,
+        ImageFormat::Jpeg
+            | ImageFormat::Png
+            | ImageFormat::WebP
+            | ImageFormat::Gif
+            | ImageFormat::Bmp
+    ) {
         return Err(DecodeError::UnknownFormat);
     }
-    let corrupt = |e: image::ImageError| DecodeError::Corrupt { format: format_name(format), reason: e.to_string() };
+    let corrupt = |e: image::ImageError| DecodeError::Corrupt {
+        format: format_name(format),
+        reason: e.to_string(),
+    };
     let reader = || ImageReader::with_format(Cursor::new(bytes), format);
     let (width, height) = reader().into_dimensions().map_err(corrupt)?;
     if u64::from(width) * u64::from(height) > limits.max_pixels {
-        return Err(DecodeError::TooManyPixels { width, height, max: limits.max_pixels });
+        return Err(DecodeError::TooManyPixels {
+            width,
+            height,
+            max: limits.max_pixels,
+        });
     }
     if width < limits.min_side || height < limits.min_side {
-        return Err(DecodeError::TooSmall { width, height, min: limits.min_side });
+        return Err(DecodeError::TooSmall {
+            width,
+            height,
+            min: limits.min_side,
+        });
     }
     if format == ImageFormat::Jpeg {
-        return decode_jpeg(bytes).map_err(|reason| DecodeError::Corrupt { format: "JPEG", reason });
+        return decode_jpeg(bytes).map_err(|reason| DecodeError::Corrupt {
+            format: "JPEG",
+            reason,
+        });
     }
     let mut reader = reader();
     let mut l = image::Limits::default();
@@ -98,12 +129,18 @@ fn decode_jpeg(bytes: &[u8]) -> Result<RgbImage, String> {
         RgbImage::from_raw(w, h, data).ok_or_else(|| "decoder returned a short buffer".to_string())
     })
     .unwrap_or_else(|p| {
-        Err(p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "libjpeg failed".into()))
+        Err(p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "libjpeg failed".into()))
     })
     .or_else(|e| {
         // libjpeg cannot convert CMYK/YCCK to RGB; the image crate can (PIL does too).
         if e.contains("color conversion") || e.contains("colorspace") {
-            image::load_from_memory_with_format(bytes, ImageFormat::Jpeg).map(|i| i.into_rgb8()).map_err(|e| e.to_string())
+            image::load_from_memory_with_format(bytes, ImageFormat::Jpeg)
+                .map(|i| i.into_rgb8())
+                .map_err(|e| e.to_string())
         } else {
             Err(e)
         }

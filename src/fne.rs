@@ -13,7 +13,11 @@ pub struct TernaryCode {
 #[derive(Debug, thiserror::Error)]
 pub enum CodeError {
     #[error("a packed code of {dim} features has {expected} bytes, not {found}")]
-    Length { dim: usize, expected: usize, found: usize },
+    Length {
+        dim: usize,
+        expected: usize,
+        found: usize,
+    },
     #[error("feature {0} is set in both the +1 and the -1 plane")]
     BothPlanes(usize),
 }
@@ -41,11 +45,17 @@ impl TernaryCode {
     pub fn from_packed(dim: usize, bytes: Vec<u8>) -> Result<TernaryCode, CodeError> {
         let p = Self::plane_len(dim);
         if bytes.len() != 2 * p {
-            return Err(CodeError::Length { dim, expected: 2 * p, found: bytes.len() });
+            return Err(CodeError::Length {
+                dim,
+                expected: 2 * p,
+                found: bytes.len(),
+            });
         }
         for (i, (a, b)) in bytes[..p].iter().zip(&bytes[p..]).enumerate() {
             if a & b != 0 {
-                return Err(CodeError::BothPlanes(i * 8 + (a & b).trailing_zeros() as usize));
+                return Err(CodeError::BothPlanes(
+                    i * 8 + (a & b).trailing_zeros() as usize,
+                ));
             }
         }
         Ok(TernaryCode { dim, bytes })
@@ -144,7 +154,11 @@ impl Fne {
             };
             let sd = self.std[j];
             // A (near-)constant feature carries no information: z = 0, whatever the image.
-            let z = if sd <= self.std_eps { 0.0 } else { (f - self.mean[j]) / sd };
+            let z = if sd <= self.std_eps {
+                0.0
+            } else {
+                (f - self.mean[j]) / sd
+            };
             if z > self.hi {
                 bytes[j / 8] |= 1 << (j % 8);
             } else if z < self.lo {

@@ -30,7 +30,13 @@ pub struct IndexParams {
 
 impl Default for IndexParams {
     fn default() -> Self {
-        IndexParams { max_connections: 24, ef_construction: 200, ef_search: 128, exact_below: 2000, rebuild_fraction: 0.2 }
+        IndexParams {
+            max_connections: 24,
+            ef_construction: 200,
+            ef_search: 128,
+            exact_below: 2000,
+            rebuild_fraction: 0.2,
+        }
     }
 }
 
@@ -60,8 +66,12 @@ impl Score {
     pub fn new(sim: Similarity, query: Modality, target: Modality) -> Score {
         match (sim, query, target) {
             (Similarity::Cosine, _, _) => Score::Cosine,
-            (Similarity::Order, Modality::Captions, Modality::Images) => Score::Order { query_is_caption: true },
-            (Similarity::Order, Modality::Images, Modality::Captions) => Score::Order { query_is_caption: false },
+            (Similarity::Order, Modality::Captions, Modality::Images) => Score::Order {
+                query_is_caption: true,
+            },
+            (Similarity::Order, Modality::Images, Modality::Captions) => Score::Order {
+                query_is_caption: false,
+            },
             (Similarity::Order, _, _) => Score::NegL2,
         }
     }
@@ -71,7 +81,10 @@ impl Score {
             Score::Cosine => q.iter().zip(x).map(|(a, b)| a * b).sum(),
             Score::Order { query_is_caption } => {
                 let (c, i) = if query_is_caption { (q, x) } else { (x, q) };
-                -c.iter().zip(i).map(|(c, i)| (c - i).max(0.0).powi(2)).sum::<f32>()
+                -c.iter()
+                    .zip(i)
+                    .map(|(c, i)| (c - i).max(0.0).powi(2))
+                    .sum::<f32>()
             }
             Score::NegL2 => -q.iter().zip(x).map(|(a, b)| (a - b).powi(2)).sum::<f32>(),
         }
@@ -94,20 +107,35 @@ pub struct VectorIndex {
 }
 
 fn new_graph(params: &IndexParams, capacity: usize) -> Graph {
-    Hnsw::new(params.max_connections, capacity.max(1024), MAX_LAYER, params.ef_construction, DistL2 {})
+    Hnsw::new(
+        params.max_connections,
+        capacity.max(1024),
+        MAX_LAYER,
+        params.ef_construction,
+        DistL2 {},
+    )
 }
 
 impl VectorIndex {
     /// Builds from (id, vector) pairs; the vectors must be finite (they are unit vectors here).
     pub fn build(params: IndexParams, vectors: Vec<(i64, Vec<f32>)>) -> VectorIndex {
         let graph = new_graph(&params, vectors.len());
-        let live: HashMap<i64, Arc<[f32]>> = vectors.into_iter().map(|(id, v)| (id, Arc::from(v))).collect();
-        let items: Vec<(&[f32], usize)> = live.iter().map(|(id, v)| (&v[..], *id as usize)).collect();
+        let live: HashMap<i64, Arc<[f32]>> = vectors
+            .into_iter()
+            .map(|(id, v)| (id, Arc::from(v)))
+            .collect();
+        let items: Vec<(&[f32], usize)> =
+            live.iter().map(|(id, v)| (&v[..], *id as usize)).collect();
         if !items.is_empty() {
             graph.parallel_insert_slice(&items);
         }
         VectorIndex {
-            inner: RwLock::new(Inner { graph: Arc::new(graph), live, hidden: HashSet::new(), rebuilding: false }),
+            inner: RwLock::new(Inner {
+                graph: Arc::new(graph),
+                live,
+                hidden: HashSet::new(),
+                rebuilding: false,
+            }),
             params,
         }
     }
@@ -151,7 +179,8 @@ impl VectorIndex {
             inner.hidden.insert(id as usize);
         }
         let points = inner.graph.get_nb_point();
-        let due = inner.hidden.len() >= 64 && inner.hidden.len() as f32 > self.params.rebuild_fraction * points as f32;
+        let due = inner.hidden.len() >= 64
+            && inner.hidden.len() as f32 > self.params.rebuild_fraction * points as f32;
         if due && !inner.rebuilding {
             inner.rebuilding = true;
             return true;
@@ -162,9 +191,17 @@ impl VectorIndex {
     /// Rebuilds the graph from the live vectors without blocking searches or writes for long: the build runs
     /// on a copy, then ids written meanwhile are replayed into the new graph before the swap.
     pub fn rebuild(&self) {
-        let snapshot: Vec<(i64, Arc<[f32]>)> = self.read().live.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let snapshot: Vec<(i64, Arc<[f32]>)> = self
+            .read()
+            .live
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
         let graph = new_graph(&self.params, snapshot.len());
-        let items: Vec<(&[f32], usize)> = snapshot.iter().map(|(id, v)| (&v[..], *id as usize)).collect();
+        let items: Vec<(&[f32], usize)> = snapshot
+            .iter()
+            .map(|(id, v)| (&v[..], *id as usize))
+            .collect();
         if !items.is_empty() {
             graph.parallel_insert_slice(&items);
         }
@@ -175,21 +212,39 @@ impl VectorIndex {
                 graph.insert_slice((&v[..], *id as usize));
             }
         }
-        inner.hidden = built.iter().filter(|id| !inner.live.contains_key(id)).map(|id| *id as usize).collect();
+        inner.hidden = built
+            .iter()
+            .filter(|id| !inner.live.contains_key(id))
+            .map(|id| *id as usize)
+            .collect();
         inner.graph = Arc::new(graph);
         inner.rebuilding = false;
         tracing::info!(points = inner.live.len(), "index rebuilt");
     }
 
     /// The best `k` ids after skipping `offset`, by `score`, among `allowed` ids if given.
-    pub fn search(&self, q: &[f32], score: Score, offset: usize, k: usize, allowed: Option<&HashSet<i64>>) -> Vec<(i64, f32)> {
+    pub fn search(
+        &self,
+        q: &[f32],
+        score: Score,
+        offset: usize,
+        k: usize,
+        allowed: Option<&HashSet<i64>>,
+    ) -> Vec<(i64, f32)> {
         let want = offset + k;
         let inner = self.read();
         let pool = allowed.map_or(inner.live.len(), |a| a.len());
         let mut hits: Vec<(i64, f32)> = if pool <= self.params.exact_below || want >= pool {
             match allowed {
-                Some(a) => a.iter().filter_map(|id| inner.live.get(id).map(|v| (*id, score.eval(q, v)))).collect(),
-                None => inner.live.iter().map(|(id, v)| (*id, score.eval(q, v))).collect(),
+                Some(a) => a
+                    .iter()
+                    .filter_map(|id| inner.live.get(id).map(|v| (*id, score.eval(q, v))))
+                    .collect(),
+                None => inner
+                    .live
+                    .iter()
+                    .map(|(id, v)| (*id, score.eval(q, v)))
+                    .collect(),
             }
         } else {
             // Candidates by L2 (equivalent to cosine on unit vectors); order similarity re-ranks more of them.
@@ -199,7 +254,9 @@ impl VectorIndex {
             };
             let ef = self.params.ef_search.max(cands);
             let hidden = &inner.hidden;
-            let filter = |id: &usize| !hidden.contains(id) && allowed.is_none_or(|a| a.contains(&(*id as i64)));
+            let filter = |id: &usize| {
+                !hidden.contains(id) && allowed.is_none_or(|a| a.contains(&(*id as i64)))
+            };
             let found = inner.graph.search_filter(q, cands, ef, Some(&filter));
             found
                 .iter()
@@ -219,7 +276,13 @@ impl VectorIndex {
     }
 
     /// Writes the graph and a small manifest; the manifest goes last, so a torn snapshot is never loaded.
-    pub fn save(&self, dir: &Path, basename: &str, generation: i64, bundle_id: &str) -> anyhow::Result<()> {
+    pub fn save(
+        &self,
+        dir: &Path,
+        basename: &str,
+        generation: i64,
+        bundle_id: &str,
+    ) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)?;
         let meta_path = dir.join(format!("{basename}.json"));
         let _ = std::fs::remove_file(&meta_path);
@@ -247,7 +310,7 @@ impl VectorIndex {
         generation: i64,
         bundle_id: &str,
         live: Vec<(i64, Vec<f32>)>,
-    ) -> Result<VectorIndex, (String, Vec<(i64, Vec<f32>)>)> {
+    ) -> Result<VectorIndex, NotLoaded> {
         let meta: SnapshotMeta = match std::fs::read(dir.join(format!("{basename}.json")))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
@@ -274,16 +337,23 @@ impl VectorIndex {
         }
         // The graph must hold exactly the live ids and the hidden ones: a snapshot taken between a commit and
         // its index insert would otherwise miss a point forever.
-        let in_graph: HashSet<usize> = graph.get_point_indexation().into_iter().map(|p| p.get_origin_id()).collect();
+        let in_graph: HashSet<usize> = graph
+            .get_point_indexation()
+            .into_iter()
+            .map(|p| p.get_origin_id())
+            .collect();
         let hidden: HashSet<usize> = meta.hidden.into_iter().collect();
         let expected = live.len() + hidden.len();
         if in_graph.len() != expected
             || !hidden.iter().all(|h| in_graph.contains(h))
-            || !live.iter().all(|(id, _)| in_graph.contains(&(*id as usize)))
+            || !live
+                .iter()
+                .all(|(id, _)| in_graph.contains(&(*id as usize)))
         {
             return Err(("snapshot holds other ids than the database".into(), live));
         }
-        let live: HashMap<i64, Arc<[f32]>> = live.into_iter().map(|(id, v)| (id, Arc::from(v))).collect();
+        let live: HashMap<i64, Arc<[f32]>> =
+            live.into_iter().map(|(id, v)| (id, Arc::from(v))).collect();
         Ok(VectorIndex {
             inner: RwLock::new(Inner {
                 graph: Arc::new(graph),
@@ -295,6 +365,9 @@ impl VectorIndex {
         })
     }
 }
+
+/// Why a snapshot was not used, and the vectors handed back to build from instead.
+pub type NotLoaded = (String, Vec<(i64, Vec<f32>)>);
 
 /// Where the snapshot of one index lives.
 pub fn snapshot_name(collection_id: i64, modality: Modality) -> String {
@@ -315,7 +388,9 @@ mod tests {
             .map(|id| {
                 let mut v: Vec<f32> = (0..dim)
                     .map(|_| {
-                        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        s = s
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
                         ((s >> 33) as f32 / (1u64 << 31) as f32) - 0.5
                     })
                     .collect();
@@ -326,7 +401,10 @@ mod tests {
     }
 
     fn graph_params() -> IndexParams {
-        IndexParams { exact_below: 0, ..IndexParams::default() }
+        IndexParams {
+            exact_below: 0,
+            ..IndexParams::default()
+        }
     }
 
     #[test]
@@ -346,7 +424,10 @@ mod tests {
         assert!(due, "a rebuild is due past the threshold");
         for (id, v) in data.iter().filter(|(id, _)| id % 3 == 0).step_by(11) {
             let hits = idx.search(v, Score::Cosine, 0, 10, None);
-            assert!(hits.iter().all(|(h, _)| h % 3 != 0), "deleted {id} came back");
+            assert!(
+                hits.iter().all(|(h, _)| h % 3 != 0),
+                "deleted {id} came back"
+            );
         }
         idx.insert(10_000, data[0].1.clone());
         idx.rebuild();
@@ -372,24 +453,38 @@ mod tests {
         idx.remove(5);
         idx.save(dir.path(), "t", 42, "b@1").expect("save");
         let live: Vec<_> = data.iter().filter(|(id, _)| *id != 5).cloned().collect();
-        let loaded = VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", live.clone()).ok().expect("loads");
+        let loaded = VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", live.clone())
+            .unwrap_or_else(|(why, _)| panic!("loads: {why}"));
         assert_eq!(loaded.len(), 299);
         let hits = loaded.search(&data[4].1, Score::Cosine, 0, 5, None);
         assert!(hits.iter().all(|(id, _)| *id != 5));
         let hits = loaded.search(&data[9].1, Score::Cosine, 0, 1, None);
         assert_eq!(hits[0].0, 10);
-        assert!(VectorIndex::load(graph_params(), dir.path(), "t", 43, "b@1", live.clone()).is_err(), "other generation");
-        assert!(VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@2", live.clone()).is_err(), "other bundle");
+        assert!(
+            VectorIndex::load(graph_params(), dir.path(), "t", 43, "b@1", live.clone()).is_err(),
+            "other generation"
+        );
+        assert!(
+            VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@2", live.clone()).is_err(),
+            "other bundle"
+        );
         let mut swapped = live;
         swapped[0].0 = 9_999;
-        assert!(VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", swapped).is_err(), "other ids");
+        assert!(
+            VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", swapped).is_err(),
+            "other ids"
+        );
     }
 
     #[test]
     fn order_score() {
-        let s = Score::Order { query_is_caption: true };
+        let s = Score::Order {
+            query_is_caption: true,
+        };
         assert_eq!(s.eval(&[0.5, 0.1], &[0.6, 0.0]), -0.010000001);
-        let t = Score::Order { query_is_caption: false };
+        let t = Score::Order {
+            query_is_caption: false,
+        };
         assert_eq!(t.eval(&[0.6, 0.0], &[0.5, 0.1]), -0.010000001);
     }
 }

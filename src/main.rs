@@ -9,8 +9,11 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Cli::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,hnsw_rs=warn,ort=warn"));
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,hnsw_rs=warn,ort=warn"));
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if args.log_json {
         fmt.json().init();
     } else {
@@ -20,7 +23,14 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(cfg) => Application::build(cfg).await?.run_until_stopped().await?,
         Command::Ingest(a) => cli::ingest(a).await?,
         Command::Eval(a) => cli::eval(a).await?,
-        Command::Bundle { command: BundleCommand::Inspect { dir, graphs, runtime } } => cli::inspect(dir, graphs, runtime)?,
+        Command::Bundle {
+            command:
+                BundleCommand::Inspect {
+                    dir,
+                    graphs,
+                    runtime,
+                },
+        } => cli::inspect(dir, graphs, runtime)?,
         Command::Reindex(a) => cli::reindex(a).await?,
     }
     Ok(())

@@ -21,7 +21,9 @@ pub struct KindLabels {
 }
 
 fn latency() -> Histogram {
-    Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
+    Histogram::new([
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    ])
 }
 
 pub struct Metrics {
@@ -45,35 +47,87 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("jointspace");
         let http_requests = Family::<HttpLabels, Counter>::default();
-        let http_seconds = Family::<HttpLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
-        let embed_seconds = Family::<KindLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
+        let http_seconds =
+            Family::<HttpLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
+        let embed_seconds =
+            Family::<KindLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
         let embed_items = Family::<KindLabels, Counter>::default();
-        let search_seconds = Family::<KindLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
+        let search_seconds =
+            Family::<KindLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
         let (index_images, index_captions) = (Gauge::default(), Gauge::default());
-        registry.register("http_requests", "HTTP requests by route and status", http_requests.clone());
-        registry.register("http_request_duration_seconds", "HTTP request latency", http_seconds.clone());
-        registry.register("embed_duration_seconds", "Time to embed one request's images or texts", embed_seconds.clone());
-        registry.register("embedded_items", "Images and texts embedded", embed_items.clone());
-        registry.register("search_duration_seconds", "Search latency including the query embedding", search_seconds.clone());
-        registry.register("index_images", "Live image vectors in all indexes", index_images.clone());
-        registry.register("index_captions", "Live caption vectors in all indexes", index_captions.clone());
-        Metrics { registry, http_requests, http_seconds, embed_seconds, embed_items, search_seconds, index_images, index_captions }
+        registry.register(
+            "http_requests",
+            "HTTP requests by route and status",
+            http_requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency",
+            http_seconds.clone(),
+        );
+        registry.register(
+            "embed_duration_seconds",
+            "Time to embed one request's images or texts",
+            embed_seconds.clone(),
+        );
+        registry.register(
+            "embedded_items",
+            "Images and texts embedded",
+            embed_items.clone(),
+        );
+        registry.register(
+            "search_duration_seconds",
+            "Search latency including the query embedding",
+            search_seconds.clone(),
+        );
+        registry.register(
+            "index_images",
+            "Live image vectors in all indexes",
+            index_images.clone(),
+        );
+        registry.register(
+            "index_captions",
+            "Live caption vectors in all indexes",
+            index_captions.clone(),
+        );
+        Metrics {
+            registry,
+            http_requests,
+            http_seconds,
+            embed_seconds,
+            embed_items,
+            search_seconds,
+            index_images,
+            index_captions,
+        }
     }
 
     pub fn observe_http(&self, method: &str, route: &str, status: u16, d: Duration) {
-        let l = HttpLabels { method: method.to_string(), route: route.to_string(), status };
+        let l = HttpLabels {
+            method: method.to_string(),
+            route: route.to_string(),
+            status,
+        };
         self.http_requests.get_or_create(&l).inc();
         self.http_seconds.get_or_create(&l).observe(d.as_secs_f64());
     }
 
     pub fn observe_embed(&self, kind: &str, n: usize, d: Duration) {
-        let l = KindLabels { kind: kind.to_string() };
-        self.embed_seconds.get_or_create(&l).observe(d.as_secs_f64());
+        let l = KindLabels {
+            kind: kind.to_string(),
+        };
+        self.embed_seconds
+            .get_or_create(&l)
+            .observe(d.as_secs_f64());
         self.embed_items.get_or_create(&l).inc_by(n as u64);
     }
 
     pub fn observe_search(&self, kind: &str, d: Duration) {
-        self.search_seconds.get_or_create(&KindLabels { kind: kind.to_string() }).observe(d.as_secs_f64());
+        self.search_seconds
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .observe(d.as_secs_f64());
     }
 
     pub fn set_index_sizes(&self, images: i64, captions: i64) {

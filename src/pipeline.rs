@@ -60,30 +60,51 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(bundle: Arc<Bundle>, backend: Arc<dyn Backend>, opts: PipelineOptions) -> Result<Pipeline, EmbedError> {
+    pub fn new(
+        bundle: Arc<Bundle>,
+        backend: Arc<dyn Backend>,
+        opts: PipelineOptions,
+    ) -> Result<Pipeline, EmbedError> {
         let m = &bundle.manifest;
         let crop_mode = opts.crop_mode.unwrap_or(m.vision.crop_mode);
-        let (side, raw_dim, joint) = (m.vision.input_size, m.vision.raw_dim, m.projection.joint_dim);
+        let (side, raw_dim, joint) = (
+            m.vision.input_size,
+            m.vision.raw_dim,
+            m.projection.joint_dim,
+        );
         let crop_len = crops::crop_len(&m.vision);
 
         let vb = backend.clone();
-        let vision = Batcher::spawn("vision", opts.max_batch_crops.max(crop_mode.crops()), raw_dim, move |jobs: &[crate::batch::Job<Vec<f32>>]| {
-            let rows: usize = jobs.iter().map(|j| j.rows).sum();
-            if let [one] = jobs {
-                return vb.vision(&one.input, rows, side);
-            }
-            // Several requests: one contiguous input for one run.
-            let mut all = Vec::with_capacity(rows * crop_len);
-            jobs.iter().for_each(|j| all.extend_from_slice(&j.input));
-            vb.vision(&all, rows, side)
-        });
+        let vision = Batcher::spawn(
+            "vision",
+            opts.max_batch_crops.max(crop_mode.crops()),
+            raw_dim,
+            move |jobs: &[crate::batch::Job<Vec<f32>>]| {
+                let rows: usize = jobs.iter().map(|j| j.rows).sum();
+                if let [one] = jobs {
+                    return vb.vision(&one.input, rows, side);
+                }
+                // Several requests: one contiguous input for one run.
+                let mut all = Vec::with_capacity(rows * crop_len);
+                jobs.iter().for_each(|j| all.extend_from_slice(&j.input));
+                vb.vision(&all, rows, side)
+            },
+        );
         let pad_id = m.text.pad_id;
         let tb = backend.clone();
-        let text = Batcher::spawn("text", opts.max_batch_texts.max(1), joint, move |jobs: &[crate::batch::Job<TextJob>]| {
-            let seqs: Vec<&[i64]> = jobs.iter().flat_map(|j| j.input.iter().map(Vec::as_slice)).collect();
-            let (ids, lengths, t) = text::pad(&seqs, pad_id);
-            tb.text(&ids, &lengths, seqs.len(), t)
-        });
+        let text = Batcher::spawn(
+            "text",
+            opts.max_batch_texts.max(1),
+            joint,
+            move |jobs: &[crate::batch::Job<TextJob>]| {
+                let seqs: Vec<&[i64]> = jobs
+                    .iter()
+                    .flat_map(|j| j.input.iter().map(Vec::as_slice))
+                    .collect();
+                let (ids, lengths, t) = text::pad(&seqs, pad_id);
+                tb.text(&ids, &lengths, seqs.len(), t)
+            },
+        );
         Ok(Pipeline {
             fne: Fne::new(&bundle),
             projection: Projection::new(&bundle),
@@ -93,7 +114,9 @@ impl Pipeline {
             limits: opts.limits,
             max_batch_crops: opts.max_batch_crops,
             decode_permits: Arc::new(tokio::sync::Semaphore::new(
-                2 * std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+                2 * std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(2),
             )),
             vision,
             text,
@@ -120,7 +143,10 @@ impl Pipeline {
     /// Embeds a batch of images: their crops go to the runtime together, in runs of at most
     /// `max_batch_crops` crops (a 64-image ten-crop batch in one run would need gigabytes of activations).
     /// One bad image fails the batch (naming it): a batch is stored all or nothing.
-    pub async fn embed_images(&self, images: Vec<bytes::Bytes>) -> Result<Vec<ImageEmbedding>, (usize, EmbedError)> {
+    pub async fn embed_images(
+        &self,
+        images: Vec<bytes::Bytes>,
+    ) -> Result<Vec<ImageEmbedding>, (usize, EmbedError)> {
         let n = images.len();
         if n == 0 {
             return Ok(vec![]);
@@ -135,16 +161,21 @@ impl Pipeline {
             .map(|bytes| {
                 let (spec, permits) = (spec.clone(), self.decode_permits.clone());
                 async move {
-                    let _permit = permits.acquire_owned().await.map_err(|_| EmbedError::Runtime(RuntimeError::Stopped))?;
-                    tokio::task::spawn_blocking(move || -> Result<(Vec<f32>, u32, u32), DecodeError> {
-                        let img = decode::decode(&bytes, &limits)?;
-                        let (w, h) = img.dimensions();
-                        let resized = crops::resize(&img, spec.resize);
-                        drop(img);
-                        let mut out = vec![0f32; per * crop_len];
-                        crops::write_crops(&resized, &spec, mode, &mut out);
-                        Ok((out, w, h))
-                    })
+                    let _permit = permits
+                        .acquire_owned()
+                        .await
+                        .map_err(|_| EmbedError::Runtime(RuntimeError::Stopped))?;
+                    tokio::task::spawn_blocking(
+                        move || -> Result<(Vec<f32>, u32, u32), DecodeError> {
+                            let img = decode::decode(&bytes, &limits)?;
+                            let (w, h) = img.dimensions();
+                            let resized = crops::resize(&img, spec.resize);
+                            drop(img);
+                            let mut out = vec![0f32; per * crop_len];
+                            crops::write_crops(&resized, &spec, mode, &mut out);
+                            Ok((out, w, h))
+                        },
+                    )
                     .await
                     .map_err(|e| EmbedError::Runtime(RuntimeError::Run(e.to_string())))?
                     .map_err(EmbedError::from)
@@ -186,7 +217,12 @@ impl Pipeline {
             .map(|(i, (width, height))| {
                 let code = self.fne.code(&raw[i * per * dim..(i + 1) * per * dim]);
                 let vector = self.projection.project(&code);
-                ImageEmbedding { code, vector, width, height }
+                ImageEmbedding {
+                    code,
+                    vector,
+                    width,
+                    height,
+                }
             })
             .collect())
     }
@@ -198,10 +234,17 @@ impl Pipeline {
 
     /// Tokenises every sentence (so that bad input is reported before any inference), then one runtime call.
     pub fn tokenize(&self, texts: &[String]) -> Result<Vec<Vec<i64>>, (usize, TextError)> {
-        texts.iter().enumerate().map(|(i, t)| self.tokenizer.ids(t).map_err(|e| (i, e))).collect()
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| self.tokenizer.ids(t).map_err(|e| (i, e)))
+            .collect()
     }
 
-    pub async fn embed_texts(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, (usize, EmbedError)> {
+    pub async fn embed_texts(
+        &self,
+        texts: &[String],
+    ) -> Result<Vec<Vec<f32>>, (usize, EmbedError)> {
         if texts.is_empty() {
             return Ok(vec![]);
         }
@@ -213,7 +256,10 @@ impl Pipeline {
     }
 
     pub async fn embed_text(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
-        let mut v = self.embed_texts(&[text.to_string()]).await.map_err(|(_, e)| e)?;
+        let mut v = self
+            .embed_texts(&[text.to_string()])
+            .await
+            .map_err(|(_, e)| e)?;
         Ok(v.remove(0))
     }
 }

@@ -45,7 +45,13 @@ pub trait Backend: Send + Sync {
     /// `crops`: `[n, 3, side, side]` NCHW float32 -> `[n, raw_dim]`.
     fn vision(&self, crops: &[f32], n: usize, side: usize) -> Result<Vec<f32>, RuntimeError>;
     /// `ids`: `[n, t]` right-padded, `lengths`: `[n]` -> `[n, joint_dim]`.
-    fn text(&self, ids: &[i64], lengths: &[i64], n: usize, t: usize) -> Result<Vec<f32>, RuntimeError>;
+    fn text(
+        &self,
+        ids: &[i64],
+        lengths: &[i64],
+        n: usize,
+        t: usize,
+    ) -> Result<Vec<f32>, RuntimeError>;
 }
 
 /// Finds the ONNX Runtime library: the flag / ORT_DYLIB_PATH first, then the project's virtualenv.
@@ -59,12 +65,23 @@ pub fn locate_dylib(explicit: Option<&Path>) -> Result<PathBuf, RuntimeError> {
         .flatten()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
-        .flat_map(|e| std::fs::read_dir(e.path().join("site-packages/onnxruntime/capi")).into_iter().flatten().flatten())
+        .flat_map(|e| {
+            std::fs::read_dir(e.path().join("site-packages/onnxruntime/capi"))
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
         .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libonnxruntime.so")))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libonnxruntime.so"))
+        })
         .collect();
     found.sort();
-    found.pop().map(|p| std::path::absolute(&p).unwrap_or(p)).ok_or(RuntimeError::NoLibrary)
+    found
+        .pop()
+        .map(|p| std::path::absolute(&p).unwrap_or(p))
+        .ok_or(RuntimeError::NoLibrary)
 }
 
 /// ONNX Runtime can be initialised once per process; later calls must agree on the library.
@@ -78,7 +95,10 @@ fn init_ort(dylib: &Path) -> Result<ort::environment::Environment, RuntimeError>
             .map_err(|e| e.to_string())
             .and_then(|b| b.with_name("jointspace").build().map_err(|e| e.to_string()))
     });
-    res.clone().map_err(|message| RuntimeError::Load { path: dylib.to_path_buf(), message })
+    res.clone().map_err(|message| RuntimeError::Load {
+        path: dylib.to_path_buf(),
+        message,
+    })
 }
 
 pub struct OrtBackend {
@@ -91,15 +111,39 @@ pub struct OrtBackend {
 }
 
 impl OrtBackend {
-    pub fn new(bundle: &Bundle, dylib: &Path, device: Device, intra_threads: Option<usize>) -> Result<OrtBackend, RuntimeError> {
+    pub fn new(
+        bundle: &Bundle,
+        dylib: &Path,
+        device: Device,
+        intra_threads: Option<usize>,
+    ) -> Result<OrtBackend, RuntimeError> {
         let env = init_ort(dylib)?;
         let m = &bundle.manifest;
         let (vision, provider) = open(&env, &bundle.path(&m.vision.onnx), device, intra_threads)?;
         let (text, _) = open(&env, &bundle.path(&m.text.onnx), device, intra_threads)?;
-        expect_io(&vision, &m.vision.onnx, &[&m.vision.input_name], &[&m.vision.output_name])?;
-        expect_io(&text, &m.text.onnx, &[&m.text.ids_name, &m.text.lengths_name], &[&m.text.output_name])?;
-        let (side, raw, joint) = (m.vision.input_size as i64, m.vision.raw_dim as i64, m.projection.joint_dim as i64);
-        expect_dims(&vision, &m.vision.onnx, &m.vision.input_name, &[-1, 3, side, side])?;
+        expect_io(
+            &vision,
+            &m.vision.onnx,
+            &[&m.vision.input_name],
+            &[&m.vision.output_name],
+        )?;
+        expect_io(
+            &text,
+            &m.text.onnx,
+            &[&m.text.ids_name, &m.text.lengths_name],
+            &[&m.text.output_name],
+        )?;
+        let (side, raw, joint) = (
+            m.vision.input_size as i64,
+            m.vision.raw_dim as i64,
+            m.projection.joint_dim as i64,
+        );
+        expect_dims(
+            &vision,
+            &m.vision.onnx,
+            &m.vision.input_name,
+            &[-1, 3, side, side],
+        )?;
         expect_dims(&vision, &m.vision.onnx, &m.vision.output_name, &[-1, raw])?;
         expect_dims(&text, &m.text.onnx, &m.text.output_name, &[-1, joint])?;
         Ok(OrtBackend {
@@ -107,7 +151,11 @@ impl OrtBackend {
             vision: Mutex::new(vision),
             text: Mutex::new(text),
             vision_io: (m.vision.input_name.clone(), m.vision.output_name.clone()),
-            text_io: (m.text.ids_name.clone(), m.text.lengths_name.clone(), m.text.output_name.clone()),
+            text_io: (
+                m.text.ids_name.clone(),
+                m.text.lengths_name.clone(),
+                m.text.output_name.clone(),
+            ),
         })
     }
 }
@@ -119,9 +167,14 @@ fn open(
     intra_threads: Option<usize>,
 ) -> Result<(Session, String), RuntimeError> {
     let graph = path.display().to_string();
-    let err = |e: &dyn std::fmt::Display| RuntimeError::Graph { graph: graph.clone(), message: e.to_string() };
+    let err = |e: &dyn std::fmt::Display| RuntimeError::Graph {
+        graph: graph.clone(),
+        message: e.to_string(),
+    };
     let mut builder = Session::builder(env).map_err(|e| err(&e))?;
-    builder = builder.with_optimization_level(GraphOptimizationLevel::All).map_err(|e| err(&e))?;
+    builder = builder
+        .with_optimization_level(GraphOptimizationLevel::All)
+        .map_err(|e| err(&e))?;
     if let Some(n) = intra_threads {
         builder = builder.with_intra_threads(n).map_err(|e| err(&e))?;
     }
@@ -131,21 +184,33 @@ fn open(
         // loudly rather than refuse to start.
         match ep::CUDA::default().register(&mut builder) {
             Ok(()) => provider = "CUDAExecutionProvider".to_string(),
-            Err(e) => tracing::warn!(error = %e, "CUDA execution provider unavailable, running on CPU"),
+            Err(e) => {
+                tracing::warn!(error = %e, "CUDA execution provider unavailable, running on CPU")
+            }
         }
     }
     let session = builder.commit_from_file(path).map_err(|e| err(&e))?;
     Ok((session, provider))
 }
 
-fn expect_io(s: &Session, graph: &str, inputs: &[&str], outputs: &[&str]) -> Result<(), RuntimeError> {
-    for (want, have, kind) in [(inputs, s.inputs(), "input"), (outputs, s.outputs(), "output")] {
+fn expect_io(
+    s: &Session,
+    graph: &str,
+    inputs: &[&str],
+    outputs: &[&str],
+) -> Result<(), RuntimeError> {
+    for (want, have, kind) in [
+        (inputs, s.inputs(), "input"),
+        (outputs, s.outputs(), "output"),
+    ] {
         for name in want {
             if !have.iter().any(|o| o.name() == *name) {
                 let names: Vec<&str> = have.iter().map(|o| o.name()).collect();
                 return Err(RuntimeError::Graph {
                     graph: graph.to_string(),
-                    message: format!("bundle.json names {kind} \"{name}\" but the graph has {names:?}"),
+                    message: format!(
+                        "bundle.json names {kind} \"{name}\" but the graph has {names:?}"
+                    ),
                 });
             }
         }
@@ -155,14 +220,26 @@ fn expect_io(s: &Session, graph: &str, inputs: &[&str], outputs: &[&str]) -> Res
 
 /// Checks a graph input's or output's shape against bundle.json; -1 (on either side) is a dynamic dimension.
 fn expect_dims(s: &Session, graph: &str, name: &str, want: &[i64]) -> Result<(), RuntimeError> {
-    let outlet = s.inputs().iter().chain(s.outputs()).find(|o| o.name() == name);
-    let Some(shape) = outlet.and_then(|o| o.dtype().tensor_shape()) else { return Ok(()) };
+    let outlet = s
+        .inputs()
+        .iter()
+        .chain(s.outputs())
+        .find(|o| o.name() == name);
+    let Some(shape) = outlet.and_then(|o| o.dtype().tensor_shape()) else {
+        return Ok(());
+    };
     let have: &[i64] = shape;
-    let fits = have.len() == want.len() && have.iter().zip(want).all(|(h, w)| *h < 0 || *w < 0 || h == w);
+    let fits = have.len() == want.len()
+        && have
+            .iter()
+            .zip(want)
+            .all(|(h, w)| *h < 0 || *w < 0 || h == w);
     if !fits {
         return Err(RuntimeError::Graph {
             graph: graph.to_string(),
-            message: format!("\"{name}\" has shape {have:?}, bundle.json implies {want:?} (-1: any)"),
+            message: format!(
+                "\"{name}\" has shape {have:?}, bundle.json implies {want:?} (-1: any)"
+            ),
         });
     }
     Ok(())
@@ -180,24 +257,40 @@ impl Backend for OrtBackend {
     fn vision(&self, crops: &[f32], n: usize, side: usize) -> Result<Vec<f32>, RuntimeError> {
         let input = TensorRef::from_array_view(([n, 3, side, side], crops)).map_err(run_err)?;
         let mut session = self.vision.lock().unwrap_or_else(|p| p.into_inner());
-        let outputs = session.run(vec![(self.vision_io.0.as_str(), input)]).map_err(run_err)?;
-        let (shape, data) = outputs[self.vision_io.1.as_str()].try_extract_tensor::<f32>().map_err(run_err)?;
+        let outputs = session
+            .run(vec![(self.vision_io.0.as_str(), input)])
+            .map_err(run_err)?;
+        let (shape, data) = outputs[self.vision_io.1.as_str()]
+            .try_extract_tensor::<f32>()
+            .map_err(run_err)?;
         if shape.len() != 2 || shape[0] as usize != n {
-            return Err(RuntimeError::Run(format!("vision graph returned shape {shape:?} for {n} crops")));
+            return Err(RuntimeError::Run(format!(
+                "vision graph returned shape {shape:?} for {n} crops"
+            )));
         }
         Ok(data.to_vec())
     }
 
-    fn text(&self, ids: &[i64], lengths: &[i64], n: usize, t: usize) -> Result<Vec<f32>, RuntimeError> {
+    fn text(
+        &self,
+        ids: &[i64],
+        lengths: &[i64],
+        n: usize,
+        t: usize,
+    ) -> Result<Vec<f32>, RuntimeError> {
         let ids = TensorRef::from_array_view(([n, t], ids)).map_err(run_err)?;
         let lengths = TensorRef::from_array_view(([n], lengths)).map_err(run_err)?;
         let mut session = self.text.lock().unwrap_or_else(|p| p.into_inner());
         let outputs = session
             .run(ort::inputs![self.text_io.0.as_str() => ids, self.text_io.1.as_str() => lengths])
             .map_err(run_err)?;
-        let (shape, data) = outputs[self.text_io.2.as_str()].try_extract_tensor::<f32>().map_err(run_err)?;
+        let (shape, data) = outputs[self.text_io.2.as_str()]
+            .try_extract_tensor::<f32>()
+            .map_err(run_err)?;
         if shape.len() != 2 || shape[0] as usize != n {
-            return Err(RuntimeError::Run(format!("text graph returned shape {shape:?} for {n} sentences")));
+            return Err(RuntimeError::Run(format!(
+                "text graph returned shape {shape:?} for {n} sentences"
+            )));
         }
         Ok(data.to_vec())
     }

@@ -18,16 +18,25 @@ use crate::{
     metrics::Metrics,
     pipeline::{EmbedError, ImageEmbedding, Pipeline},
     runtime::RuntimeError,
-    store::{CaptionRow, CollectionRow, ImageRow, Modality, NewCaption, NewImage, Provenance, Store, StoreError},
+    store::{
+        CaptionRow, CollectionRow, ImageRow, Modality, NewCaption, NewImage, Provenance, Store,
+        StoreError,
+    },
     text::TextError,
 };
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
     #[error("{}{source}", at(*.index))]
-    Decode { index: Option<usize>, source: DecodeError },
+    Decode {
+        index: Option<usize>,
+        source: DecodeError,
+    },
     #[error("{}{source}", at(*.index))]
-    Text { index: Option<usize>, source: TextError },
+    Text {
+        index: Option<usize>,
+        source: TextError,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -128,8 +137,13 @@ pub struct Service {
 pub fn validate_collection_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
     if ok {
         Ok(())
     } else {
@@ -142,12 +156,26 @@ pub fn validate_collection_name(name: &str) -> Result<()> {
 
 impl Service {
     /// Opens every collection's indexes: from the snapshot when it is current, else rebuilt from the database.
-    pub async fn open(pipeline: Arc<Pipeline>, store: Store, metrics: Arc<Metrics>, opts: ServiceOptions) -> Result<Service> {
-        let svc = Service { pipeline, store, metrics, opts, indexes: RwLock::new(HashMap::new()) };
+    pub async fn open(
+        pipeline: Arc<Pipeline>,
+        store: Store,
+        metrics: Arc<Metrics>,
+        opts: ServiceOptions,
+    ) -> Result<Service> {
+        let svc = Service {
+            pipeline,
+            store,
+            metrics,
+            opts,
+            indexes: RwLock::new(HashMap::new()),
+        };
         svc.check_provenance().await?;
         for c in svc.store.list_collections().await? {
             let idx = svc.load_indexes(&c).await?;
-            svc.indexes.write().unwrap_or_else(|p| p.into_inner()).insert(c.id, idx);
+            svc.indexes
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(c.id, idx);
         }
         svc.update_gauges();
         Ok(svc)
@@ -210,7 +238,11 @@ impl Service {
             .unwrap_or_else(|p| p.into_inner())
             .get(&collection_id)
             .cloned()
-            .ok_or_else(|| ServiceError::Unavailable("this collection's index is not loaded yet; retry in a moment".into()))
+            .ok_or_else(|| {
+                ServiceError::Unavailable(
+                    "this collection's index is not loaded yet; retry in a moment".into(),
+                )
+            })
     }
 
     fn update_gauges(&self) {
@@ -225,14 +257,24 @@ impl Service {
 
     /// Writes a snapshot of every index (at shutdown, and on demand).
     pub async fn snapshot(&self) -> Result<usize> {
-        let Some(dir) = self.opts.snapshot_dir.clone() else { return Ok(0) };
+        let Some(dir) = self.opts.snapshot_dir.clone() else {
+            return Ok(0);
+        };
         let mut n = 0;
         for c in self.store.list_collections().await? {
-            let Ok(idx) = self.indexes_of(c.id) else { continue };
+            let Ok(idx) = self.indexes_of(c.id) else {
+                continue;
+            };
             for m in [Modality::Images, Modality::Captions] {
-                let (idx, dir, name, bid) = (idx.get(m).clone(), dir.clone(), snapshot_name(c.id, m), self.pipeline.bundle.id.clone());
+                let (idx, dir, name, bid) = (
+                    idx.get(m).clone(),
+                    dir.clone(),
+                    snapshot_name(c.id, m),
+                    self.pipeline.bundle.id.clone(),
+                );
                 let gen_ = c.generation;
-                let res = tokio::task::spawn_blocking(move || idx.save(&dir, &name, gen_, &bid)).await;
+                let res =
+                    tokio::task::spawn_blocking(move || idx.save(&dir, &name, gen_, &bid)).await;
                 match res {
                     Ok(Ok(())) => n += 1,
                     Ok(Err(e)) => tracing::warn!(error = %e, "index snapshot failed"),
@@ -253,7 +295,10 @@ impl Service {
             images: Arc::new(VectorIndex::build(params, vec![])),
             captions: Arc::new(VectorIndex::build(params, vec![])),
         };
-        self.indexes.write().unwrap_or_else(|p| p.into_inner()).insert(row.id, idx);
+        self.indexes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(row.id, idx);
         Ok(row)
     }
 
@@ -265,7 +310,10 @@ impl Service {
     pub async fn delete_collection(&self, name: &str) -> Result<()> {
         validate_collection_name(name)?;
         let id = self.store.delete_collection(name).await?;
-        self.indexes.write().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        self.indexes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
         if let Some(dir) = &self.opts.snapshot_dir {
             for m in [Modality::Images, Modality::Captions] {
                 let base = snapshot_name(id, m);
@@ -283,47 +331,79 @@ impl Service {
     pub async fn embed_images(&self, images: Vec<Bytes>) -> Result<Vec<ImageEmbedding>> {
         let t = std::time::Instant::now();
         let n = images.len();
-        let r = self.pipeline.embed_images(images).await.map_err(|(i, e)| ServiceError::embed((n > 1).then_some(i), e));
+        let r = self
+            .pipeline
+            .embed_images(images)
+            .await
+            .map_err(|(i, e)| ServiceError::embed((n > 1).then_some(i), e));
         self.metrics.observe_embed("image", n, t.elapsed());
         r
     }
 
     pub async fn embed_texts(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
         let t = std::time::Instant::now();
-        let r = self.pipeline.embed_texts(texts).await.map_err(|(i, e)| ServiceError::embed((texts.len() > 1).then_some(i), e));
+        let r = self
+            .pipeline
+            .embed_texts(texts)
+            .await
+            .map_err(|(i, e)| ServiceError::embed((texts.len() > 1).then_some(i), e));
         self.metrics.observe_embed("text", texts.len(), t.elapsed());
         r
     }
 
-    pub async fn add_images(&self, collection: &str, inputs: Vec<ImageInput>) -> Result<Vec<AddedImage>> {
+    pub async fn add_images(
+        &self,
+        collection: &str,
+        inputs: Vec<ImageInput>,
+    ) -> Result<Vec<AddedImage>> {
         let c = self.collection(collection).await?;
         if inputs.is_empty() {
             return Err(ServiceError::Invalid("no images in the request".into()));
         }
         if inputs.len() > self.opts.max_batch {
-            return Err(ServiceError::Invalid(format!("{} images in one request; the limit is {}", inputs.len(), self.opts.max_batch)));
+            return Err(ServiceError::Invalid(format!(
+                "{} images in one request; the limit is {}",
+                inputs.len(),
+                self.opts.max_batch
+            )));
         }
         let mut seen = HashSet::new();
         for (i, inp) in inputs.iter().enumerate() {
             if let Some(e) = &inp.external_id {
                 if e.is_empty() || e.len() > 256 {
-                    return Err(ServiceError::Invalid(format!("image {i}: external_id must be 1-256 characters")));
+                    return Err(ServiceError::Invalid(format!(
+                        "image {i}: external_id must be 1-256 characters"
+                    )));
                 }
                 if !seen.insert(e.as_str()) {
-                    return Err(ServiceError::Store(StoreError::Conflict(format!("image {i}: external_id \"{e}\" appears twice in the request"))));
+                    return Err(ServiceError::Store(StoreError::Conflict(format!(
+                        "image {i}: external_id \"{e}\" appears twice in the request"
+                    ))));
                 }
             }
             if let Some(m) = &inp.metadata {
                 if !m.is_object() {
-                    return Err(ServiceError::Invalid(format!("image {i}: metadata must be a JSON object")));
+                    return Err(ServiceError::Invalid(format!(
+                        "image {i}: metadata must be a JSON object"
+                    )));
                 }
             }
         }
         // Captions are checked (tokenised) before the expensive image path runs.
-        let texts: Vec<String> = inputs.iter().flat_map(|i| i.captions.iter().cloned()).collect();
-        self.pipeline.tokenize(&texts).map_err(|(i, e)| ServiceError::Text { index: Some(i), source: e })?;
-        let (bytes, rest): (Vec<Bytes>, Vec<_>) =
-            inputs.into_iter().map(|i| (i.bytes, (i.external_id, i.metadata, i.captions))).unzip();
+        let texts: Vec<String> = inputs
+            .iter()
+            .flat_map(|i| i.captions.iter().cloned())
+            .collect();
+        self.pipeline
+            .tokenize(&texts)
+            .map_err(|(i, e)| ServiceError::Text {
+                index: Some(i),
+                source: e,
+            })?;
+        let (bytes, rest): (Vec<Bytes>, Vec<_>) = inputs
+            .into_iter()
+            .map(|i| (i.bytes, (i.external_id, i.metadata, i.captions)))
+            .unzip();
         let embeddings = self.embed_images(bytes).await?;
         let text_vecs = self.embed_texts(&texts).await?;
         let mut tv = text_vecs.into_iter();
@@ -337,11 +417,24 @@ impl Service {
                 height: e.height,
                 code: e.code.packed().to_vec(),
                 vector: e.vector,
-                captions: captions.into_iter().map(|t| (t, tv.next().unwrap_or_default())).collect(),
+                captions: captions
+                    .into_iter()
+                    .map(|t| (t, tv.next().unwrap_or_default()))
+                    .collect(),
             })
             .collect();
         let b = &self.pipeline.bundle;
-        let ids = self.store.insert_images(c.id, &rows, Provenance { bundle_id: &b.id, vision_id: &b.vision_id }).await?;
+        let ids = self
+            .store
+            .insert_images(
+                c.id,
+                &rows,
+                Provenance {
+                    bundle_id: &b.id,
+                    vision_id: &b.vision_id,
+                },
+            )
+            .await?;
         // Committed: now make them searchable.
         let idx = self.indexes_of(c.id)?;
         let mut out = Vec::with_capacity(rows.len());
@@ -350,7 +443,13 @@ impl Service {
             for ((_, v), cid) in row.captions.into_iter().zip(&cap_ids) {
                 idx.captions.insert(*cid, v);
             }
-            out.push(AddedImage { id, external_id: row.external_id, caption_ids: cap_ids, width: row.width, height: row.height });
+            out.push(AddedImage {
+                id,
+                external_id: row.external_id,
+                caption_ids: cap_ids,
+                width: row.width,
+                height: row.height,
+            });
         }
         self.update_gauges();
         Ok(out)
@@ -366,8 +465,9 @@ impl Service {
     pub async fn image_code(&self, collection: &str, id: i64) -> Result<TernaryCode> {
         let c = self.collection(collection).await?;
         let raw = self.store.image_code(c.id, id).await?;
-        TernaryCode::from_packed(self.pipeline.projection().fne_dim(), raw)
-            .map_err(|e| ServiceError::Unavailable(format!("stored code of image {id} is unusable: {e}")))
+        TernaryCode::from_packed(self.pipeline.projection().fne_dim(), raw).map_err(|e| {
+            ServiceError::Unavailable(format!("stored code of image {id} is unusable: {e}"))
+        })
     }
 
     pub async fn delete_image(&self, collection: &str, id: i64) -> Result<()> {
@@ -389,26 +489,50 @@ impl Service {
         }
     }
 
-    pub async fn list_images(&self, collection: &str, filter: &BTreeMap<String, Value>, offset: i64, limit: i64) -> Result<Vec<ImageRow>> {
+    pub async fn list_images(
+        &self,
+        collection: &str,
+        filter: &BTreeMap<String, Value>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<ImageRow>> {
         let c = self.collection(collection).await?;
         Ok(self.store.list_images(c.id, filter, offset, limit).await?)
     }
 
     // ---- captions ----
 
-    pub async fn add_captions(&self, collection: &str, caps: Vec<(Option<i64>, String)>) -> Result<Vec<i64>> {
+    pub async fn add_captions(
+        &self,
+        collection: &str,
+        caps: Vec<(Option<i64>, String)>,
+    ) -> Result<Vec<i64>> {
         let c = self.collection(collection).await?;
         if caps.is_empty() {
             return Err(ServiceError::Invalid("no captions in the request".into()));
         }
         if caps.len() > self.opts.max_batch * 10 {
-            return Err(ServiceError::Invalid(format!("{} captions in one request; the limit is {}", caps.len(), self.opts.max_batch * 10)));
+            return Err(ServiceError::Invalid(format!(
+                "{} captions in one request; the limit is {}",
+                caps.len(),
+                self.opts.max_batch * 10
+            )));
         }
         let texts: Vec<String> = caps.iter().map(|(_, t)| t.clone()).collect();
         let vecs = self.embed_texts(&texts).await?;
-        let rows: Vec<NewCaption> =
-            caps.into_iter().zip(vecs).map(|((image_id, text), vector)| NewCaption { image_id, text, vector }).collect();
-        let ids = self.store.insert_captions(c.id, &rows, &self.pipeline.bundle.id).await?;
+        let rows: Vec<NewCaption> = caps
+            .into_iter()
+            .zip(vecs)
+            .map(|((image_id, text), vector)| NewCaption {
+                image_id,
+                text,
+                vector,
+            })
+            .collect();
+        let ids = self
+            .store
+            .insert_captions(c.id, &rows, &self.pipeline.bundle.id)
+            .await?;
         let idx = self.indexes_of(c.id)?;
         for (row, id) in rows.into_iter().zip(&ids) {
             idx.captions.insert(*id, row.vector);
@@ -417,9 +541,18 @@ impl Service {
         Ok(ids)
     }
 
-    pub async fn list_captions(&self, collection: &str, image_id: Option<i64>, offset: i64, limit: i64) -> Result<Vec<CaptionRow>> {
+    pub async fn list_captions(
+        &self,
+        collection: &str,
+        image_id: Option<i64>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<CaptionRow>> {
         let c = self.collection(collection).await?;
-        Ok(self.store.list_captions(c.id, image_id, offset, limit).await?)
+        Ok(self
+            .store
+            .list_captions(c.id, image_id, offset, limit)
+            .await?)
     }
 
     pub async fn delete_caption(&self, collection: &str, id: i64) -> Result<()> {
@@ -435,19 +568,38 @@ impl Service {
 
     fn check_window(&self, p: &SearchParams) -> Result<()> {
         if p.k == 0 || p.k > self.opts.max_k {
-            return Err(ServiceError::Invalid(format!("k is {}; it must be between 1 and {}", p.k, self.opts.max_k)));
+            return Err(ServiceError::Invalid(format!(
+                "k is {}; it must be between 1 and {}",
+                p.k, self.opts.max_k
+            )));
         }
         if p.offset > 10 * self.opts.max_k {
-            return Err(ServiceError::Invalid(format!("offset is {}; the largest offset is {}", p.offset, 10 * self.opts.max_k)));
+            return Err(ServiceError::Invalid(format!(
+                "offset is {}; the largest offset is {}",
+                p.offset,
+                10 * self.opts.max_k
+            )));
         }
         Ok(())
     }
 
     /// The query's vector and modality; for a stored image, also its id (excluded from image results).
-    async fn query_vector(&self, c: &CollectionRow, q: Query) -> Result<(Vec<f32>, Modality, Option<i64>)> {
+    async fn query_vector(
+        &self,
+        c: &CollectionRow,
+        q: Query,
+    ) -> Result<(Vec<f32>, Modality, Option<i64>)> {
         Ok(match q {
-            Query::Text(t) => (self.embed_texts(&[t]).await?.remove(0), Modality::Captions, None),
-            Query::Image(b) => (self.embed_images(vec![b]).await?.remove(0).vector, Modality::Images, None),
+            Query::Text(t) => (
+                self.embed_texts(&[t]).await?.remove(0),
+                Modality::Captions,
+                None,
+            ),
+            Query::Image(b) => (
+                self.embed_images(vec![b]).await?.remove(0).vector,
+                Modality::Images,
+                None,
+            ),
             Query::ImageId(id) => {
                 let v = match self.indexes_of(c.id)?.images.vector(id) {
                     Some(v) => v.to_vec(),
@@ -459,13 +611,25 @@ impl Service {
     }
 
     /// Internal search without the HTTP limits (for `eval`, which ranks against the whole split).
-    pub async fn rank(&self, collection_id: i64, target: Modality, q: &[f32], qm: Modality, k: usize) -> Result<Vec<(i64, f32)>> {
+    pub async fn rank(
+        &self,
+        collection_id: i64,
+        target: Modality,
+        q: &[f32],
+        qm: Modality,
+        k: usize,
+    ) -> Result<Vec<(i64, f32)>> {
         let idx = self.indexes_of(collection_id)?.get(target).clone();
         let score = Score::new(self.pipeline.similarity(), qm, target);
         Ok(idx.search(q, score, 0, k, None))
     }
 
-    pub async fn search_images(&self, collection: &str, q: Query, p: SearchParams) -> Result<Vec<ImageHit>> {
+    pub async fn search_images(
+        &self,
+        collection: &str,
+        q: Query,
+        p: SearchParams,
+    ) -> Result<Vec<ImageHit>> {
         self.check_window(&p)?;
         let t = std::time::Instant::now();
         let c = self.collection(collection).await?;
@@ -473,7 +637,13 @@ impl Service {
         let mut allowed: Option<HashSet<i64>> = if p.filter.is_empty() {
             None
         } else {
-            Some(self.store.filter_image_ids(c.id, &p.filter).await?.into_iter().collect())
+            Some(
+                self.store
+                    .filter_image_ids(c.id, &p.filter)
+                    .await?
+                    .into_iter()
+                    .collect(),
+            )
         };
         if let (Some(x), Some(a)) = (exclude, allowed.as_mut()) {
             a.remove(&x);
@@ -482,21 +652,43 @@ impl Service {
         let score = Score::new(self.pipeline.similarity(), qm, Modality::Images);
         let extra = usize::from(exclude.is_some() && allowed.is_none());
         let (offset, k) = (p.offset, p.k);
-        let hits = tokio::task::spawn_blocking(move || idx.search(&v, score, offset, k + extra, allowed.as_ref()))
-            .await
-            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        let hits: Vec<(i64, f32)> = hits.into_iter().filter(|(id, _)| Some(*id) != exclude).take(k).collect();
+        let hits = tokio::task::spawn_blocking(move || {
+            idx.search(&v, score, offset, k + extra, allowed.as_ref())
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        let hits: Vec<(i64, f32)> = hits
+            .into_iter()
+            .filter(|(id, _)| Some(*id) != exclude)
+            .take(k)
+            .collect();
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
-        let mut rows: HashMap<i64, ImageRow> = self.store.images_by_ids(c.id, &ids).await?.into_iter().map(|r| (r.id, r)).collect();
+        let mut rows: HashMap<i64, ImageRow> = self
+            .store
+            .images_by_ids(c.id, &ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.id, r))
+            .collect();
         self.metrics.observe_search("images", t.elapsed());
         // An id deleted between the index read and the row fetch simply drops out.
-        Ok(hits.into_iter().filter_map(|(id, score)| rows.remove(&id).map(|image| ImageHit { score, image })).collect())
+        Ok(hits
+            .into_iter()
+            .filter_map(|(id, score)| rows.remove(&id).map(|image| ImageHit { score, image }))
+            .collect())
     }
 
-    pub async fn search_captions(&self, collection: &str, q: Query, p: SearchParams) -> Result<Vec<CaptionHit>> {
+    pub async fn search_captions(
+        &self,
+        collection: &str,
+        q: Query,
+        p: SearchParams,
+    ) -> Result<Vec<CaptionHit>> {
         self.check_window(&p)?;
         if !p.filter.is_empty() {
-            return Err(ServiceError::Invalid("filters apply to image metadata; caption search takes none".into()));
+            return Err(ServiceError::Invalid(
+                "filters apply to image metadata; caption search takes none".into(),
+            ));
         }
         let t = std::time::Instant::now();
         let c = self.collection(collection).await?;
@@ -508,9 +700,21 @@ impl Service {
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
-        let mut rows: HashMap<i64, CaptionRow> = self.store.captions_by_ids(c.id, &ids).await?.into_iter().map(|r| (r.id, r)).collect();
+        let mut rows: HashMap<i64, CaptionRow> = self
+            .store
+            .captions_by_ids(c.id, &ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.id, r))
+            .collect();
         self.metrics.observe_search("captions", t.elapsed());
-        Ok(hits.into_iter().filter_map(|(id, score)| rows.remove(&id).map(|caption| CaptionHit { score, caption })).collect())
+        Ok(hits
+            .into_iter()
+            .filter_map(|(id, score)| {
+                rows.remove(&id)
+                    .map(|caption| CaptionHit { score, caption })
+            })
+            .collect())
     }
 
     // ---- reindex ----
@@ -535,12 +739,15 @@ impl Service {
                         b.vision_id
                     )));
                 }
-                let code = TernaryCode::from_packed(dim, code)
-                    .map_err(|e| ServiceError::Invalid(format!("image {id}: stored code is invalid: {e}")))?;
+                let code = TernaryCode::from_packed(dim, code).map_err(|e| {
+                    ServiceError::Invalid(format!("image {id}: stored code is invalid: {e}"))
+                })?;
                 rows.push((id, proj.project(&code)));
             }
             images += rows.len();
-            self.store.update_vectors(Modality::Images, &rows, &b.id).await?;
+            self.store
+                .update_vectors(Modality::Images, &rows, &b.id)
+                .await?;
         }
         let (mut after, mut captions) = (0, 0);
         loop {
@@ -550,11 +757,20 @@ impl Service {
             let (ids, texts): (Vec<i64>, Vec<String>) = page.into_iter().unzip();
             let vecs = self.embed_texts(&texts).await?;
             captions += ids.len();
-            self.store.update_vectors(Modality::Captions, &ids.into_iter().zip(vecs).collect::<Vec<_>>(), &b.id).await?;
+            self.store
+                .update_vectors(
+                    Modality::Captions,
+                    &ids.into_iter().zip(vecs).collect::<Vec<_>>(),
+                    &b.id,
+                )
+                .await?;
         }
         for c in self.store.list_collections().await? {
             let idx = self.load_indexes(&c).await?;
-            self.indexes.write().unwrap_or_else(|p| p.into_inner()).insert(c.id, idx);
+            self.indexes
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(c.id, idx);
         }
         self.update_gauges();
         Ok((images, captions))

@@ -7,7 +7,9 @@ use std::{collections::BTreeMap, path::Path, str::FromStr, time::Duration};
 use serde_json::Value;
 use sqlx::{
     Row,
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous},
+    sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    },
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -99,12 +101,17 @@ pub fn vector_to_blob(v: &[f32]) -> Vec<u8> {
 }
 
 pub fn blob_to_vector(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 /// RFC 3339 UTC timestamp, second precision (no date crate needed for this one format).
 pub fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0) as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Howard Hinnant's civil_from_days.
     let z = days + 719_468;
@@ -116,7 +123,12 @@ pub fn now_rfc3339() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 #[derive(Clone)]
@@ -142,15 +154,28 @@ impl Store {
         let opts = if memory {
             opts
         } else {
-            if let Some(dir) = opts.get_filename().parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| StoreError::Invalid(format!("cannot create {}: {e}", dir.display())))?;
+            if let Some(dir) = opts
+                .get_filename()
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+            {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    StoreError::Invalid(format!("cannot create {}: {e}", dir.display()))
+                })?;
             }
             // WAL + synchronous=FULL: readers never block the writer and a commit survives power loss.
-            opts.journal_mode(SqliteJournalMode::Wal).synchronous(SqliteSynchronous::Full)
+            opts.journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Full)
         };
         // An in-memory database exists per connection: keep exactly one.
         let max = if memory { 1 } else { 8 };
-        let pool = SqlitePoolOptions::new().max_connections(max).min_connections(1).idle_timeout(None).max_lifetime(None).connect_with(opts).await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(max)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(opts)
+            .await?;
         MIGRATOR.run(&pool).await?;
         Ok(Store { pool })
     }
@@ -171,7 +196,11 @@ impl Store {
 
     // ---- collections ----
 
-    pub async fn create_collection(&self, name: &str, description: &str) -> Result<CollectionRow, StoreError> {
+    pub async fn create_collection(
+        &self,
+        name: &str,
+        description: &str,
+    ) -> Result<CollectionRow, StoreError> {
         let now = now_rfc3339();
         let id: i64 = sqlx::query_scalar("INSERT INTO collections (name, description, created_at) VALUES ($1, $2, $3) RETURNING id")
             .bind(name)
@@ -180,7 +209,15 @@ impl Store {
             .fetch_one(&self.pool)
             .await
             .map_err(|e| conflict_or(e, || format!("a collection named \"{name}\" already exists")))?;
-        Ok(CollectionRow { id, name: name.into(), description: description.into(), created_at: now, generation: 0, images: 0, captions: 0 })
+        Ok(CollectionRow {
+            id,
+            name: name.into(),
+            description: description.into(),
+            created_at: now,
+            generation: 0,
+            images: 0,
+            captions: 0,
+        })
     }
 
     const COLLECTION_SELECT: &'static str = "SELECT c.id, c.name, c.description, c.created_at, c.generation, \
@@ -200,19 +237,30 @@ impl Store {
     }
 
     pub async fn list_collections(&self) -> Result<Vec<CollectionRow>, StoreError> {
-        let rows = sqlx::query(&format!("{} ORDER BY c.name", Self::COLLECTION_SELECT)).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(&format!("{} ORDER BY c.name", Self::COLLECTION_SELECT))
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows.iter().map(Self::collection_row).collect())
     }
 
     pub async fn collection(&self, name: &str) -> Result<CollectionRow, StoreError> {
-        let row = sqlx::query(&format!("{} WHERE c.name = $1", Self::COLLECTION_SELECT)).bind(name).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&format!("{} WHERE c.name = $1", Self::COLLECTION_SELECT))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(Self::collection_row).ok_or_else(|| {
-            StoreError::NotFound(format!("no collection named \"{name}\"; create it with POST /v1/collections"))
+            StoreError::NotFound(format!(
+                "no collection named \"{name}\"; create it with POST /v1/collections"
+            ))
         })
     }
 
     pub async fn delete_collection(&self, name: &str) -> Result<i64, StoreError> {
-        let id: Option<i64> = sqlx::query_scalar("DELETE FROM collections WHERE name = $1 RETURNING id").bind(name).fetch_optional(&self.pool).await?;
+        let id: Option<i64> =
+            sqlx::query_scalar("DELETE FROM collections WHERE name = $1 RETURNING id")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
         id.ok_or_else(|| StoreError::NotFound(format!("no collection named \"{name}\"")))
     }
 
@@ -256,7 +304,18 @@ impl Store {
             })?;
             let mut caps = Vec::with_capacity(img.captions.len());
             for (text, vector) in &img.captions {
-                caps.push(Self::insert_caption_tx(&mut tx, collection_id, Some(id), text, vector, prov.bundle_id, &now).await?);
+                caps.push(
+                    Self::insert_caption_tx(
+                        &mut tx,
+                        collection_id,
+                        Some(id),
+                        text,
+                        vector,
+                        prov.bundle_id,
+                        &now,
+                    )
+                    .await?,
+                );
             }
             out.push((id, caps));
         }
@@ -287,12 +346,19 @@ impl Store {
         .await?)
     }
 
-    async fn bump(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, collection_id: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE collections SET generation = generation + 1 WHERE id = $1").bind(collection_id).execute(&mut **tx).await?;
+    async fn bump(
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        collection_id: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE collections SET generation = generation + 1 WHERE id = $1")
+            .bind(collection_id)
+            .execute(&mut **tx)
+            .await?;
         Ok(())
     }
 
-    const IMAGE_COLUMNS: &'static str = "id, external_id, metadata, width, height, bundle_id, created_at";
+    const IMAGE_COLUMNS: &'static str =
+        "id, external_id, metadata, width, height, bundle_id, created_at";
 
     fn image_row(r: &sqlx::sqlite::SqliteRow) -> ImageRow {
         let meta: String = r.get("metadata");
@@ -308,30 +374,52 @@ impl Store {
     }
 
     pub async fn image(&self, collection_id: i64, id: i64) -> Result<ImageRow, StoreError> {
-        let r = sqlx::query(&format!("SELECT {} FROM images WHERE collection_id = $1 AND id = $2", Self::IMAGE_COLUMNS))
-            .bind(collection_id)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        r.as_ref().map(Self::image_row).ok_or_else(|| StoreError::NotFound(format!("no image {id} in this collection")))
-    }
-
-    pub async fn image_by_external_id(&self, collection_id: i64, external_id: &str) -> Result<ImageRow, StoreError> {
-        let r = sqlx::query(&format!("SELECT {} FROM images WHERE collection_id = $1 AND external_id = $2", Self::IMAGE_COLUMNS))
-            .bind(collection_id)
-            .bind(external_id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let r = sqlx::query(&format!(
+            "SELECT {} FROM images WHERE collection_id = $1 AND id = $2",
+            Self::IMAGE_COLUMNS
+        ))
+        .bind(collection_id)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
         r.as_ref()
             .map(Self::image_row)
-            .ok_or_else(|| StoreError::NotFound(format!("no image with external_id \"{external_id}\" in this collection")))
+            .ok_or_else(|| StoreError::NotFound(format!("no image {id} in this collection")))
     }
 
-    pub async fn images_by_ids(&self, collection_id: i64, ids: &[i64]) -> Result<Vec<ImageRow>, StoreError> {
+    pub async fn image_by_external_id(
+        &self,
+        collection_id: i64,
+        external_id: &str,
+    ) -> Result<ImageRow, StoreError> {
+        let r = sqlx::query(&format!(
+            "SELECT {} FROM images WHERE collection_id = $1 AND external_id = $2",
+            Self::IMAGE_COLUMNS
+        ))
+        .bind(collection_id)
+        .bind(external_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        r.as_ref().map(Self::image_row).ok_or_else(|| {
+            StoreError::NotFound(format!(
+                "no image with external_id \"{external_id}\" in this collection"
+            ))
+        })
+    }
+
+    pub async fn images_by_ids(
+        &self,
+        collection_id: i64,
+        ids: &[i64],
+    ) -> Result<Vec<ImageRow>, StoreError> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(500) {
             let marks: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
-            let sql = format!("SELECT {} FROM images WHERE collection_id = $1 AND id IN ({})", Self::IMAGE_COLUMNS, marks.join(","));
+            let sql = format!(
+                "SELECT {} FROM images WHERE collection_id = $1 AND id IN ({})",
+                Self::IMAGE_COLUMNS,
+                marks.join(",")
+            );
             let mut q = sqlx::query(&sql).bind(collection_id);
             for id in chunk {
                 q = q.bind(id);
@@ -342,20 +430,23 @@ impl Store {
     }
 
     pub async fn image_vector(&self, collection_id: i64, id: i64) -> Result<Vec<f32>, StoreError> {
-        let b: Option<Vec<u8>> = sqlx::query_scalar("SELECT vector FROM images WHERE collection_id = $1 AND id = $2")
-            .bind(collection_id)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        b.map(|b| blob_to_vector(&b)).ok_or_else(|| StoreError::NotFound(format!("no image {id} in this collection")))
+        let b: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT vector FROM images WHERE collection_id = $1 AND id = $2")
+                .bind(collection_id)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        b.map(|b| blob_to_vector(&b))
+            .ok_or_else(|| StoreError::NotFound(format!("no image {id} in this collection")))
     }
 
     pub async fn image_code(&self, collection_id: i64, id: i64) -> Result<Vec<u8>, StoreError> {
-        let b: Option<Vec<u8>> = sqlx::query_scalar("SELECT code FROM images WHERE collection_id = $1 AND id = $2")
-            .bind(collection_id)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let b: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT code FROM images WHERE collection_id = $1 AND id = $2")
+                .bind(collection_id)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
         b.ok_or_else(|| StoreError::NotFound(format!("no image {id} in this collection")))
     }
 
@@ -376,11 +467,19 @@ impl Store {
         for b in binds {
             q = b.bind(q);
         }
-        Ok(q.fetch_all(&self.pool).await?.iter().map(Self::image_row).collect())
+        Ok(q.fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(Self::image_row)
+            .collect())
     }
 
     /// Ids of the images matching a metadata filter (for filtered search).
-    pub async fn filter_image_ids(&self, collection_id: i64, filter: &BTreeMap<String, Value>) -> Result<Vec<i64>, StoreError> {
+    pub async fn filter_image_ids(
+        &self,
+        collection_id: i64,
+        filter: &BTreeMap<String, Value>,
+    ) -> Result<Vec<i64>, StoreError> {
         let (clause, binds) = Self::filter_sql(filter, 2)?;
         let sql = format!("SELECT id FROM images WHERE collection_id = $1{clause} ORDER BY id");
         let mut q = sqlx::query_scalar::<_, i64>(&sql).bind(collection_id);
@@ -395,11 +494,19 @@ impl Store {
     }
 
     /// Equality on top-level metadata keys. SQLite's json_extract; Postgres would use `metadata->>key`.
-    fn filter_sql(filter: &BTreeMap<String, Value>, first: usize) -> Result<(String, Vec<Bind>), StoreError> {
+    fn filter_sql(
+        filter: &BTreeMap<String, Value>,
+        first: usize,
+    ) -> Result<(String, Vec<Bind>), StoreError> {
         let mut clause = String::new();
         let mut binds = Vec::new();
         for (i, (k, v)) in filter.iter().enumerate() {
-            if k.is_empty() || k.len() > 64 || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            if k.is_empty()
+                || k.len() > 64
+                || !k
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
                 return Err(StoreError::Invalid(format!(
                     "filter key \"{k}\" is not allowed: use 1-64 letters, digits, '_' or '-'"
                 )));
@@ -417,17 +524,29 @@ impl Store {
                     )));
                 }
             });
-            clause.push_str(&format!(" AND json_extract(metadata, '$.\"{k}\"') = ${}", first + i));
+            clause.push_str(&format!(
+                " AND json_extract(metadata, '$.\"{k}\"') = ${}",
+                first + i
+            ));
         }
         Ok((clause, binds))
     }
 
     pub async fn delete_image(&self, collection_id: i64, id: i64) -> Result<Vec<i64>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let caps: Vec<i64> = sqlx::query_scalar("SELECT id FROM captions WHERE image_id = $1").bind(id).fetch_all(&mut *tx).await?;
-        let n = sqlx::query("DELETE FROM images WHERE collection_id = $1 AND id = $2").bind(collection_id).bind(id).execute(&mut *tx).await?;
+        let caps: Vec<i64> = sqlx::query_scalar("SELECT id FROM captions WHERE image_id = $1")
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?;
+        let n = sqlx::query("DELETE FROM images WHERE collection_id = $1 AND id = $2")
+            .bind(collection_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         if n.rows_affected() == 0 {
-            return Err(StoreError::NotFound(format!("no image {id} in this collection")));
+            return Err(StoreError::NotFound(format!(
+                "no image {id} in this collection"
+            )));
         }
         Self::bump(&mut tx, collection_id).await?;
         tx.commit().await?;
@@ -436,22 +555,42 @@ impl Store {
 
     // ---- captions ----
 
-    pub async fn insert_captions(&self, collection_id: i64, caps: &[NewCaption], bundle_id: &str) -> Result<Vec<i64>, StoreError> {
+    pub async fn insert_captions(
+        &self,
+        collection_id: i64,
+        caps: &[NewCaption],
+        bundle_id: &str,
+    ) -> Result<Vec<i64>, StoreError> {
         let now = now_rfc3339();
         let mut tx = self.pool.begin().await?;
         let mut ids = Vec::with_capacity(caps.len());
         for (i, c) in caps.iter().enumerate() {
             if let Some(image_id) = c.image_id {
-                let ok: Option<i64> = sqlx::query_scalar("SELECT id FROM images WHERE collection_id = $1 AND id = $2")
-                    .bind(collection_id)
-                    .bind(image_id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+                let ok: Option<i64> = sqlx::query_scalar(
+                    "SELECT id FROM images WHERE collection_id = $1 AND id = $2",
+                )
+                .bind(collection_id)
+                .bind(image_id)
+                .fetch_optional(&mut *tx)
+                .await?;
                 if ok.is_none() {
-                    return Err(StoreError::NotFound(format!("caption {i}: no image {image_id} in this collection")));
+                    return Err(StoreError::NotFound(format!(
+                        "caption {i}: no image {image_id} in this collection"
+                    )));
                 }
             }
-            ids.push(Self::insert_caption_tx(&mut tx, collection_id, c.image_id, &c.text, &c.vector, bundle_id, &now).await?);
+            ids.push(
+                Self::insert_caption_tx(
+                    &mut tx,
+                    collection_id,
+                    c.image_id,
+                    &c.text,
+                    &c.vector,
+                    bundle_id,
+                    &now,
+                )
+                .await?,
+            );
         }
         Self::bump(&mut tx, collection_id).await?;
         tx.commit().await?;
@@ -459,10 +598,21 @@ impl Store {
     }
 
     fn caption_row(r: &sqlx::sqlite::SqliteRow) -> CaptionRow {
-        CaptionRow { id: r.get("id"), image_id: r.get("image_id"), text: r.get("text"), created_at: r.get("created_at") }
+        CaptionRow {
+            id: r.get("id"),
+            image_id: r.get("image_id"),
+            text: r.get("text"),
+            created_at: r.get("created_at"),
+        }
     }
 
-    pub async fn list_captions(&self, collection_id: i64, image_id: Option<i64>, offset: i64, limit: i64) -> Result<Vec<CaptionRow>, StoreError> {
+    pub async fn list_captions(
+        &self,
+        collection_id: i64,
+        image_id: Option<i64>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<CaptionRow>, StoreError> {
         let rows = match image_id {
             Some(img) => sqlx::query(&format!(
                 "SELECT id, image_id, text, created_at FROM captions WHERE collection_id = $1 AND image_id = $2 ORDER BY id LIMIT {limit} OFFSET {offset}"
@@ -481,7 +631,11 @@ impl Store {
         Ok(rows.iter().map(Self::caption_row).collect())
     }
 
-    pub async fn captions_by_ids(&self, collection_id: i64, ids: &[i64]) -> Result<Vec<CaptionRow>, StoreError> {
+    pub async fn captions_by_ids(
+        &self,
+        collection_id: i64,
+        ids: &[i64],
+    ) -> Result<Vec<CaptionRow>, StoreError> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(500) {
             let marks: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
@@ -500,9 +654,15 @@ impl Store {
 
     pub async fn delete_caption(&self, collection_id: i64, id: i64) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        let n = sqlx::query("DELETE FROM captions WHERE collection_id = $1 AND id = $2").bind(collection_id).bind(id).execute(&mut *tx).await?;
+        let n = sqlx::query("DELETE FROM captions WHERE collection_id = $1 AND id = $2")
+            .bind(collection_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         if n.rows_affected() == 0 {
-            return Err(StoreError::NotFound(format!("no caption {id} in this collection")));
+            return Err(StoreError::NotFound(format!(
+                "no caption {id} in this collection"
+            )));
         }
         Self::bump(&mut tx, collection_id).await?;
         tx.commit().await?;
@@ -512,46 +672,108 @@ impl Store {
     // ---- index building and reindex ----
 
     /// Every (id, vector) of one modality, for building the index.
-    pub async fn vectors(&self, collection_id: i64, modality: Modality) -> Result<Vec<(i64, Vec<f32>)>, StoreError> {
-        let sql = format!("SELECT id, vector FROM {} WHERE collection_id = $1 ORDER BY id", modality.as_str());
-        let rows = sqlx::query(&sql).bind(collection_id).fetch_all(&self.pool).await?;
-        Ok(rows.iter().map(|r| (r.get::<i64, _>("id"), blob_to_vector(r.get::<&[u8], _>("vector")))).collect())
+    pub async fn vectors(
+        &self,
+        collection_id: i64,
+        modality: Modality,
+    ) -> Result<Vec<(i64, Vec<f32>)>, StoreError> {
+        let sql = format!(
+            "SELECT id, vector FROM {} WHERE collection_id = $1 ORDER BY id",
+            modality.as_str()
+        );
+        let rows = sqlx::query(&sql)
+            .bind(collection_id)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<i64, _>("id"),
+                    blob_to_vector(r.get::<&[u8], _>("vector")),
+                )
+            })
+            .collect())
     }
 
     /// (bundle_id, vision_id, count) of the stored image vectors, to detect vectors from another bundle.
     pub async fn image_provenance(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        let rows = sqlx::query("SELECT bundle_id, vision_id, COUNT(*) AS n FROM images GROUP BY bundle_id, vision_id").fetch_all(&self.pool).await?;
-        Ok(rows.iter().map(|r| (r.get("bundle_id"), r.get("vision_id"), r.get("n"))).collect())
+        let rows = sqlx::query(
+            "SELECT bundle_id, vision_id, COUNT(*) AS n FROM images GROUP BY bundle_id, vision_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get("bundle_id"), r.get("vision_id"), r.get("n")))
+            .collect())
     }
 
     pub async fn caption_provenance(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        let rows = sqlx::query("SELECT bundle_id, COUNT(*) AS n FROM captions GROUP BY bundle_id").fetch_all(&self.pool).await?;
-        Ok(rows.iter().map(|r| (r.get("bundle_id"), r.get("n"))).collect())
+        let rows = sqlx::query("SELECT bundle_id, COUNT(*) AS n FROM captions GROUP BY bundle_id")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get("bundle_id"), r.get("n")))
+            .collect())
     }
 
     /// A page of (id, code, vision_id) of all images after `after`, for reindexing.
-    pub async fn codes_page(&self, after: i64, limit: i64) -> Result<Vec<(i64, Vec<u8>, String)>, StoreError> {
-        let rows = sqlx::query("SELECT id, code, vision_id FROM images WHERE id > $1 ORDER BY id LIMIT $2")
+    pub async fn codes_page(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, Vec<u8>, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, code, vision_id FROM images WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get("id"), r.get("code"), r.get("vision_id")))
+            .collect())
+    }
+
+    pub async fn captions_page(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        let rows = sqlx::query("SELECT id, text FROM captions WHERE id > $1 ORDER BY id LIMIT $2")
             .bind(after)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        Ok(rows.iter().map(|r| (r.get("id"), r.get("code"), r.get("vision_id"))).collect())
-    }
-
-    pub async fn captions_page(&self, after: i64, limit: i64) -> Result<Vec<(i64, String)>, StoreError> {
-        let rows = sqlx::query("SELECT id, text FROM captions WHERE id > $1 ORDER BY id LIMIT $2").bind(after).bind(limit).fetch_all(&self.pool).await?;
         Ok(rows.iter().map(|r| (r.get("id"), r.get("text"))).collect())
     }
 
     /// Rewrites vectors in one transaction and bumps every collection's generation (their snapshots go stale).
-    pub async fn update_vectors(&self, modality: Modality, rows: &[(i64, Vec<f32>)], bundle_id: &str) -> Result<(), StoreError> {
+    pub async fn update_vectors(
+        &self,
+        modality: Modality,
+        rows: &[(i64, Vec<f32>)],
+        bundle_id: &str,
+    ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        let sql = format!("UPDATE {} SET vector = $1, bundle_id = $2 WHERE id = $3", modality.as_str());
+        let sql = format!(
+            "UPDATE {} SET vector = $1, bundle_id = $2 WHERE id = $3",
+            modality.as_str()
+        );
         for (id, v) in rows {
-            sqlx::query(&sql).bind(vector_to_blob(v)).bind(bundle_id).bind(id).execute(&mut *tx).await?;
+            sqlx::query(&sql)
+                .bind(vector_to_blob(v))
+                .bind(bundle_id)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
         }
-        sqlx::query("UPDATE collections SET generation = generation + 1").execute(&mut *tx).await?;
+        sqlx::query("UPDATE collections SET generation = generation + 1")
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }

@@ -6,7 +6,9 @@ use crate::bundle::Bundle;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TextError {
-    #[error("the text is empty or only whitespace; send a sentence such as \"a dog running on the beach\"")]
+    #[error(
+        "the text is empty or only whitespace; send a sentence such as \"a dog running on the beach\""
+    )]
     Empty,
     #[error("the text is {chars} characters long; the limit is {max}")]
     TooLong { chars: usize, max: usize },
@@ -27,9 +29,15 @@ pub struct TextTokenizer {
 impl TextTokenizer {
     pub fn new(bundle: &Bundle, max_chars: usize) -> Result<TextTokenizer, TextError> {
         let path = bundle.path(&bundle.manifest.text.tokenizer);
-        let tokenizer = Tokenizer::from_file(&path)
-            .map_err(|e| TextError::Load { path: path.display().to_string(), message: e.to_string() })?;
-        Ok(TextTokenizer { tokenizer, max_tokens: bundle.manifest.text.max_tokens, max_chars })
+        let tokenizer = Tokenizer::from_file(&path).map_err(|e| TextError::Load {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(TextTokenizer {
+            tokenizer,
+            max_tokens: bundle.manifest.text.max_tokens,
+            max_chars,
+        })
     }
 
     /// Validates and tokenises one sentence: ids cut to `max_tokens`, no special tokens added.
@@ -39,10 +47,21 @@ impl TextTokenizer {
         }
         let chars = text.chars().count();
         if chars > self.max_chars {
-            return Err(TextError::TooLong { chars, max: self.max_chars });
+            return Err(TextError::TooLong {
+                chars,
+                max: self.max_chars,
+            });
         }
-        let enc = self.tokenizer.encode(text, false).map_err(|e| TextError::Tokenize(e.to_string()))?;
-        let ids: Vec<i64> = enc.get_ids().iter().take(self.max_tokens).map(|&i| i64::from(i)).collect();
+        let enc = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| TextError::Tokenize(e.to_string()))?;
+        let ids: Vec<i64> = enc
+            .get_ids()
+            .iter()
+            .take(self.max_tokens)
+            .map(|&i| i64::from(i))
+            .collect();
         if ids.is_empty() {
             return Err(TextError::NoTokens(text.to_string()));
         }

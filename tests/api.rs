@@ -12,7 +12,12 @@ async fn add_search_delete_and_survive_a_restart() {
     // exact-below 0: every search goes through HNSW, the path large collections take.
     let app = TestApp::start(&db, &["--exact-below", "0"]).await;
 
-    let (s, body) = app.post_json("/v1/collections", json!({"name": "shop", "description": "fixtures"})).await;
+    let (s, body) = app
+        .post_json(
+            "/v1/collections",
+            json!({"name": "shop", "description": "fixtures"}),
+        )
+        .await;
     assert_eq!(s, 201, "{body}");
 
     // One image by multipart, with fields.
@@ -20,12 +25,19 @@ async fn add_search_delete_and_survive_a_restart() {
         .post_multipart(
             "/v1/collections/shop/images",
             vec![("fixture_0.png".into(), fixture_image(0))],
-            &[("external_id", "img-0".into()), ("metadata", r#"{"color":"red","n":0}"#.into()), ("caption", "a red square on a table".into())],
+            &[
+                ("external_id", "img-0".into()),
+                ("metadata", r#"{"color":"red","n":0}"#.into()),
+                ("caption", "a red square on a table".into()),
+            ],
         )
         .await;
     assert_eq!(s, 201, "{body}");
     assert_eq!(body["images"][0]["external_id"], "img-0");
-    assert_eq!(body["images"][0]["caption_ids"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        body["images"][0]["caption_ids"].as_array().map(Vec::len),
+        Some(1)
+    );
 
     // A batch by JSON/base64.
     let images: Vec<_> = (1..8)
@@ -35,105 +47,247 @@ async fn add_search_delete_and_survive_a_restart() {
                    "captions": [format!("picture number {i} with a dog"), format!("a man on the beach {i}")]})
         })
         .collect();
-    let (s, body) = app.post_json("/v1/collections/shop/images", json!({ "images": images })).await;
+    let (s, body) = app
+        .post_json("/v1/collections/shop/images", json!({ "images": images }))
+        .await;
     assert_eq!(s, 201, "{body}");
-    let ids: Vec<i64> = body["images"].as_array().expect("images").iter().map(|i| i["id"].as_i64().expect("id")).collect();
+    let ids: Vec<i64> = body["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .map(|i| i["id"].as_i64().expect("id"))
+        .collect();
     assert_eq!(ids.len(), 7);
 
     // A stand-alone caption (annotation candidate).
-    let (s, body) = app.post_json("/v1/collections/shop/captions", json!({"captions": [{"text": "a dog running on the beach"}]})).await;
+    let (s, body) = app
+        .post_json(
+            "/v1/collections/shop/captions",
+            json!({"captions": [{"text": "a dog running on the beach"}]}),
+        )
+        .await;
     assert_eq!(s, 201, "{body}");
 
     let (s, c) = app.get_json("/v1/collections/shop").await;
     assert_eq!(s, 200);
-    assert_eq!((c["images"].as_i64(), c["captions"].as_i64()), (Some(8), Some(16)));
+    assert_eq!(
+        (c["images"].as_i64(), c["captions"].as_i64()),
+        (Some(8), Some(16))
+    );
 
     // Search images by an uploaded image: the same picture comes first, with cosine ~1.
-    let (s, r) = app.post_multipart("/v1/collections/shop/images/search", vec![("q.png".into(), fixture_image(3))], &[("k", "3".into())]).await;
+    let (s, r) = app
+        .post_multipart(
+            "/v1/collections/shop/images/search",
+            vec![("q.png".into(), fixture_image(3))],
+            &[("k", "3".into())],
+        )
+        .await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["results"].as_array().map(Vec::len), Some(3));
     assert_eq!(r["results"][0]["image"]["external_id"], "img-3");
     assert!(r["results"][0]["score"].as_f64().expect("score") > 0.999);
 
     // By a stored image id: itself excluded, k results.
-    let (s, r) = app.post_json("/v1/collections/shop/images/search", json!({"image_id": ids[0], "k": 4})).await;
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/shop/images/search",
+            json!({"image_id": ids[0], "k": 4}),
+        )
+        .await;
     assert_eq!(s, 200, "{r}");
-    let got: Vec<i64> = r["results"].as_array().expect("results").iter().map(|h| h["image"]["id"].as_i64().expect("id")).collect();
+    let got: Vec<i64> = r["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|h| h["image"]["id"].as_i64().expect("id"))
+        .collect();
     assert_eq!(got.len(), 4);
     assert!(!got.contains(&ids[0]));
 
     // By text, with a metadata filter and paging.
-    let (s, r) = app.post_json("/v1/collections/shop/images/search", json!({"text": "a dog running on the beach", "k": 10, "filter": {"color": "red"}})).await;
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/shop/images/search",
+            json!({"text": "a dog running on the beach", "k": 10, "filter": {"color": "red"}}),
+        )
+        .await;
     assert_eq!(s, 200, "{r}");
     let hits = r["results"].as_array().expect("results");
     assert_eq!(hits.len(), 4, "img-0, 2, 4, 6 are red");
-    assert!(hits.iter().all(|h| h["image"]["metadata"]["color"] == "red"));
-    let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().expect("score")).collect();
+    assert!(
+        hits.iter()
+            .all(|h| h["image"]["metadata"]["color"] == "red")
+    );
+    let scores: Vec<f64> = hits
+        .iter()
+        .map(|h| h["score"].as_f64().expect("score"))
+        .collect();
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "sorted by score");
     let (_, page2) = app.post_json("/v1/collections/shop/images/search", json!({"text": "a dog running on the beach", "k": 2, "offset": 2, "filter": {"color": "red"}})).await;
     assert_eq!(page2["results"][0]["image"]["id"], hits[2]["image"]["id"]);
 
     // Annotation: captions for an uploaded image and for a stored one.
-    let (s, r) = app.post_multipart("/v1/collections/shop/captions/search", vec![("q.png".into(), fixture_image(5))], &[("k", "5".into())]).await;
+    let (s, r) = app
+        .post_multipart(
+            "/v1/collections/shop/captions/search",
+            vec![("q.png".into(), fixture_image(5))],
+            &[("k", "5".into())],
+        )
+        .await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["results"].as_array().map(Vec::len), Some(5));
-    let (s, r) = app.post_json("/v1/collections/shop/captions/search", json!({"image_id": ids[4], "k": 16})).await;
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/shop/captions/search",
+            json!({"image_id": ids[4], "k": 16}),
+        )
+        .await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["results"].as_array().map(Vec::len), Some(16));
 
     // Embeddings.
-    let (s, r) = app.post_json("/v1/embed/text", json!({"texts": ["a dog", "two cats"]})).await;
+    let (s, r) = app
+        .post_json("/v1/embed/text", json!({"texts": ["a dog", "two cats"]}))
+        .await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["embeddings"].as_array().map(Vec::len), Some(2));
-    let (s, r) = app.post_json("/v1/embed/image", json!({"image": b64(&fixture_image(2))})).await;
+    let (s, r) = app
+        .post_json("/v1/embed/image", json!({"image": b64(&fixture_image(2))}))
+        .await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["code"]["dim"], 144);
 
     // Delete an image: gone from get, list and every search.
     let victim = ids[2]; // img-3
-    assert_eq!(app.delete(&format!("/v1/collections/shop/images/{victim}")).await, 204);
-    assert_eq!(app.get_json(&format!("/v1/collections/shop/images/{victim}")).await.0, 404);
-    assert_eq!(app.delete(&format!("/v1/collections/shop/images/{victim}")).await, 404);
-    let (_, r) = app.post_multipart("/v1/collections/shop/images/search", vec![("q.png".into(), fixture_image(3))], &[("k", "10".into())]).await;
-    let after: Vec<i64> = r["results"].as_array().expect("results").iter().map(|h| h["image"]["id"].as_i64().expect("id")).collect();
+    assert_eq!(
+        app.delete(&format!("/v1/collections/shop/images/{victim}"))
+            .await,
+        204
+    );
+    assert_eq!(
+        app.get_json(&format!("/v1/collections/shop/images/{victim}"))
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        app.delete(&format!("/v1/collections/shop/images/{victim}"))
+            .await,
+        404
+    );
+    let (_, r) = app
+        .post_multipart(
+            "/v1/collections/shop/images/search",
+            vec![("q.png".into(), fixture_image(3))],
+            &[("k", "10".into())],
+        )
+        .await;
+    let after: Vec<i64> = r["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|h| h["image"]["id"].as_i64().expect("id"))
+        .collect();
     assert_eq!(after.len(), 7);
     assert!(!after.contains(&victim));
-    let (_, caps) = app.get_json(&format!("/v1/collections/shop/captions?image_id={victim}")).await;
-    assert_eq!(caps["captions"].as_array().map(Vec::len), Some(0), "its captions went with it");
+    let (_, caps) = app
+        .get_json(&format!("/v1/collections/shop/captions?image_id={victim}"))
+        .await;
+    assert_eq!(
+        caps["captions"].as_array().map(Vec::len),
+        Some(0),
+        "its captions went with it"
+    );
 
     // The served API description is the committed one.
-    let served = app.client.get(app.url("/openapi.yaml")).send().await.expect("openapi").text().await.expect("text");
-    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).expect("openapi.yaml");
-    assert_eq!(served, committed, "served /openapi.yaml differs from the committed openapi.yaml");
+    let served = app
+        .client
+        .get(app.url("/openapi.yaml"))
+        .send()
+        .await
+        .expect("openapi")
+        .text()
+        .await
+        .expect("text");
+    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml"))
+        .expect("openapi.yaml");
+    assert_eq!(
+        served, committed,
+        "served /openapi.yaml differs from the committed openapi.yaml"
+    );
 
-    let metrics = app.client.get(app.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
-    assert!(metrics.contains("jointspace_http_requests_total"), "{metrics}");
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("jointspace_http_requests_total"),
+        "{metrics}"
+    );
     assert_eq!(app.get_json("/readyz").await.0, 200);
 
     // Restart on the same database: everything is still there and found (graceful stop writes snapshots).
     app.stop().await;
     let app = TestApp::start(&db, &["--exact-below", "0"]).await;
     let (_, c) = app.get_json("/v1/collections/shop").await;
-    assert_eq!((c["images"].as_i64(), c["captions"].as_i64()), (Some(7), Some(14)));
-    let (s, r) = app.post_multipart("/v1/collections/shop/images/search", vec![("q.png".into(), fixture_image(6))], &[("k", "10".into())]).await;
+    assert_eq!(
+        (c["images"].as_i64(), c["captions"].as_i64()),
+        (Some(7), Some(14))
+    );
+    let (s, r) = app
+        .post_multipart(
+            "/v1/collections/shop/images/search",
+            vec![("q.png".into(), fixture_image(6))],
+            &[("k", "10".into())],
+        )
+        .await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["results"][0]["image"]["external_id"], "img-6");
     assert_eq!(r["results"].as_array().map(Vec::len), Some(7));
-    let (_, r) = app.post_json("/v1/collections/shop/captions/search", json!({"text": "a dog running on the beach", "k": 1})).await;
-    assert_eq!(r["results"][0]["caption"]["text"], "a dog running on the beach");
+    let (_, r) = app
+        .post_json(
+            "/v1/collections/shop/captions/search",
+            json!({"text": "a dog running on the beach", "k": 1}),
+        )
+        .await;
+    assert_eq!(
+        r["results"][0]["caption"]["text"],
+        "a dog running on the beach"
+    );
 
     // A restart without a snapshot (deleted) rebuilds from the database and finds the same.
     app.stop().await;
     std::fs::remove_dir_all(db.parent().expect("dir").join("index")).expect("snapshot dir exists");
     let app = TestApp::start(&db, &["--exact-below", "0"]).await;
-    let (_, r) = app.post_multipart("/v1/collections/shop/images/search", vec![("q.png".into(), fixture_image(6))], &[("k", "1".into())]).await;
+    let (_, r) = app
+        .post_multipart(
+            "/v1/collections/shop/images/search",
+            vec![("q.png".into(), fixture_image(6))],
+            &[("k", "1".into())],
+        )
+        .await;
     assert_eq!(r["results"][0]["image"]["external_id"], "img-6");
 
     // Reindex from the stored codes gives the same vectors (same bundle): same answers.
     let (s, r) = app.post_json("/v1/admin/reindex", json!({})).await;
     assert_eq!(s, 200, "{r}");
-    assert_eq!((r["images"].as_i64(), r["captions"].as_i64()), (Some(7), Some(14)));
-    let (_, r) = app.post_multipart("/v1/collections/shop/images/search", vec![("q.png".into(), fixture_image(6))], &[("k", "1".into())]).await;
+    assert_eq!(
+        (r["images"].as_i64(), r["captions"].as_i64()),
+        (Some(7), Some(14))
+    );
+    let (_, r) = app
+        .post_multipart(
+            "/v1/collections/shop/images/search",
+            vec![("q.png".into(), fixture_image(6))],
+            &[("k", "1".into())],
+        )
+        .await;
     assert_eq!(r["results"][0]["image"]["external_id"], "img-6");
     assert!(r["results"][0]["score"].as_f64().expect("score") > 0.999);
 

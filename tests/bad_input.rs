@@ -10,7 +10,11 @@ fn crc32(data: &[u8]) -> u32 {
     for &b in data {
         c ^= u32::from(b);
         for _ in 0..8 {
-            c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
         }
     }
     !c
@@ -32,22 +36,35 @@ fn bomb_png() -> Vec<u8> {
     ihdr.extend_from_slice(&20000u32.to_be_bytes());
     ihdr.extend_from_slice(&[8, 2, 0, 0, 0]); // 8-bit RGB
     chunk(&mut png, b"IHDR", &ihdr);
-    chunk(&mut png, b"IDAT", &[0x78, 0x9c, 0x63, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01]);
+    chunk(
+        &mut png,
+        b"IDAT",
+        &[0x78, 0x9c, 0x63, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01],
+    );
     chunk(&mut png, b"IEND", &[]);
     png
 }
 
 fn tiny_png() -> Vec<u8> {
     let mut out = std::io::Cursor::new(Vec::new());
-    image::RgbImage::new(1, 1).write_to(&mut out, image::ImageFormat::Png).expect("encode");
+    image::RgbImage::new(1, 1)
+        .write_to(&mut out, image::ImageFormat::Png)
+        .expect("encode");
     out.into_inner()
 }
 
 fn assert_error(status: u16, body: &Value, want: u16, what: &str) {
     assert_eq!(status, want, "{what}: {body}");
-    assert_eq!(body["error"]["status"].as_u64(), Some(u64::from(want)), "{what}: error shape {body}");
+    assert_eq!(
+        body["error"]["status"].as_u64(),
+        Some(u64::from(want)),
+        "{what}: error shape {body}"
+    );
     let msg = body["error"]["message"].as_str().unwrap_or("");
-    assert!(msg.len() > 10, "{what}: the message should say what to do: {body}");
+    assert!(
+        msg.len() > 10,
+        "{what}: the message should say what to do: {body}"
+    );
 }
 
 #[tokio::test]
@@ -56,86 +73,216 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
     let app = TestApp::start(&dir.path().join("js.db"), &[]).await;
     let (s, _) = app.post_json("/v1/collections", json!({"name": "c"})).await;
     assert_eq!(s, 201);
-    let (s, _) = app.post_json("/v1/collections/c/images", json!({"images": [{"data": b64(&fixture_image(0)), "external_id": "a"}]})).await;
+    let (s, _) = app
+        .post_json(
+            "/v1/collections/c/images",
+            json!({"images": [{"data": b64(&fixture_image(0)), "external_id": "a"}]}),
+        )
+        .await;
     assert_eq!(s, 201);
 
     let png = fixture_image(1);
-    let jpg = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jpeg/fixture_4_q90.jpg")).expect("jpeg");
+    let jpg = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/jpeg/fixture_4_q90.jpg"
+    ))
+    .expect("jpeg");
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         ("zero-byte", vec![], 400),
         ("truncated PNG", png[..png.len() / 2].to_vec(), 422),
         ("truncated JPEG", jpg[..jpg.len() / 2].to_vec(), 422),
-        ("non-image", b"this is not an image, it is a sentence".to_vec(), 415),
+        (
+            "non-image",
+            b"this is not an image, it is a sentence".to_vec(),
+            415,
+        ),
         ("1x1", tiny_png(), 422),
         ("20000x20000 PNG", bomb_png(), 413),
     ];
     for (what, bytes, want) in cases {
-        let (s, body) = app.post_multipart("/v1/collections/c/images", vec![("x.png".into(), bytes.clone())], &[]).await;
+        let (s, body) = app
+            .post_multipart(
+                "/v1/collections/c/images",
+                vec![("x.png".into(), bytes.clone())],
+                &[],
+            )
+            .await;
         assert_error(s, &body, want, &format!("upload {what}"));
-        let (s, body) = app.post_json("/v1/collections/c/images", json!({"images": [{"data": b64(&bytes)}]})).await;
+        let (s, body) = app
+            .post_json(
+                "/v1/collections/c/images",
+                json!({"images": [{"data": b64(&bytes)}]}),
+            )
+            .await;
         assert_error(s, &body, want, &format!("JSON upload {what}"));
-        let (s, body) = app.post_multipart("/v1/collections/c/images/search", vec![("x.png".into(), bytes.clone())], &[]).await;
+        let (s, body) = app
+            .post_multipart(
+                "/v1/collections/c/images/search",
+                vec![("x.png".into(), bytes.clone())],
+                &[],
+            )
+            .await;
         assert_error(s, &body, want, &format!("search by {what}"));
-        let (s, body) = app.post_json("/v1/embed/image", json!({"image": b64(&bytes)})).await;
+        let (s, body) = app
+            .post_json("/v1/embed/image", json!({"image": b64(&bytes)}))
+            .await;
         assert_error(s, &body, want, &format!("embed {what}"));
         app.assert_alive().await;
     }
 
     // Wrong content types.
-    let r = app.client.post(app.url("/v1/collections/c/images")).header("content-type", "text/plain").body("hello").send().await.expect("req");
+    let r = app
+        .client
+        .post(app.url("/v1/collections/c/images"))
+        .header("content-type", "text/plain")
+        .body("hello")
+        .send()
+        .await
+        .expect("req");
     let s = r.status().as_u16();
     assert_error(s, &r.json().await.expect("json"), 415, "text/plain upload");
-    let r = app.client.post(app.url("/v1/collections/c/images")).header("content-type", "image/png").body(fixture_image(0)).send().await.expect("req");
+    let r = app
+        .client
+        .post(app.url("/v1/collections/c/images"))
+        .header("content-type", "image/png")
+        .body(fixture_image(0))
+        .send()
+        .await
+        .expect("req");
     let s = r.status().as_u16();
-    assert_error(s, &r.json().await.expect("json"), 415, "raw image/png upload");
-    let r = app.client.post(app.url("/v1/collections")).body(r#"{"name":"x"}"#).send().await.expect("req");
+    assert_error(
+        s,
+        &r.json().await.expect("json"),
+        415,
+        "raw image/png upload",
+    );
+    let r = app
+        .client
+        .post(app.url("/v1/collections"))
+        .body(r#"{"name":"x"}"#)
+        .send()
+        .await
+        .expect("req");
     let s = r.status().as_u16();
-    assert_error(s, &r.json().await.expect("json"), 415, "JSON without a content type");
-    let r = app.client.post(app.url("/v1/collections")).header("content-type", "application/json").body("{not json").send().await.expect("req");
+    assert_error(
+        s,
+        &r.json().await.expect("json"),
+        415,
+        "JSON without a content type",
+    );
+    let r = app
+        .client
+        .post(app.url("/v1/collections"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .expect("req");
     let s = r.status().as_u16();
     assert_error(s, &r.json().await.expect("json"), 400, "malformed JSON");
-    let (s, body) = app.post_json("/v1/collections/c/images", json!({"images": [{"data": "@@@not base64@@@"}]})).await;
+    let (s, body) = app
+        .post_json(
+            "/v1/collections/c/images",
+            json!({"images": [{"data": "@@@not base64@@@"}]}),
+        )
+        .await;
     assert_error(s, &body, 400, "bad base64");
 
     // Queries.
     let long = "dog ".repeat(2500);
-    for (what, text) in [("empty", ""), ("whitespace", "   \t\n "), ("10,000 characters", long.as_str())] {
-        let (s, body) = app.post_json("/v1/collections/c/images/search", json!({ "text": text })).await;
+    for (what, text) in [
+        ("empty", ""),
+        ("whitespace", "   \t\n "),
+        ("10,000 characters", long.as_str()),
+    ] {
+        let (s, body) = app
+            .post_json("/v1/collections/c/images/search", json!({ "text": text }))
+            .await;
         assert_error(s, &body, 422, &format!("{what} query"));
-        let (s, body) = app.post_json("/v1/embed/text", json!({ "texts": [text] })).await;
+        let (s, body) = app
+            .post_json("/v1/embed/text", json!({ "texts": [text] }))
+            .await;
         assert_error(s, &body, 422, &format!("{what} text to embed"));
-        let (s, body) = app.post_json("/v1/collections/c/captions", json!({ "captions": [{"text": text}] })).await;
+        let (s, body) = app
+            .post_json(
+                "/v1/collections/c/captions",
+                json!({ "captions": [{"text": text}] }),
+            )
+            .await;
         assert_error(s, &body, 422, &format!("{what} caption"));
     }
     for k in [0, 100_000] {
-        let (s, body) = app.post_json("/v1/collections/c/images/search", json!({"text": "a dog", "k": k})).await;
+        let (s, body) = app
+            .post_json(
+                "/v1/collections/c/images/search",
+                json!({"text": "a dog", "k": k}),
+            )
+            .await;
         assert_error(s, &body, 422, &format!("k = {k}"));
     }
-    let (s, body) = app.post_json("/v1/collections/c/images/search", json!({"text": "a dog", "k": -1})).await;
+    let (s, body) = app
+        .post_json(
+            "/v1/collections/c/images/search",
+            json!({"text": "a dog", "k": -1}),
+        )
+        .await;
     assert_error(s, &body, 422, "k = -1");
-    let (s, body) = app.post_json("/v1/collections/c/images/search", json!({"text": "a dog", "image_id": 1})).await;
+    let (s, body) = app
+        .post_json(
+            "/v1/collections/c/images/search",
+            json!({"text": "a dog", "image_id": 1}),
+        )
+        .await;
     assert_error(s, &body, 422, "two queries at once");
-    let (s, body) = app.post_json("/v1/collections/c/images/search", json!({"text": "a dog", "filter": {"bad key!": 1}})).await;
+    let (s, body) = app
+        .post_json(
+            "/v1/collections/c/images/search",
+            json!({"text": "a dog", "filter": {"bad key!": 1}}),
+        )
+        .await;
     assert_error(s, &body, 422, "bad filter key");
-    let (s, body) = app.post_json("/v1/collections/c/images/search", json!({"image_id": 999_999})).await;
+    let (s, body) = app
+        .post_json(
+            "/v1/collections/c/images/search",
+            json!({"image_id": 999_999}),
+        )
+        .await;
     assert_error(s, &body, 404, "unknown image id");
 
     // Unknown things.
-    let (s, body) = app.post_json("/v1/collections/nope/images/search", json!({"text": "a dog"})).await;
+    let (s, body) = app
+        .post_json(
+            "/v1/collections/nope/images/search",
+            json!({"text": "a dog"}),
+        )
+        .await;
     assert_error(s, &body, 404, "unknown collection");
-    let (s, body) = app.post_multipart("/v1/collections/nope/images", vec![("x.png".into(), fixture_image(0))], &[]).await;
+    let (s, body) = app
+        .post_multipart(
+            "/v1/collections/nope/images",
+            vec![("x.png".into(), fixture_image(0))],
+            &[],
+        )
+        .await;
     assert_error(s, &body, 404, "upload to an unknown collection");
     let (s, body) = app.get_json("/v1/collections/c/images/abc").await;
     assert_error(s, &body, 400, "non-numeric id");
     let (s, body) = app.get_json("/v1/no/such/route").await;
     assert_error(s, &body, 404, "unknown route");
-    let (s, body) = app.post_json("/v1/collections", json!({"name": "Bad Name!"})).await;
+    let (s, body) = app
+        .post_json("/v1/collections", json!({"name": "Bad Name!"}))
+        .await;
     assert_error(s, &body, 422, "bad collection name");
 
     // Conflicts.
     let (s, body) = app.post_json("/v1/collections", json!({"name": "c"})).await;
     assert_error(s, &body, 409, "duplicate collection");
-    let (s, body) = app.post_json("/v1/collections/c/images", json!({"images": [{"data": b64(&fixture_image(2)), "external_id": "a"}]})).await;
+    let (s, body) = app
+        .post_json(
+            "/v1/collections/c/images",
+            json!({"images": [{"data": b64(&fixture_image(2)), "external_id": "a"}]}),
+        )
+        .await;
     assert_error(s, &body, 409, "duplicate external id");
     let (s, body) = app
         .post_json("/v1/collections/c/images", json!({"images": [
@@ -149,11 +296,21 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
         .await;
     assert_error(s, &body, 415, "batch with a bad image");
     let (_, c) = app.get_json("/v1/collections/c").await;
-    assert_eq!(c["images"].as_i64(), Some(1), "nothing of the failed batch was stored");
+    assert_eq!(
+        c["images"].as_i64(),
+        Some(1),
+        "nothing of the failed batch was stored"
+    );
 
     // Still serving, and still right.
     app.assert_alive().await;
-    let (s, r) = app.post_multipart("/v1/collections/c/images/search", vec![("q.png".into(), fixture_image(0))], &[]).await;
+    let (s, r) = app
+        .post_multipart(
+            "/v1/collections/c/images/search",
+            vec![("q.png".into(), fixture_image(0))],
+            &[],
+        )
+        .await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["results"][0]["image"]["external_id"], "a");
     app.stop().await;

@@ -6,14 +6,21 @@ use std::process::Command;
 
 fn jointspace() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_jointspace"));
-    c.env("JOINTSPACE_BUNDLE", common::BUNDLE).env("RUST_LOG", "warn");
+    c.env("JOINTSPACE_BUNDLE", common::BUNDLE)
+        .env("RUST_LOG", "warn");
     c
 }
 
 fn run(c: &mut Command) -> String {
     let out = c.output().expect("runs");
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{c:?} failed\nstdout: {stdout}\nstderr: {stderr}");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "{c:?} failed\nstdout: {stdout}\nstderr: {stderr}"
+    );
     stdout.into_owned()
 }
 
@@ -26,7 +33,9 @@ fn dataset(dir: &std::path::Path) {
         let name = format!("p{i}.png");
         std::fs::write(dir.join("images").join(&name), common::fixture_image(i)).expect("write");
         for k in 0..5 {
-            tokens.push_str(&format!("{name}#{k}\tA picture number {i} , caption {k} .\n"));
+            tokens.push_str(&format!(
+                "{name}#{k}\tA picture number {i} , caption {k} .\n"
+            ));
         }
         test.push_str(&format!("{name}\n"));
     }
@@ -47,7 +56,14 @@ fn ingest_eval_inspect_and_reindex() {
         .arg(data.join("images"))
         .arg("--captions")
         .arg(data.join("Flickr8k.token.txt"))
-        .args(["--collection", "flickr", "--batch", "3", "--database-url", &url]));
+        .args([
+            "--collection",
+            "flickr",
+            "--batch",
+            "3",
+            "--database-url",
+            &url,
+        ]));
     assert!(out.contains("8 images in collection \"flickr\""), "{out}");
     // Again: nothing is added twice.
     let out = run(jointspace()
@@ -56,26 +72,39 @@ fn ingest_eval_inspect_and_reindex() {
         .args(["--collection", "flickr", "--database-url", &url]));
     assert!(out.contains("8 images"), "{out}");
 
-    let out = run(jointspace().args(["eval", "--split", "test", "--json", "--data"]).arg(&data));
+    let out = run(jointspace()
+        .args(["eval", "--split", "test", "--json", "--data"])
+        .arg(&data));
     let v: serde_json::Value = serde_json::from_str(&out).expect("eval --json prints JSON");
     assert_eq!(v["images"], 8);
     assert_eq!(v["captions"], 40);
-    for k in ["i2t_r1", "i2t_r5", "i2t_r10", "i2t_medr", "t2i_r1", "t2i_r5", "t2i_r10", "t2i_medr", "rsum"] {
+    for k in [
+        "i2t_r1", "i2t_r5", "i2t_r10", "i2t_medr", "t2i_r1", "t2i_r5", "t2i_r10", "t2i_medr",
+        "rsum",
+    ] {
         assert!(v["metrics"][k].is_number(), "{k} in {v}");
     }
     // With 8 images, every caption finds its image in the top 10; an image's captions rank within 40.
     assert_eq!(v["metrics"]["t2i_r10"], 100.0);
     assert!(v["metrics"]["i2t_medr"].as_f64().expect("medr") <= 40.0);
-    let out = run(jointspace().args(["eval", "--split", "test", "--data"]).arg(&data));
+    let out = run(jointspace()
+        .args(["eval", "--split", "test", "--data"])
+        .arg(&data));
     assert!(out.contains("rsum"), "{out}");
 
     let out = run(jointspace().args(["bundle", "inspect", common::BUNDLE, "--graphs"]));
-    assert!(out.contains("fixture-tiny@") && out.contains("verified"), "{out}");
+    assert!(
+        out.contains("fixture-tiny@") && out.contains("verified"),
+        "{out}"
+    );
 
     let out = run(jointspace().args(["reindex", "--database-url", &url]));
     assert!(out.contains("reindexed 8 images"), "{out}");
 
-    let bad = jointspace().args(["bundle", "inspect", "/nonexistent"]).output().expect("runs");
+    let bad = jointspace()
+        .args(["bundle", "inspect", "/nonexistent"])
+        .output()
+        .expect("runs");
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("bundle.json"));
 }

@@ -6,18 +6,36 @@ use jointspace::decode::{DecodeError, DecodeLimits, decode};
 use sha2::{Digest, Sha256};
 
 fn read(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/fixtures/jpeg/{name}", env!("CARGO_MANIFEST_DIR"))).expect("fixture")
+    std::fs::read(format!(
+        "{}/tests/fixtures/jpeg/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("fixture")
 }
 
 #[test]
 fn jpeg_pixels_equal_pil() {
     for (name, w, h, want) in [
-        ("fixture_4_q90.jpg", 500, 375, "d642b6f1eeb658cefe6e008a50253b0001ef4947a2e9e9e29bb6d5434beb0f3e"),
-        ("fixture_5_q75.jpg", 150, 300, "b61ec55590c5f2a0614e6f37147c008a011976278e293f6712d68842d67b5e61"),
+        (
+            "fixture_4_q90.jpg",
+            500,
+            375,
+            "d642b6f1eeb658cefe6e008a50253b0001ef4947a2e9e9e29bb6d5434beb0f3e",
+        ),
+        (
+            "fixture_5_q75.jpg",
+            150,
+            300,
+            "b61ec55590c5f2a0614e6f37147c008a011976278e293f6712d68842d67b5e61",
+        ),
     ] {
         let img = decode(&read(name), &DecodeLimits::default()).expect("decodes");
         assert_eq!(img.dimensions(), (w, h), "{name}");
-        assert_eq!(hex::encode(Sha256::digest(img.as_raw())), want, "{name}: pixels differ from PIL's");
+        assert_eq!(
+            hex::encode(Sha256::digest(img.as_raw())),
+            want,
+            "{name}: pixels differ from PIL's"
+        );
     }
 }
 

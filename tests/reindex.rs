@@ -11,9 +11,16 @@ async fn new_w_is_applied_to_stored_codes_and_a_new_vision_part_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("js.db");
     let app = TestApp::start(&db, &[]).await;
-    assert_eq!(app.post_json("/v1/collections", json!({"name": "c"})).await.0, 201);
+    assert_eq!(
+        app.post_json("/v1/collections", json!({"name": "c"}))
+            .await
+            .0,
+        201
+    );
     let images: Vec<_> = (0..6).map(|i| json!({"data": b64(&fixture_image(i)), "external_id": format!("i{i}"), "captions": [format!("caption {i}")]})).collect();
-    let (s, body) = app.post_json("/v1/collections/c/images", json!({ "images": images })).await;
+    let (s, body) = app
+        .post_json("/v1/collections/c/images", json!({ "images": images }))
+        .await;
     assert_eq!(s, 201, "{body}");
     app.stop().await;
 
@@ -24,32 +31,65 @@ async fn new_w_is_applied_to_stored_codes_and_a_new_vision_part_is_refused() {
     for r in 0..j {
         let src = (r + 5) % j;
         for c in 0..d {
-            w2[r * d + c] = if r == 0 { -w[src * d + c] } else { w[src * d + c] };
+            w2[r * d + c] = if r == 0 {
+                -w[src * d + c]
+            } else {
+                w[src * d + c]
+            };
         }
     }
-    let upgraded = variant_bundle(&dir.path().join("upgraded"), |m| m["name"] = "fixture-tiny-v2".into(), Some(w2));
+    let upgraded = variant_bundle(
+        &dir.path().join("upgraded"),
+        |m| m["name"] = "fixture-tiny-v2".into(),
+        Some(w2),
+    );
     let app = TestApp::start_with(upgraded.to_str().expect("path"), &db, &[]).await;
     let (s, r) = app.post_json("/v1/admin/reindex", json!({})).await;
     assert_eq!(s, 200, "{r}");
-    assert_eq!((r["images"].as_i64(), r["captions"].as_i64()), (Some(6), Some(6)));
+    assert_eq!(
+        (r["images"].as_i64(), r["captions"].as_i64()),
+        (Some(6), Some(6))
+    );
     // Every stored vector now equals what the new bundle computes from the pixels (through the CNN).
     for i in [1usize, 4] {
-        let (_, e) = app.post_json("/v1/embed/image", json!({"image": b64(&fixture_image(i))})).await;
-        let (s, hits) = app.post_json("/v1/collections/c/images/search", json!({"image": b64(&fixture_image(i)), "k": 1})).await;
+        let (_, e) = app
+            .post_json("/v1/embed/image", json!({"image": b64(&fixture_image(i))}))
+            .await;
+        let (s, hits) = app
+            .post_json(
+                "/v1/collections/c/images/search",
+                json!({"image": b64(&fixture_image(i)), "k": 1}),
+            )
+            .await;
         assert_eq!(s, 200, "{hits}");
         assert_eq!(hits["results"][0]["image"]["external_id"], format!("i{i}"));
-        assert!(hits["results"][0]["score"].as_f64().expect("score") > 0.9999, "{hits} vs {e}");
-        let bid = hits["results"][0]["image"]["bundle_id"].as_str().expect("bundle id");
+        assert!(
+            hits["results"][0]["score"].as_f64().expect("score") > 0.9999,
+            "{hits} vs {e}"
+        );
+        let bid = hits["results"][0]["image"]["bundle_id"]
+            .as_str()
+            .expect("bundle id");
         assert!(bid.starts_with("fixture-tiny-v2@"), "{bid}");
     }
     app.stop().await;
 
     // Another vision part (other thresholds): the codes cannot be reused.
-    let other = variant_bundle(&dir.path().join("other"), |m| m["fne"]["thresholds"] = json!([-0.3, 0.2]), None);
+    let other = variant_bundle(
+        &dir.path().join("other"),
+        |m| m["fne"]["thresholds"] = json!([-0.3, 0.2]),
+        None,
+    );
     let app = TestApp::start_with(other.to_str().expect("path"), &db, &[]).await;
     let (s, r) = app.post_json("/v1/admin/reindex", json!({})).await;
     assert_eq!(s, 422, "{r}");
-    assert!(r["error"]["message"].as_str().expect("message").contains("re-ingest"), "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("re-ingest"),
+        "{r}"
+    );
     app.assert_alive().await;
     app.stop().await;
 }
@@ -57,43 +97,113 @@ async fn new_w_is_applied_to_stored_codes_and_a_new_vision_part_is_refused() {
 #[tokio::test]
 async fn a_bundle_with_a_bad_checksum_or_shape_does_not_load() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let bad = variant_bundle(&dir.path().join("sum"), |m| m["files"]["text.onnx"] = "00".repeat(32).into(), None);
+    let bad = variant_bundle(
+        &dir.path().join("sum"),
+        |m| m["files"]["text.onnx"] = "00".repeat(32).into(),
+        None,
+    );
     let e = jointspace::bundle::Bundle::load(&bad).expect_err("bad checksum");
-    assert!(e.to_string().contains("text.onnx") && e.to_string().contains("sha256"), "{e}");
-    let bad = variant_bundle(&dir.path().join("shape"), |m| m["projection"]["joint_dim"] = 32.into(), None);
+    assert!(
+        e.to_string().contains("text.onnx") && e.to_string().contains("sha256"),
+        "{e}"
+    );
+    let bad = variant_bundle(
+        &dir.path().join("shape"),
+        |m| m["projection"]["joint_dim"] = 32.into(),
+        None,
+    );
     let e = jointspace::bundle::Bundle::load(&bad).expect_err("bad shape");
-    assert!(e.to_string().contains("projection.safetensors") && e.to_string().contains("shape"), "{e}");
+    assert!(
+        e.to_string().contains("projection.safetensors") && e.to_string().contains("shape"),
+        "{e}"
+    );
     let bad = variant_bundle(&dir.path().join("missing"), |_| {}, None);
     std::fs::remove_file(bad.join("vision.onnx")).expect("rm");
     let e = jointspace::bundle::Bundle::load(&bad).expect_err("missing file");
     assert!(e.to_string().contains("vision.onnx is missing"), "{e}");
     let bad = variant_bundle(&dir.path().join("format"), |m| m["format"] = 2.into(), None);
-    assert!(jointspace::bundle::Bundle::load(&bad).expect_err("format").to_string().contains("format 2"));
+    assert!(
+        jointspace::bundle::Bundle::load(&bad)
+            .expect_err("format")
+            .to_string()
+            .contains("format 2")
+    );
 }
 
 #[tokio::test]
 async fn order_similarity_bundles_rank_by_s() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let order = variant_bundle(&dir.path().join("order"), |m| {
-        m["similarity"] = "order".into();
-        m["projection"]["abs"] = true.into();
-    }, None);
-    let app = TestApp::start_with(order.to_str().expect("path"), &dir.path().join("js.db"), &["--exact-below", "0"]).await;
-    assert_eq!(app.post_json("/v1/collections", json!({"name": "c"})).await.0, 201);
+    let order = variant_bundle(
+        &dir.path().join("order"),
+        |m| {
+            m["similarity"] = "order".into();
+            m["projection"]["abs"] = true.into();
+        },
+        None,
+    );
+    let app = TestApp::start_with(
+        order.to_str().expect("path"),
+        &dir.path().join("js.db"),
+        &["--exact-below", "0"],
+    )
+    .await;
+    assert_eq!(
+        app.post_json("/v1/collections", json!({"name": "c"}))
+            .await
+            .0,
+        201
+    );
     let images: Vec<_> = (0..8).map(|i| json!({"data": b64(&fixture_image(i)), "external_id": format!("i{i}"), "captions": [format!("a dog number {i}")]})).collect();
-    assert_eq!(app.post_json("/v1/collections/c/images", json!({ "images": images })).await.0, 201);
-    let (_, e) = app.post_json("/v1/embed/image", json!({"image": b64(&fixture_image(2))})).await;
-    assert!(e["embedding"].as_array().expect("vec").iter().all(|x| x.as_f64().expect("num") >= 0.0), "|.| applied");
-    let (s, r) = app.post_json("/v1/collections/c/images/search", json!({"text": "a dog", "k": 8})).await;
+    assert_eq!(
+        app.post_json("/v1/collections/c/images", json!({ "images": images }))
+            .await
+            .0,
+        201
+    );
+    let (_, e) = app
+        .post_json("/v1/embed/image", json!({"image": b64(&fixture_image(2))}))
+        .await;
+    assert!(
+        e["embedding"]
+            .as_array()
+            .expect("vec")
+            .iter()
+            .all(|x| x.as_f64().expect("num") >= 0.0),
+        "|.| applied"
+    );
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/c/images/search",
+            json!({"text": "a dog", "k": 8}),
+        )
+        .await;
     assert_eq!(s, 200, "{r}");
-    let scores: Vec<f64> = r["results"].as_array().expect("results").iter().map(|h| h["score"].as_f64().expect("score")).collect();
+    let scores: Vec<f64> = r["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|h| h["score"].as_f64().expect("score"))
+        .collect();
     assert_eq!(scores.len(), 8);
-    assert!(scores.iter().all(|s| *s <= 0.0), "order scores are <= 0: {scores:?}");
+    assert!(
+        scores.iter().all(|s| *s <= 0.0),
+        "order scores are <= 0: {scores:?}"
+    );
     assert!(scores.windows(2).all(|w| w[0] >= w[1]));
-    let (s, r) = app.post_json("/v1/collections/c/images/search", json!({"image": b64(&fixture_image(2)), "k": 1})).await;
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/c/images/search",
+            json!({"image": b64(&fixture_image(2)), "k": 1}),
+        )
+        .await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["results"][0]["image"]["external_id"], "i2");
-    let (s, r) = app.post_json("/v1/collections/c/captions/search", json!({"image": b64(&fixture_image(2)), "k": 3})).await;
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/c/captions/search",
+            json!({"image": b64(&fixture_image(2)), "k": 3}),
+        )
+        .await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["results"].as_array().map(Vec::len), Some(3));
     app.stop().await;

@@ -27,13 +27,23 @@ fn raw_features_match_the_trainer_cache_on_real_jpegs() {
         std::env::var_os("JOINTSPACE_FEATURES_DIR"),
         std::env::var_os("JOINTSPACE_IMAGES_DIR"),
     ) else {
-        eprintln!("skipped: set JOINTSPACE_PARITY_BUNDLE, JOINTSPACE_FEATURES_DIR and JOINTSPACE_IMAGES_DIR to run");
+        eprintln!(
+            "skipped: set JOINTSPACE_PARITY_BUNDLE, JOINTSPACE_FEATURES_DIR and JOINTSPACE_IMAGES_DIR to run"
+        );
         return;
     };
     let (cache, images) = (PathBuf::from(cache), PathBuf::from(images));
     let b = Bundle::load(std::path::Path::new(&bundle)).expect("bundle");
-    let be = OrtBackend::new(&b, &locate_dylib(None).expect("onnxruntime"), Device::Cpu, None).expect("runtime");
-    let names: Vec<String> = serde_json::from_slice(&std::fs::read(cache.join("names.json")).expect("names")).expect("json");
+    let be = OrtBackend::new(
+        &b,
+        &locate_dylib(None).expect("onnxruntime"),
+        Device::Cpu,
+        None,
+    )
+    .expect("runtime");
+    let names: Vec<String> =
+        serde_json::from_slice(&std::fs::read(cache.join("names.json")).expect("names"))
+            .expect("json");
     let (done, dstart) = npy_rows(&cache.join("done.npy"));
     let (feats, fstart) = npy_rows(&cache.join("features.npy"));
     let dim = b.manifest.vision.raw_dim;
@@ -44,7 +54,11 @@ fn raw_features_match_the_trainer_cache_on_real_jpegs() {
         if done[dstart + i] == 0 {
             continue;
         }
-        let img = decode(&std::fs::read(images.join(name)).expect("image"), &DecodeLimits::default()).expect("decodes");
+        let img = decode(
+            &std::fs::read(images.join(name)).expect("image"),
+            &DecodeLimits::default(),
+        )
+        .expect("decodes");
         let r = crops::resize(&img, spec.resize);
         let mut x = vec![0f32; crops::crop_len(spec)];
         crops::write_crops(&r, spec, CropMode::Center, &mut x);
@@ -62,5 +76,8 @@ fn raw_features_match_the_trainer_cache_on_real_jpegs() {
     }
     eprintln!("{checked} photos, worst relative difference {worst:e}");
     assert!(checked > 0);
-    assert!(worst < 1e-3, "raw features differ from the trainer's by up to {worst}");
+    assert!(
+        worst < 1e-3,
+        "raw features differ from the trainer's by up to {worst}"
+    );
 }

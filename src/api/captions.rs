@@ -40,7 +40,12 @@ pub struct Caption {
 
 impl From<CaptionRow> for Caption {
     fn from(r: CaptionRow) -> Self {
-        Caption { id: r.id, image_id: r.image_id, text: r.text, created_at: r.created_at }
+        Caption {
+            id: r.id,
+            image_id: r.image_id,
+            text: r.text,
+            created_at: r.created_at,
+        }
     }
 }
 
@@ -63,8 +68,16 @@ pub struct ListCaptionsQuery {
 #[utoipa::path(post, path = "/v1/collections/{collection}/captions", tag = "captions",
     params(("collection" = String, Path, description = "collection name")), request_body = AddCaptions,
     responses((status = 201, body = AddedCaptions), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn add(State(s): State<AppState>, ApiPath(collection): ApiPath<String>, ApiJson(req): ApiJson<AddCaptions>) -> ApiResult<(StatusCode, Json<AddedCaptions>)> {
-    let caps = req.captions.into_iter().map(|c| (c.image_id, c.text)).collect();
+pub async fn add(
+    State(s): State<AppState>,
+    ApiPath(collection): ApiPath<String>,
+    ApiJson(req): ApiJson<AddCaptions>,
+) -> ApiResult<(StatusCode, Json<AddedCaptions>)> {
+    let caps = req
+        .captions
+        .into_iter()
+        .map(|c| (c.image_id, c.text))
+        .collect();
     let ids = s.service.add_captions(&collection, caps).await?;
     Ok((StatusCode::CREATED, Json(AddedCaptions { ids })))
 }
@@ -72,19 +85,33 @@ pub async fn add(State(s): State<AppState>, ApiPath(collection): ApiPath<String>
 #[utoipa::path(get, path = "/v1/collections/{collection}/captions", tag = "captions",
     params(("collection" = String, Path, description = "collection name"), ListCaptionsQuery),
     responses((status = 200, body = CaptionList), (status = 404, body = ErrorBody)))]
-pub async fn list(State(s): State<AppState>, ApiPath(collection): ApiPath<String>, ApiQuery(q): ApiQuery<ListCaptionsQuery>) -> ApiResult<Json<CaptionList>> {
+pub async fn list(
+    State(s): State<AppState>,
+    ApiPath(collection): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ListCaptionsQuery>,
+) -> ApiResult<Json<CaptionList>> {
     let (offset, limit) = (q.offset.unwrap_or(0), q.limit.unwrap_or(100));
     if offset < 0 || !(1..=1000).contains(&limit) {
-        return Err(ApiError::invalid("offset must be >= 0 and limit between 1 and 1000"));
+        return Err(ApiError::invalid(
+            "offset must be >= 0 and limit between 1 and 1000",
+        ));
     }
-    let rows = s.service.list_captions(&collection, q.image_id, offset, limit).await?;
-    Ok(Json(CaptionList { captions: rows.into_iter().map(Into::into).collect() }))
+    let rows = s
+        .service
+        .list_captions(&collection, q.image_id, offset, limit)
+        .await?;
+    Ok(Json(CaptionList {
+        captions: rows.into_iter().map(Into::into).collect(),
+    }))
 }
 
 #[utoipa::path(delete, path = "/v1/collections/{collection}/captions/{id}", tag = "captions",
     params(("collection" = String, Path, description = "collection name"), ("id" = i64, Path, description = "caption id")),
     responses((status = 204, description = "deleted"), (status = 404, body = ErrorBody)))]
-pub async fn delete(State(s): State<AppState>, ApiPath((collection, id)): ApiPath<(String, i64)>) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(s): State<AppState>,
+    ApiPath((collection, id)): ApiPath<(String, i64)>,
+) -> ApiResult<StatusCode> {
     s.service.delete_caption(&collection, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -31,7 +31,13 @@ pub struct Collection {
 
 impl From<CollectionRow> for Collection {
     fn from(c: CollectionRow) -> Self {
-        Collection { name: c.name, description: c.description, created_at: c.created_at, images: c.images, captions: c.captions }
+        Collection {
+            name: c.name,
+            description: c.description,
+            created_at: c.created_at,
+            images: c.images,
+            captions: c.captions,
+        }
     }
 }
 
@@ -43,28 +49,42 @@ pub struct CollectionList {
 #[utoipa::path(post, path = "/v1/collections", tag = "collections", request_body = CreateCollection,
     responses((status = 201, body = Collection), (status = 409, description = "name taken", body = ErrorBody),
               (status = 422, description = "bad name", body = ErrorBody)))]
-pub async fn create(State(s): State<AppState>, ApiJson(req): ApiJson<CreateCollection>) -> ApiResult<(StatusCode, Json<Collection>)> {
-    let c = s.service.create_collection(&req.name, &req.description).await?;
+pub async fn create(
+    State(s): State<AppState>,
+    ApiJson(req): ApiJson<CreateCollection>,
+) -> ApiResult<(StatusCode, Json<Collection>)> {
+    let c = s
+        .service
+        .create_collection(&req.name, &req.description)
+        .await?;
     Ok((StatusCode::CREATED, Json(c.into())))
 }
 
 #[utoipa::path(get, path = "/v1/collections", tag = "collections", responses((status = 200, body = CollectionList)))]
 pub async fn list(State(s): State<AppState>) -> ApiResult<Json<CollectionList>> {
     let rows = s.service.store.list_collections().await?;
-    Ok(Json(CollectionList { collections: rows.into_iter().map(Into::into).collect() }))
+    Ok(Json(CollectionList {
+        collections: rows.into_iter().map(Into::into).collect(),
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/collections/{collection}", tag = "collections",
     params(("collection" = String, Path, description = "collection name")),
     responses((status = 200, body = Collection), (status = 404, body = ErrorBody)))]
-pub async fn get(State(s): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<Json<Collection>> {
+pub async fn get(
+    State(s): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<Collection>> {
     Ok(Json(s.service.collection(&name).await?.into()))
 }
 
 #[utoipa::path(delete, path = "/v1/collections/{collection}", tag = "collections",
     params(("collection" = String, Path, description = "collection name")),
     responses((status = 204, description = "deleted with all its images and captions"), (status = 404, body = ErrorBody)))]
-pub async fn delete(State(s): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(s): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<StatusCode> {
     s.service.delete_collection(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

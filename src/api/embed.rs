@@ -1,6 +1,9 @@
 //! /v1/embed: vectors without storing anything.
 
-use axum::{Json, extract::{Request, State}};
+use axum::{
+    Json,
+    extract::{Request, State},
+};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -62,12 +65,18 @@ pub struct EmbedImageResponse {
 
 #[utoipa::path(post, path = "/v1/embed/text", tag = "embed", request_body = EmbedTextRequest,
     responses((status = 200, body = EmbedTextResponse), (status = 422, body = ErrorBody)))]
-pub async fn text(State(s): State<AppState>, ApiJson(req): ApiJson<EmbedTextRequest>) -> ApiResult<Json<EmbedTextResponse>> {
+pub async fn text(
+    State(s): State<AppState>,
+    ApiJson(req): ApiJson<EmbedTextRequest>,
+) -> ApiResult<Json<EmbedTextResponse>> {
     if req.texts.is_empty() || req.texts.len() > 256 {
         return Err(ApiError::invalid("send between 1 and 256 texts"));
     }
     let embeddings = s.service.embed_texts(&req.texts).await?;
-    Ok(Json(EmbedTextResponse { dim: s.service.pipeline.joint_dim(), embeddings }))
+    Ok(Json(EmbedTextResponse {
+        dim: s.service.pipeline.joint_dim(),
+        embeddings,
+    }))
 }
 
 #[utoipa::path(post, path = "/v1/embed/image", tag = "embed",

@@ -12,7 +12,10 @@ use axum::{
 use serde::{Serialize, de::DeserializeOwned};
 use utoipa::ToSchema;
 
-use crate::{decode::DecodeError, runtime::RuntimeError, service::ServiceError, store::StoreError, text::TextError};
+use crate::{
+    decode::DecodeError, runtime::RuntimeError, service::ServiceError, store::StoreError,
+    text::TextError,
+};
 
 /// Every error response: `{"error": {"status": 404, "code": "not_found", "message": "..."}}`.
 #[derive(Debug, Serialize, ToSchema)]
@@ -39,7 +42,11 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into() }
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
@@ -51,7 +58,11 @@ impl ApiError {
     }
 
     pub fn unsupported_media(message: impl Into<String>) -> ApiError {
-        Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message)
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            message,
+        )
     }
 
     pub fn not_found(message: impl Into<String>) -> ApiError {
@@ -64,7 +75,13 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::error!(status = self.status.as_u16(), code = self.code, message = %self.message, "request failed");
         }
-        let body = ErrorBody { error: ErrorDetail { status: self.status.as_u16(), code: self.code.to_string(), message: self.message } };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                status: self.status.as_u16(),
+                code: self.code.to_string(),
+                message: self.message,
+            },
+        };
         (self.status, Json(body)).into_response()
     }
 }
@@ -78,9 +95,13 @@ impl From<DecodeError> for ApiError {
 fn decode_error(index: Option<usize>, e: DecodeError) -> ApiError {
     let status = match e {
         DecodeError::Empty => StatusCode::BAD_REQUEST,
-        DecodeError::TooManyBytes { .. } | DecodeError::TooManyPixels { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        DecodeError::TooManyBytes { .. } | DecodeError::TooManyPixels { .. } => {
+            StatusCode::PAYLOAD_TOO_LARGE
+        }
         DecodeError::UnknownFormat => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        DecodeError::TooSmall { .. } | DecodeError::Corrupt { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        DecodeError::TooSmall { .. } | DecodeError::Corrupt { .. } => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
     };
     let prefix = index.map(|i| format!("image {i}: ")).unwrap_or_default();
     ApiError::new(status, "invalid_image", format!("{prefix}{e}"))
@@ -89,10 +110,16 @@ fn decode_error(index: Option<usize>, e: DecodeError) -> ApiError {
 fn text_error(index: Option<usize>, e: TextError) -> ApiError {
     let prefix = index.map(|i| format!("text {i}: ")).unwrap_or_default();
     match e {
-        TextError::Load { .. } | TextError::Tokenize(_) => {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("{prefix}{e}"))
-        }
-        _ => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_text", format!("{prefix}{e}")),
+        TextError::Load { .. } | TextError::Tokenize(_) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("{prefix}{e}"),
+        ),
+        _ => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_text",
+            format!("{prefix}{e}"),
+        ),
     }
 }
 
@@ -102,9 +129,11 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(m) => ApiError::not_found(m),
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             StoreError::Invalid(m) => ApiError::invalid(m),
-            StoreError::Db(sqlx::Error::PoolTimedOut) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is busy; retry shortly")
-            }
+            StoreError::Db(sqlx::Error::PoolTimedOut) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the database is busy; retry shortly",
+            ),
             e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
         }
     }
@@ -112,7 +141,11 @@ impl From<StoreError> for ApiError {
 
 impl From<RuntimeError> for ApiError {
     fn from(e: RuntimeError) -> Self {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "inference_failed", e.to_string())
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "inference_failed",
+            e.to_string(),
+        )
     }
 }
 
@@ -124,7 +157,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::Store(e) => e.into(),
             ServiceError::Runtime(e) => e.into(),
             ServiceError::Invalid(m) => ApiError::invalid(m),
-            ServiceError::Unavailable(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
+            ServiceError::Unavailable(m) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m)
+            }
         }
     }
 }
@@ -142,7 +177,9 @@ fn rejection(status: StatusCode, text: String) -> ApiError {
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         let msg = match &r {
-            JsonRejection::MissingJsonContentType(_) => "send the body as JSON with `Content-Type: application/json`".to_string(),
+            JsonRejection::MissingJsonContentType(_) => {
+                "send the body as JSON with `Content-Type: application/json`".to_string()
+            }
             _ => r.body_text(),
         };
         rejection(r.status(), msg)
@@ -179,7 +216,11 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Ok(ApiPath(axum::extract::Path::<T>::from_request_parts(parts, state).await?.0))
+        Ok(ApiPath(
+            axum::extract::Path::<T>::from_request_parts(parts, state)
+                .await?
+                .0,
+        ))
     }
 }
 
@@ -190,7 +231,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Ok(ApiQuery(axum::extract::Query::<T>::from_request_parts(parts, state).await?.0))
+        Ok(ApiQuery(
+            axum::extract::Query::<T>::from_request_parts(parts, state)
+                .await?
+                .0,
+        ))
     }
 }
 

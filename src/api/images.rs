@@ -2,7 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use axum::{Json, extract::{Request, State}, http::StatusCode};
+use axum::{
+    Json,
+    extract::{Request, State},
+    http::StatusCode,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -138,7 +142,8 @@ fn inputs_from(body: Body<AddImagesJson>) -> ApiResult<Vec<ImageInput>> {
             })
             .collect(),
         Body::Multipart(parts) => {
-            let (mut files, mut external_id, mut metadata, mut captions, mut items) = (vec![], None, None, vec![], None);
+            let (mut files, mut external_id, mut metadata, mut captions, mut items) =
+                (vec![], None, None, vec![], None);
             for p in parts {
                 match p.name.as_str() {
                     "image" | "image[]" | "images" => files.push(p.data),
@@ -159,20 +164,44 @@ fn inputs_from(body: Body<AddImagesJson>) -> ApiResult<Vec<ImageInput>> {
             match items {
                 Some(items) => {
                     if items.len() != files.len() {
-                        return Err(ApiError::invalid(format!("`items` has {} entries for {} images", items.len(), files.len())));
+                        return Err(ApiError::invalid(format!(
+                            "`items` has {} entries for {} images",
+                            items.len(),
+                            files.len()
+                        )));
                     }
                     Ok(files
                         .into_iter()
                         .zip(items)
-                        .map(|(bytes, it)| ImageInput { bytes, external_id: it.external_id, metadata: it.metadata, captions: it.captions })
+                        .map(|(bytes, it)| ImageInput {
+                            bytes,
+                            external_id: it.external_id,
+                            metadata: it.metadata,
+                            captions: it.captions,
+                        })
                         .collect())
                 }
-                None if files.len() == 1 => Ok(vec![ImageInput { bytes: files.remove(0), external_id, metadata, captions }]),
+                None if files.len() == 1 => Ok(vec![ImageInput {
+                    bytes: files.remove(0),
+                    external_id,
+                    metadata,
+                    captions,
+                }]),
                 None => {
                     if external_id.is_some() || metadata.is_some() || !captions.is_empty() {
-                        return Err(ApiError::invalid("several images: give their fields in an `items` JSON array"));
+                        return Err(ApiError::invalid(
+                            "several images: give their fields in an `items` JSON array",
+                        ));
                     }
-                    Ok(files.into_iter().map(|bytes| ImageInput { bytes, external_id: None, metadata: None, captions: vec![] }).collect())
+                    Ok(files
+                        .into_iter()
+                        .map(|bytes| ImageInput {
+                            bytes,
+                            external_id: None,
+                            metadata: None,
+                            captions: vec![],
+                        })
+                        .collect())
                 }
             }
         }
@@ -186,7 +215,11 @@ fn inputs_from(body: Body<AddImagesJson>) -> ApiResult<Vec<ImageInput>> {
     responses((status = 201, body = AddedImages), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 409, description = "external_id taken", body = ErrorBody), (status = 413, body = ErrorBody),
               (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn add(State(s): State<AppState>, ApiPath(collection): ApiPath<String>, req: Request) -> ApiResult<(StatusCode, Json<AddedImages>)> {
+pub async fn add(
+    State(s): State<AppState>,
+    ApiPath(collection): ApiPath<String>,
+    req: Request,
+) -> ApiResult<(StatusCode, Json<AddedImages>)> {
     let inputs = inputs_from(upload::read::<AddImagesJson>(req).await?)?;
     let added = s.service.add_images(&collection, inputs).await?;
     Ok((
@@ -194,7 +227,13 @@ pub async fn add(State(s): State<AppState>, ApiPath(collection): ApiPath<String>
         Json(AddedImages {
             images: added
                 .into_iter()
-                .map(|a| AddedImage { id: a.id, external_id: a.external_id, width: a.width, height: a.height, caption_ids: a.caption_ids })
+                .map(|a| AddedImage {
+                    id: a.id,
+                    external_id: a.external_id,
+                    width: a.width,
+                    height: a.height,
+                    caption_ids: a.caption_ids,
+                })
                 .collect(),
         }),
     ))
@@ -203,32 +242,49 @@ pub async fn add(State(s): State<AppState>, ApiPath(collection): ApiPath<String>
 pub fn parse_filter(f: Option<&str>) -> ApiResult<BTreeMap<String, Value>> {
     match f {
         None | Some("") => Ok(BTreeMap::new()),
-        Some(s) => serde_json::from_str(s).map_err(|e| ApiError::bad_request(format!("filter must be a JSON object: {e}"))),
+        Some(s) => serde_json::from_str(s)
+            .map_err(|e| ApiError::bad_request(format!("filter must be a JSON object: {e}"))),
     }
 }
 
 #[utoipa::path(get, path = "/v1/collections/{collection}/images", tag = "images",
     params(("collection" = String, Path, description = "collection name"), ListImagesQuery),
     responses((status = 200, body = ImageList), (status = 404, body = ErrorBody)))]
-pub async fn list(State(s): State<AppState>, ApiPath(collection): ApiPath<String>, ApiQuery(q): ApiQuery<ListImagesQuery>) -> ApiResult<Json<ImageList>> {
+pub async fn list(
+    State(s): State<AppState>,
+    ApiPath(collection): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ListImagesQuery>,
+) -> ApiResult<Json<ImageList>> {
     if let Some(ext) = q.external_id {
         let c = s.service.collection(&collection).await?;
         let img = s.service.store.image_by_external_id(c.id, &ext).await?;
-        return Ok(Json(ImageList { images: vec![img.into()] }));
+        return Ok(Json(ImageList {
+            images: vec![img.into()],
+        }));
     }
     let filter = parse_filter(q.filter.as_deref())?;
     let (offset, limit) = (q.offset.unwrap_or(0), q.limit.unwrap_or(100));
     if offset < 0 || !(1..=1000).contains(&limit) {
-        return Err(ApiError::invalid("offset must be >= 0 and limit between 1 and 1000"));
+        return Err(ApiError::invalid(
+            "offset must be >= 0 and limit between 1 and 1000",
+        ));
     }
-    let rows = s.service.list_images(&collection, &filter, offset, limit).await?;
-    Ok(Json(ImageList { images: rows.into_iter().map(Into::into).collect() }))
+    let rows = s
+        .service
+        .list_images(&collection, &filter, offset, limit)
+        .await?;
+    Ok(Json(ImageList {
+        images: rows.into_iter().map(Into::into).collect(),
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/collections/{collection}/images/{id}", tag = "images",
     params(("collection" = String, Path, description = "collection name"), ("id" = i64, Path, description = "image id")),
     responses((status = 200, body = Image), (status = 404, body = ErrorBody)))]
-pub async fn get(State(s): State<AppState>, ApiPath((collection, id)): ApiPath<(String, i64)>) -> ApiResult<Json<Image>> {
+pub async fn get(
+    State(s): State<AppState>,
+    ApiPath((collection, id)): ApiPath<(String, i64)>,
+) -> ApiResult<Json<Image>> {
     let (img, caps) = s.service.image(&collection, id).await?;
     let mut img: Image = img.into();
     img.captions = Some(caps.into_iter().map(Into::into).collect());
@@ -238,7 +294,10 @@ pub async fn get(State(s): State<AppState>, ApiPath((collection, id)): ApiPath<(
 #[utoipa::path(delete, path = "/v1/collections/{collection}/images/{id}", tag = "images",
     params(("collection" = String, Path, description = "collection name"), ("id" = i64, Path, description = "image id")),
     responses((status = 204, description = "deleted, with its captions"), (status = 404, body = ErrorBody)))]
-pub async fn delete(State(s): State<AppState>, ApiPath((collection, id)): ApiPath<(String, i64)>) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(s): State<AppState>,
+    ApiPath((collection, id)): ApiPath<(String, i64)>,
+) -> ApiResult<StatusCode> {
     s.service.delete_image(&collection, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

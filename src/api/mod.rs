@@ -51,14 +51,38 @@ pub struct ApiDoc;
 pub fn router(service: Arc<Service>, max_request_bytes: usize) -> Router {
     let state = AppState { service };
     let v1 = Router::new()
-        .route("/collections", post(collections::create).get(collections::list))
-        .route("/collections/{collection}", get(collections::get).delete(collections::delete))
-        .route("/collections/{collection}/images", post(images::add).get(images::list))
-        .route("/collections/{collection}/images/search", post(search::images))
-        .route("/collections/{collection}/images/{id}", get(images::get).delete(images::delete))
-        .route("/collections/{collection}/captions", post(captions::add).get(captions::list))
-        .route("/collections/{collection}/captions/search", post(search::captions))
-        .route("/collections/{collection}/captions/{id}", axum::routing::delete(captions::delete))
+        .route(
+            "/collections",
+            post(collections::create).get(collections::list),
+        )
+        .route(
+            "/collections/{collection}",
+            get(collections::get).delete(collections::delete),
+        )
+        .route(
+            "/collections/{collection}/images",
+            post(images::add).get(images::list),
+        )
+        .route(
+            "/collections/{collection}/images/search",
+            post(search::images),
+        )
+        .route(
+            "/collections/{collection}/images/{id}",
+            get(images::get).delete(images::delete),
+        )
+        .route(
+            "/collections/{collection}/captions",
+            post(captions::add).get(captions::list),
+        )
+        .route(
+            "/collections/{collection}/captions/search",
+            post(search::captions),
+        )
+        .route(
+            "/collections/{collection}/captions/{id}",
+            axum::routing::delete(captions::delete),
+        )
         .route("/embed/text", post(embed::text))
         .route("/embed/image", post(embed::image))
         .route("/bundle", get(system::bundle))
@@ -76,25 +100,44 @@ pub fn router(service: Arc<Service>, max_request_bytes: usize) -> Router {
         .layer(DefaultBodyLimit::max(max_request_bytes))
         .layer(TraceLayer::new_for_http())
         .layer(CatchPanicLayer::custom(|_| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; the request was not applied").into_response()
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error; the request was not applied",
+            )
+            .into_response()
         }))
         .with_state(state)
 }
 
 async fn not_found(req: Request) -> ApiError {
-    ApiError::not_found(format!("no route {} {}; see /openapi.yaml", req.method(), req.uri().path()))
+    ApiError::not_found(format!(
+        "no route {} {}; see /openapi.yaml",
+        req.method(),
+        req.uri().path()
+    ))
 }
 
 async fn method_not_allowed(req: Request) -> ApiError {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", format!("{} is not allowed on {}", req.method(), req.uri().path()))
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
 }
 
 /// Counts and times every request by its route template (not the raw path: bounded label values).
 async fn observe(State(s): State<AppState>, req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string()).unwrap_or_else(|| "unmatched".into());
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
     let method = req.method().to_string();
     let t = Instant::now();
     let res = next.run(req).await;
-    s.service.metrics.observe_http(&method, &route, res.status().as_u16(), t.elapsed());
+    s.service
+        .metrics
+        .observe_http(&method, &route, res.status().as_u16(), t.elapsed());
     res
 }

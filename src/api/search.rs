@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use axum::{Json, extract::{Request, State}};
+use axum::{
+    Json,
+    extract::{Request, State},
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -75,11 +78,23 @@ async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
     let mut r = match upload::read::<SearchRequest>(req).await? {
         Body::Json(r) => r,
         Body::Multipart(parts) => {
-            let mut r = SearchRequest { text: None, image: None, image_id: None, k: None, offset: None, filter: None };
+            let mut r = SearchRequest {
+                text: None,
+                image: None,
+                image_id: None,
+                k: None,
+                offset: None,
+                filter: None,
+            };
             let mut file = None;
             for p in parts {
                 let num = |p: &upload::Part| -> ApiResult<usize> {
-                    p.text()?.trim().parse().map_err(|_| ApiError::bad_request(format!("form field \"{}\" must be a whole number", p.name)))
+                    p.text()?.trim().parse().map_err(|_| {
+                        ApiError::bad_request(format!(
+                            "form field \"{}\" must be a whole number",
+                            p.name
+                        ))
+                    })
                 };
                 match p.name.as_str() {
                     "image" => file = Some(p.data),
@@ -87,13 +102,21 @@ async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
                     "k" => r.k = Some(num(&p)?),
                     "offset" => r.offset = Some(num(&p)?),
                     "filter" => r.filter = Some(upload::json_field(&p)?),
-                    other => return Err(ApiError::bad_request(format!("unknown form field \"{other}\"; expected image, k, offset or filter"))),
+                    other => {
+                        return Err(ApiError::bad_request(format!(
+                            "unknown form field \"{other}\"; expected image, k, offset or filter"
+                        )));
+                    }
                 }
             }
             let q = match (file, r.text.take()) {
                 (Some(f), None) => Query::Image(f),
                 (None, Some(t)) => Query::Text(t),
-                _ => return Err(ApiError::bad_request("send exactly one `image` file part (or a `text` field)")),
+                _ => {
+                    return Err(ApiError::bad_request(
+                        "send exactly one `image` file part (or a `text` field)",
+                    ));
+                }
             };
             return Ok((q, params(&r)));
         }
@@ -103,13 +126,21 @@ async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
         (Some(t), None, None) => Query::Text(t),
         (None, Some(b), None) => Query::Image(upload::base64_image("image", &b)?),
         (None, None, Some(id)) => Query::ImageId(id),
-        _ => return Err(ApiError::invalid("give exactly one of `text`, `image` (base64) and `image_id`")),
+        _ => {
+            return Err(ApiError::invalid(
+                "give exactly one of `text`, `image` (base64) and `image_id`",
+            ));
+        }
     };
     Ok((q, p))
 }
 
 fn params(r: &SearchRequest) -> SearchParams {
-    SearchParams { k: r.k.unwrap_or(10), offset: r.offset.unwrap_or(0), filter: r.filter.clone().unwrap_or_default() }
+    SearchParams {
+        k: r.k.unwrap_or(10),
+        offset: r.offset.unwrap_or(0),
+        filter: r.filter.clone().unwrap_or_default(),
+    }
 }
 
 #[utoipa::path(post, path = "/v1/collections/{collection}/images/search", tag = "search",
@@ -118,10 +149,22 @@ fn params(r: &SearchRequest) -> SearchParams {
         (SearchRequest = "application/json"), (SearchMultipart = "multipart/form-data"))),
     responses((status = 200, body = ImageResults), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn images(State(s): State<AppState>, ApiPath(collection): ApiPath<String>, req: Request) -> ApiResult<Json<ImageResults>> {
+pub async fn images(
+    State(s): State<AppState>,
+    ApiPath(collection): ApiPath<String>,
+    req: Request,
+) -> ApiResult<Json<ImageResults>> {
     let (q, p) = parse(req).await?;
     let hits = s.service.search_images(&collection, q, p).await?;
-    Ok(Json(ImageResults { results: hits.into_iter().map(|h| ImageResult { score: h.score, image: h.image.into() }).collect() }))
+    Ok(Json(ImageResults {
+        results: hits
+            .into_iter()
+            .map(|h| ImageResult {
+                score: h.score,
+                image: h.image.into(),
+            })
+            .collect(),
+    }))
 }
 
 #[utoipa::path(post, path = "/v1/collections/{collection}/captions/search", tag = "search",
@@ -130,8 +173,20 @@ pub async fn images(State(s): State<AppState>, ApiPath(collection): ApiPath<Stri
         (SearchRequest = "application/json"), (SearchMultipart = "multipart/form-data"))),
     responses((status = 200, body = CaptionResults), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn captions(State(s): State<AppState>, ApiPath(collection): ApiPath<String>, req: Request) -> ApiResult<Json<CaptionResults>> {
+pub async fn captions(
+    State(s): State<AppState>,
+    ApiPath(collection): ApiPath<String>,
+    req: Request,
+) -> ApiResult<Json<CaptionResults>> {
     let (q, p) = parse(req).await?;
     let hits = s.service.search_captions(&collection, q, p).await?;
-    Ok(Json(CaptionResults { results: hits.into_iter().map(|h| CaptionResult { score: h.score, caption: h.caption.into() }).collect() }))
+    Ok(Json(CaptionResults {
+        results: hits
+            .into_iter()
+            .map(|h| CaptionResult {
+                score: h.score,
+                caption: h.caption.into(),
+            })
+            .collect(),
+    }))
 }

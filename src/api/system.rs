@@ -1,10 +1,18 @@
 //! Health, readiness, metrics, the API description, the loaded bundle, and admin operations.
 
-use axum::{Json, extract::State, http::{StatusCode, header}, response::IntoResponse};
+use axum::{
+    Json,
+    extract::State,
+    http::{StatusCode, header},
+    response::IntoResponse,
+};
 use serde::Serialize;
 use utoipa::{OpenApi, ToSchema};
 
-use super::{AppState, ApiDoc, error::{ApiResult, ErrorBody}};
+use super::{
+    ApiDoc, AppState,
+    error::{ApiResult, ErrorBody},
+};
 use crate::bundle::Similarity;
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -24,7 +32,9 @@ pub struct Readiness {
 
 #[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, description = "the process is up", body = Health)))]
 pub async fn healthz() -> Json<Health> {
-    Json(Health { status: "ok".into() })
+    Json(Health {
+        status: "ok".into(),
+    })
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "system",
@@ -33,13 +43,29 @@ pub async fn readyz(State(s): State<AppState>) -> (StatusCode, Json<Readiness>) 
     // The bundle and the indexes are loaded before the listener opens; the database is checked live.
     let db = s.service.store.ping().await;
     let ready = db.is_ok();
-    let r = Readiness { ready, bundle: true, database: ready, index: true, message: db.err().map(|e| e.to_string()) };
-    (if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(r))
+    let r = Readiness {
+        ready,
+        bundle: true,
+        database: ready,
+        index: true,
+        message: db.err().map(|e| e.to_string()),
+    };
+    (
+        if ready {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        },
+        Json(r),
+    )
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Prometheus text format", body = String)))]
 pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.service.metrics.render())
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        s.service.metrics.render(),
+    )
 }
 
 /// The served API description; `openapi.yaml` in the repository must be identical (a test checks it).
@@ -107,5 +133,7 @@ pub struct SnapshotReport {
 #[utoipa::path(post, path = "/v1/admin/snapshot", tag = "admin",
     responses((status = 200, description = "index snapshots written", body = SnapshotReport)))]
 pub async fn snapshot(State(s): State<AppState>) -> ApiResult<Json<SnapshotReport>> {
-    Ok(Json(SnapshotReport { indexes: s.service.snapshot().await? }))
+    Ok(Json(SnapshotReport {
+        indexes: s.service.snapshot().await?,
+    }))
 }

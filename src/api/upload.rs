@@ -25,12 +25,19 @@ pub struct Part {
 
 impl Part {
     pub fn text(&self) -> Result<&str, ApiError> {
-        std::str::from_utf8(&self.data).map_err(|_| ApiError::bad_request(format!("form field \"{}\" is not UTF-8 text", self.name)))
+        std::str::from_utf8(&self.data).map_err(|_| {
+            ApiError::bad_request(format!("form field \"{}\" is not UTF-8 text", self.name))
+        })
     }
 }
 
 pub async fn read<T: DeserializeOwned>(req: Request) -> Result<Body<T>, ApiError> {
-    let ct = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+    let ct = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
     if ct.starts_with("application/json") {
         let ApiJson(v) = ApiJson::<T>::from_request(req, &()).await?;
         return Ok(Body::Json(v));
@@ -45,8 +52,15 @@ pub async fn read<T: DeserializeOwned>(req: Request) -> Result<Body<T>, ApiError
                 Ok(Some(f)) => {
                     let name = f.name().unwrap_or("").to_string();
                     let file_name = f.file_name().map(str::to_string);
-                    let data = f.bytes().await.map_err(|e| ApiError::new(e.status(), "bad_request", e.body_text()))?;
-                    parts.push(Part { name, file_name, data });
+                    let data = f
+                        .bytes()
+                        .await
+                        .map_err(|e| ApiError::new(e.status(), "bad_request", e.body_text()))?;
+                    parts.push(Part {
+                        name,
+                        file_name,
+                        data,
+                    });
                 }
                 Ok(None) => break,
                 Err(e) => return Err(ApiError::new(e.status(), "bad_request", e.body_text())),
@@ -73,5 +87,7 @@ pub fn base64_image(field: &str, s: &str) -> Result<Bytes, ApiError> {
 }
 
 pub fn json_field<T: DeserializeOwned>(p: &Part) -> Result<T, ApiError> {
-    serde_json::from_slice(&p.data).map_err(|e| ApiError::bad_request(format!("form field \"{}\" is not valid JSON: {e}", p.name)))
+    serde_json::from_slice(&p.data).map_err(|e| {
+        ApiError::bad_request(format!("form field \"{}\" is not valid JSON: {e}", p.name))
+    })
 }

@@ -9,7 +9,11 @@ use tokio::{sync::oneshot, task::JoinHandle};
 pub const BUNDLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny");
 
 pub fn fixture_image(i: usize) -> Vec<u8> {
-    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/images/fixture_{i}.png"))).expect("fixture image")
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/fixtures/images/fixture_{i}.png")),
+    )
+    .expect("fixture image")
 }
 
 pub struct TestApp {
@@ -28,7 +32,16 @@ impl TestApp {
 
     pub async fn start_with(bundle: &str, db: &Path, extra: &[&str]) -> TestApp {
         let url = format!("sqlite://{}", db.display());
-        let mut flags = vec!["--addr", "127.0.0.1:0", "--bundle", bundle, "--database-url", &url, "--snapshot-interval", "0"];
+        let mut flags = vec![
+            "--addr",
+            "127.0.0.1:0",
+            "--bundle",
+            bundle,
+            "--database-url",
+            &url,
+            "--snapshot-interval",
+            "0",
+        ];
         flags.extend_from_slice(extra);
         let cfg = ServeArgs::try_from_flags(flags).expect("flags");
         let app = Application::build(cfg).await.expect("application starts");
@@ -37,7 +50,13 @@ impl TestApp {
         let task = tokio::spawn(app.run_until(async {
             let _ = rx.await;
         }));
-        TestApp { base, client: reqwest::Client::new(), db: db.to_path_buf(), stop: Some(tx), task: Some(task) }
+        TestApp {
+            base,
+            client: reqwest::Client::new(),
+            db: db.to_path_buf(),
+            stop: Some(tx),
+            task: Some(task),
+        }
     }
 
     /// Graceful stop (drains, writes index snapshots), as on SIGTERM.
@@ -55,37 +74,73 @@ impl TestApp {
     }
 
     pub async fn post_json(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
-        let r = self.client.post(self.url(path)).json(&body).send().await.expect("request");
+        let r = self
+            .client
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
     pub async fn get_json(&self, path: &str) -> (u16, serde_json::Value) {
-        let r = self.client.get(self.url(path)).send().await.expect("request");
+        let r = self
+            .client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request");
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
     pub async fn delete(&self, path: &str) -> u16 {
-        self.client.delete(self.url(path)).send().await.expect("request").status().as_u16()
+        self.client
+            .delete(self.url(path))
+            .send()
+            .await
+            .expect("request")
+            .status()
+            .as_u16()
     }
 
     /// Multipart upload of files as `image` parts plus text fields.
-    pub async fn post_multipart(&self, path: &str, files: Vec<(String, Vec<u8>)>, fields: &[(&str, String)]) -> (u16, serde_json::Value) {
+    pub async fn post_multipart(
+        &self,
+        path: &str,
+        files: Vec<(String, Vec<u8>)>,
+        fields: &[(&str, String)],
+    ) -> (u16, serde_json::Value) {
         let mut form = reqwest::multipart::Form::new();
         for (name, data) in files {
-            form = form.part("image", reqwest::multipart::Part::bytes(data).file_name(name));
+            form = form.part(
+                "image",
+                reqwest::multipart::Part::bytes(data).file_name(name),
+            );
         }
         for (k, v) in fields {
             form = form.text(k.to_string(), v.clone());
         }
-        let r = self.client.post(self.url(path)).multipart(form).send().await.expect("request");
+        let r = self
+            .client
+            .post(self.url(path))
+            .multipart(form)
+            .send()
+            .await
+            .expect("request");
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
     pub async fn assert_alive(&self) {
-        let r = self.client.get(self.url("/healthz")).send().await.expect("server still answers");
+        let r = self
+            .client
+            .get(self.url("/healthz"))
+            .send()
+            .await
+            .expect("server still answers");
         assert_eq!(r.status().as_u16(), 200);
     }
 }
@@ -97,25 +152,40 @@ pub fn b64(data: &[u8]) -> String {
 
 /// A copy of the fixture bundle in `dir`, with `edit` applied to bundle.json and, if given, a new W
 /// (`[joint_dim, fne_dim]`, f32) whose checksum is written into bundle.json.
-pub fn variant_bundle(dir: &Path, edit: impl FnOnce(&mut serde_json::Value), w: Option<Vec<f32>>) -> PathBuf {
+pub fn variant_bundle(
+    dir: &Path,
+    edit: impl FnOnce(&mut serde_json::Value),
+    w: Option<Vec<f32>>,
+) -> PathBuf {
     use sha2::{Digest, Sha256};
     std::fs::create_dir_all(dir).expect("dir");
     for e in std::fs::read_dir(BUNDLE).expect("fixture bundle") {
         let e = e.expect("entry");
         std::fs::copy(e.path(), dir.join(e.file_name())).expect("copy");
     }
-    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("bundle.json")).expect("read")).expect("json");
+    let mut m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("bundle.json")).expect("read"))
+            .expect("json");
     if let Some(w) = w {
-        let (j, d) = (m["projection"]["joint_dim"].as_u64().expect("joint") as usize, m["fne"]["dim"].as_u64().expect("dim") as usize);
+        let (j, d) = (
+            m["projection"]["joint_dim"].as_u64().expect("joint") as usize,
+            m["fne"]["dim"].as_u64().expect("dim") as usize,
+        );
         assert_eq!(w.len(), j * d);
         let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![j, d], &bytes).expect("view");
+        let view =
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![j, d], &bytes)
+                .expect("view");
         let data = safetensors::serialize([("weight", view)], None).expect("serialize");
         std::fs::write(dir.join("projection.safetensors"), &data).expect("write");
         m["files"]["projection.safetensors"] = hex::encode(Sha256::digest(&data)).into();
     }
     edit(&mut m);
-    std::fs::write(dir.join("bundle.json"), serde_json::to_vec_pretty(&m).expect("json")).expect("write");
+    std::fs::write(
+        dir.join("bundle.json"),
+        serde_json::to_vec_pretty(&m).expect("json"),
+    )
+    .expect("write");
     dir.to_path_buf()
 }
 
