@@ -488,3 +488,63 @@ mod tests {
         assert_eq!(t.eval(&[0.6, 0.0], &[0.5, 0.1]), -0.010000001);
     }
 }
+
+/// Recall of the HNSW path against the exact scan: `cargo test --release --lib recall -- --ignored --nocapture`.
+#[cfg(test)]
+mod recall {
+    use super::*;
+
+    #[test]
+    #[ignore = "a measurement, not a check: a few seconds in release mode"]
+    fn recall_at_10() {
+        let (n, dim, queries) = (20_000, 256, 200);
+        // Clustered data, like real embeddings: 100 centres plus noise.
+        let mut s = 11u64;
+        let mut rnd = move || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+        };
+        let centres: Vec<Vec<f32>> = (0..100)
+            .map(|_| (0..dim).map(|_| rnd()).collect())
+            .collect();
+        let data: Vec<(i64, Vec<f32>)> = (0..n)
+            .map(|i| {
+                let c = &centres[i % 100];
+                let mut v: Vec<f32> = c.iter().map(|x| x + 0.5 * rnd()).collect();
+                crate::projection::normalise(&mut v, false);
+                (i as i64 + 1, v)
+            })
+            .collect();
+        let t = std::time::Instant::now();
+        let graph = VectorIndex::build(
+            IndexParams {
+                exact_below: 0,
+                ..IndexParams::default()
+            },
+            data.clone(),
+        );
+        let build = t.elapsed();
+        let mut hit = 0;
+        let t = std::time::Instant::now();
+        for (_, q) in data.iter().step_by(n / queries) {
+            let got: HashSet<i64> = graph
+                .search(q, Score::Cosine, 0, 10, None)
+                .into_iter()
+                .map(|h| h.0)
+                .collect();
+            let mut all: Vec<(i64, f32)> = data
+                .iter()
+                .map(|(id, v)| (*id, Score::Cosine.eval(q, v)))
+                .collect();
+            all.sort_by(|a, b| b.1.total_cmp(&a.1));
+            hit += all[..10].iter().filter(|(id, _)| got.contains(id)).count();
+        }
+        println!(
+            "n {n} dim {dim}: build {build:?}, recall@10 {:.3}, {:?} per query (with exact check)",
+            hit as f64 / (10 * queries) as f64,
+            t.elapsed() / queries as u32
+        );
+    }
+}
