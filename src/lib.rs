@@ -1,6 +1,7 @@
 //! jointspace: photos and sentences in one space. The modules follow the data flow:
-//! decode -> crops -> runtime (vision graph) -> fne -> projection, text -> index, with the store as the
-//! source of truth and the api on top.
+//! decode -> crops -> vision -> fne -> projection, and text, composed by `pipeline`; then index and store
+//! (the source of truth) behind `service`, and the api on top. `runtime` is the inference backend under
+//! vision and text; `batch` is their request batching.
 
 pub mod api;
 pub mod app;
@@ -19,3 +20,4 @@ pub mod runtime;
 pub mod service;
 pub mod store;
 pub mod text;
+pub mod vision;

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 
 use crate::{
-    batch::Batcher,
     bundle::{Bundle, CropMode, Similarity},
     crops,
     decode::{self, DecodeError, DecodeLimits},
     fne::{Fne, TernaryCode},
     projection::Projection,
     runtime::{Backend, RuntimeError},
-    text::{self, TextError, TextTokenizer},
+    text::{TextEncoder, TextError, TextTokenizer},
+    vision::Vision,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -43,19 +43,17 @@ pub struct PipelineOptions {
     pub max_batch_texts: usize,
 }
 
-type TextJob = Vec<Vec<i64>>;
-
 pub struct Pipeline {
     pub bundle: Arc<Bundle>,
     pub crop_mode: CropMode,
     pub limits: DecodeLimits,
     provider: String,
+    vision: Vision,
     fne: Fne,
     projection: Projection,
     tokenizer: TextTokenizer,
-    vision: Batcher<Vec<f32>>,
-    text: Batcher<TextJob>,
-    max_batch_crops: usize,
+    text: TextEncoder,
+    /// Bounds the decoded images held in memory at once.
     decode_permits: Arc<tokio::sync::Semaphore>,
 }
 
@@ -67,59 +65,23 @@ impl Pipeline {
     ) -> Result<Pipeline, EmbedError> {
         let m = &bundle.manifest;
         let crop_mode = opts.crop_mode.unwrap_or(m.vision.crop_mode);
-        let (side, raw_dim, joint) = (
-            m.vision.input_size,
-            m.vision.raw_dim,
-            m.projection.joint_dim,
-        );
-        let crop_len = crops::crop_len(&m.vision);
-
-        let vb = backend.clone();
-        let vision = Batcher::spawn(
-            "vision",
-            opts.max_batch_crops.max(crop_mode.crops()),
-            raw_dim,
-            move |jobs: &[crate::batch::Job<Vec<f32>>]| {
-                let rows: usize = jobs.iter().map(|j| j.rows).sum();
-                if let [one] = jobs {
-                    return vb.vision(&one.input, rows, side);
-                }
-                // Several requests: one contiguous input for one run.
-                let mut all = Vec::with_capacity(rows * crop_len);
-                jobs.iter().for_each(|j| all.extend_from_slice(&j.input));
-                vb.vision(&all, rows, side)
-            },
-        );
-        let pad_id = m.text.pad_id;
-        let tb = backend.clone();
-        let text = Batcher::spawn(
-            "text",
-            opts.max_batch_texts.max(1),
-            joint,
-            move |jobs: &[crate::batch::Job<TextJob>]| {
-                let seqs: Vec<&[i64]> = jobs
-                    .iter()
-                    .flat_map(|j| j.input.iter().map(Vec::as_slice))
-                    .collect();
-                let (ids, lengths, t) = text::pad(&seqs, pad_id);
-                tb.text(&ids, &lengths, seqs.len(), t)
-            },
-        );
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
         Ok(Pipeline {
+            vision: Vision::new(
+                backend.clone(),
+                &m.vision,
+                opts.max_batch_crops.max(crop_mode.crops()),
+            ),
             fne: Fne::new(&bundle),
             projection: Projection::new(&bundle),
             tokenizer: TextTokenizer::new(&bundle, opts.max_text_chars)?,
+            text: TextEncoder::new(backend.clone(), &bundle, opts.max_batch_texts),
             provider: backend.provider().to_string(),
             crop_mode,
             limits: opts.limits,
-            max_batch_crops: opts.max_batch_crops,
-            decode_permits: Arc::new(tokio::sync::Semaphore::new(
-                2 * std::thread::available_parallelism()
-                    .map(|n| n.get())
-                    .unwrap_or(2),
-            )),
-            vision,
-            text,
+            decode_permits: Arc::new(tokio::sync::Semaphore::new(2 * cores)),
             bundle,
         })
     }
@@ -140,9 +102,9 @@ impl Pipeline {
         &self.projection
     }
 
-    /// Embeds a batch of images: their crops go to the runtime together, in runs of at most
-    /// `max_batch_crops` crops (a 64-image ten-crop batch in one run would need gigabytes of activations).
-    /// One bad image fails the batch (naming it): a batch is stored all or nothing.
+    /// Embeds a batch of images: decode -> crops -> vision -> fne -> projection. All crops go to the runtime
+    /// together (in runs bounded by `max_batch_crops`). One bad image fails the batch, naming it: a batch is
+    /// stored all or nothing.
     pub async fn embed_images(
         &self,
         images: Vec<bytes::Bytes>,
@@ -190,26 +152,11 @@ impl Pipeline {
             sizes.push((w, h));
             pieces.push(crops);
         }
-        // Runs of whole images; a run of one image hands its buffer over without a copy.
-        let per_run = (self.max_batch_crops / per).max(1);
-        let mut runs = Vec::with_capacity(n.div_ceil(per_run));
-        let mut it = pieces.into_iter().peekable();
-        while it.peek().is_some() {
-            let chunk: Vec<Vec<f32>> = it.by_ref().take(per_run).collect();
-            let rows = chunk.len() * per;
-            let input = if chunk.len() == 1 {
-                chunk.into_iter().next().unwrap_or_default()
-            } else {
-                let mut all = Vec::with_capacity(rows * crop_len);
-                chunk.iter().for_each(|c| all.extend_from_slice(c));
-                all
-            };
-            runs.push(self.vision.submit(input, rows));
-        }
-        let mut raw = Vec::with_capacity(n * per * self.fne.dim());
-        for out in futures::future::join_all(runs).await {
-            raw.extend_from_slice(&out.map_err(|e| (0, e.into()))?);
-        }
+        let raw = self
+            .vision
+            .features(pieces, per)
+            .await
+            .map_err(|e| (0, e.into()))?;
         let dim = self.fne.dim();
         Ok(sizes
             .into_iter()
@@ -249,10 +196,7 @@ impl Pipeline {
             return Ok(vec![]);
         }
         let ids = self.tokenize(texts).map_err(|(i, e)| (i, e.into()))?;
-        let n = ids.len();
-        let joint = self.joint_dim();
-        let out = self.text.submit(ids, n).await.map_err(|e| (0, e.into()))?;
-        Ok(out.chunks_exact(joint).map(<[f32]>::to_vec).collect())
+        self.text.embed(ids).await.map_err(|e| (0, e.into()))
     }
 
     pub async fn embed_text(&self, text: &str) -> Result<Vec<f32>, EmbedError> {

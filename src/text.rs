@@ -1,8 +1,14 @@
 //! Step 6: sentence -> token ids (the bundle's tokenizer.json) -> text graph -> unit joint vector.
 
+use std::sync::Arc;
+
 use tokenizers::Tokenizer;
 
-use crate::bundle::Bundle;
+use crate::{
+    batch::{Batcher, Job},
+    bundle::Bundle,
+    runtime::{Backend, RuntimeError},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TextError {
@@ -80,4 +86,44 @@ pub fn pad(batch: &[&[i64]], pad_id: i64) -> (Vec<i64>, Vec<i64>, usize) {
         lengths.push(s.len() as i64);
     }
     (ids, lengths, t)
+}
+
+/// The text graph behind a batching worker: sentences from concurrent requests share one run, right-padded
+/// to the longest (the graph reads `lengths`, so padding does not change a sentence's vector).
+pub struct TextEncoder {
+    batcher: Batcher<Vec<Vec<i64>>>,
+    joint_dim: usize,
+}
+
+impl TextEncoder {
+    pub fn new(backend: Arc<dyn Backend>, bundle: &Bundle, max_batch: usize) -> TextEncoder {
+        let (pad_id, joint_dim) = (
+            bundle.manifest.text.pad_id,
+            bundle.manifest.projection.joint_dim,
+        );
+        let batcher = Batcher::spawn(
+            "text",
+            max_batch.max(1),
+            joint_dim,
+            move |jobs: &[Job<Vec<Vec<i64>>>]| {
+                let seqs: Vec<&[i64]> = jobs
+                    .iter()
+                    .flat_map(|j| j.input.iter().map(Vec::as_slice))
+                    .collect();
+                let (ids, lengths, t) = pad(&seqs, pad_id);
+                backend.text(&ids, &lengths, seqs.len(), t)
+            },
+        );
+        TextEncoder { batcher, joint_dim }
+    }
+
+    /// Token ids of each sentence -> one unit vector each.
+    pub async fn embed(&self, ids: Vec<Vec<i64>>) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        let n = ids.len();
+        let out = self.batcher.submit(ids, n).await?;
+        Ok(out
+            .chunks_exact(self.joint_dim)
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
 }

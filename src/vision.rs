@@ -1,0 +1,80 @@
+//! Step 3: the vision graph over crops. Requests queue for one worker that batches them into runtime calls
+//! of at most `max_batch_crops` crops (whole images per run): concurrent requests share a `session.run`,
+//! and a large upload cannot ask for gigabytes of activations at once.
+
+use std::sync::Arc;
+
+use crate::{
+    batch::{Batcher, Job},
+    bundle::VisionSpec,
+    crops,
+    runtime::{Backend, RuntimeError},
+};
+
+pub struct Vision {
+    batcher: Batcher<Vec<f32>>,
+    max_batch_crops: usize,
+    crop_len: usize,
+    raw_dim: usize,
+}
+
+impl Vision {
+    pub fn new(backend: Arc<dyn Backend>, spec: &VisionSpec, max_batch_crops: usize) -> Vision {
+        let (side, crop_len, raw_dim) = (spec.input_size, crops::crop_len(spec), spec.raw_dim);
+        let batcher = Batcher::spawn(
+            "vision",
+            max_batch_crops.max(1),
+            raw_dim,
+            move |jobs: &[Job<Vec<f32>>]| {
+                let rows: usize = jobs.iter().map(|j| j.rows).sum();
+                if let [one] = jobs {
+                    return backend.vision(&one.input, rows, side);
+                }
+                // Several requests: one contiguous input for one run.
+                let mut all = Vec::with_capacity(rows * crop_len);
+                jobs.iter().for_each(|j| all.extend_from_slice(&j.input));
+                backend.vision(&all, rows, side)
+            },
+        );
+        Vision {
+            batcher,
+            max_batch_crops,
+            crop_len,
+            raw_dim,
+        }
+    }
+
+    pub fn raw_dim(&self) -> usize {
+        self.raw_dim
+    }
+
+    /// `images`: each image's `per` crops (NCHW, normalised) -> `[images * per, raw_dim]` features.
+    pub async fn features(
+        &self,
+        images: Vec<Vec<f32>>,
+        per: usize,
+    ) -> Result<Vec<f32>, RuntimeError> {
+        let n = images.len();
+        let per_run = (self.max_batch_crops / per).max(1);
+        let mut runs = Vec::with_capacity(n.div_ceil(per_run));
+        let mut it = images.into_iter().peekable();
+        while it.peek().is_some() {
+            let chunk: Vec<Vec<f32>> = it.by_ref().take(per_run).collect();
+            let rows = chunk.len() * per;
+            // A run of one image hands its buffer over without a copy.
+            let input = if chunk.len() == 1 {
+                chunk.into_iter().next().unwrap_or_default()
+            } else {
+                let mut all = Vec::with_capacity(rows * self.crop_len);
+                chunk.iter().for_each(|c| all.extend_from_slice(c));
+                all
+            };
+            runs.push(self.batcher.submit(input, rows));
+        }
+        let mut raw = Vec::with_capacity(n * per * self.raw_dim);
+        for out in futures::future::join_all(runs).await {
+            raw.extend_from_slice(&out?);
+        }
+        Ok(raw)
+    }
+}
