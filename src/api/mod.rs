@@ -32,8 +32,7 @@ pub struct AppState {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "jointspace", description = "Find photos from a sentence and sentences for a photo. Errors always have the shape of ErrorBody.",
-         license(name = "MIT")),
+    info(title = "jointspace", description = "Find photos from a sentence and sentences for a photo. Errors always have the shape of ErrorBody."),
     paths(
         collections::create, collections::list, collections::get, collections::delete,
         images::add, images::list, images::get, images::delete,
