@@ -139,6 +139,10 @@ pub struct Store {
 fn conflict_or(e: sqlx::Error, msg: impl FnOnce() -> String) -> StoreError {
     match &e {
         sqlx::Error::Database(d) if d.is_unique_violation() => StoreError::Conflict(msg()),
+        // Only possible when the collection (or image) was deleted while this write was in flight.
+        sqlx::Error::Database(d) if d.is_foreign_key_violation() => {
+            StoreError::NotFound("the collection or image was deleted meanwhile".into())
+        }
         _ => StoreError::Db(e),
     }
 }
@@ -343,7 +347,8 @@ impl Store {
         .bind(bundle_id)
         .bind(now)
         .fetch_one(&mut **tx)
-        .await?)
+        .await
+        .map_err(|e| conflict_or(e, String::new))?)
     }
 
     async fn bump(
