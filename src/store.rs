@@ -337,7 +337,7 @@ impl Store {
         bundle_id: &str,
         now: &str,
     ) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
+        sqlx::query_scalar(
             "INSERT INTO captions (collection_id, image_id, text, vector, bundle_id, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
         )
         .bind(collection_id)
@@ -348,7 +348,7 @@ impl Store {
         .bind(now)
         .fetch_one(&mut **tx)
         .await
-        .map_err(|e| conflict_or(e, String::new))?)
+        .map_err(|e| conflict_or(e, String::new))
     }
 
     async fn bump(
