@@ -394,6 +394,13 @@ impl Service {
             .iter()
             .flat_map(|i| i.captions.iter().cloned())
             .collect();
+        if texts.len() > self.opts.max_batch * 10 {
+            return Err(ServiceError::Invalid(format!(
+                "{} captions in one request; the limit is {}",
+                texts.len(),
+                self.opts.max_batch * 10
+            )));
+        }
         self.pipeline
             .tokenize(&texts)
             .map_err(|(i, e)| ServiceError::Text {
