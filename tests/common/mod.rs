@@ -69,6 +69,14 @@ impl TestApp {
         }
     }
 
+    /// Stops without the graceful path (no snapshot), as a crash would.
+    pub async fn kill(mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
