@@ -44,7 +44,7 @@ pub enum BundleCommand {
     Inspect {
         dir: PathBuf,
         /// Also open the ONNX graphs with ONNX Runtime.
-        #[arg(long)]
+        #[arg(long, env = "JOINTSPACE_INSPECT_GRAPHS")]
         graphs: bool,
         #[command(flatten)]
         runtime: RuntimeArgs,
@@ -154,16 +154,16 @@ pub struct IngestArgs {
     #[arg(long, env = "JOINTSPACE_INGEST_CAPTIONS")]
     pub captions: Option<PathBuf>,
     /// Only the images named in this file (one file name per line).
-    #[arg(long)]
+    #[arg(long, env = "JOINTSPACE_INGEST_LIST")]
     pub list: Option<PathBuf>,
     /// Collection to add to (created if missing).
     #[arg(long, env = "JOINTSPACE_COLLECTION", default_value = "default")]
     pub collection: String,
     /// Images per add request.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, env = "JOINTSPACE_INGEST_BATCH", default_value_t = 8)]
     pub batch: usize,
     /// Requests in flight.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, env = "JOINTSPACE_INGEST_CONCURRENCY", default_value_t = 2)]
     pub concurrency: usize,
     #[command(flatten)]
     pub model: ModelArgs,
@@ -181,20 +181,20 @@ pub struct EvalArgs {
     )]
     pub data: PathBuf,
     /// train, dev or test.
-    #[arg(long, default_value = "test")]
+    #[arg(long, env = "JOINTSPACE_EVAL_SPLIT", default_value = "test")]
     pub split: String,
     /// Print the metrics as JSON.
-    #[arg(long)]
+    #[arg(long, env = "JOINTSPACE_EVAL_JSON")]
     pub json: bool,
     /// Only the first N images of the split (a quick check).
-    #[arg(long)]
+    #[arg(long, env = "JOINTSPACE_EVAL_LIMIT")]
     pub limit: Option<usize>,
     /// Scratch database (default: in memory).
-    #[arg(long, default_value = "sqlite::memory:")]
+    #[arg(long, env = "JOINTSPACE_EVAL_DATABASE_URL", default_value = "sqlite::memory:")]
     pub database_url: String,
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, env = "JOINTSPACE_EVAL_BATCH", default_value_t = 8)]
     pub batch: usize,
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, env = "JOINTSPACE_EVAL_CONCURRENCY", default_value_t = 2)]
     pub concurrency: usize,
     #[command(flatten)]
     pub model: ModelArgs,
