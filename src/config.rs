@@ -14,7 +14,7 @@ use crate::{bundle::CropMode, runtime::Device};
 )]
 pub struct Cli {
     /// Log as JSON lines instead of human-readable text.
-    #[arg(long, env = "JOINTSPACE_LOG_JSON", global = true)]
+    #[arg(long, env = "JOINTSPACE_LOG_JSON", global = true, value_parser = clap::builder::FalseyValueParser::new())]
     pub log_json: bool,
     #[command(subcommand)]
     pub command: Command,
@@ -44,7 +44,7 @@ pub enum BundleCommand {
     Inspect {
         dir: PathBuf,
         /// Also open the ONNX graphs with ONNX Runtime.
-        #[arg(long, env = "JOINTSPACE_INSPECT_GRAPHS")]
+        #[arg(long, env = "JOINTSPACE_INSPECT_GRAPHS", value_parser = clap::builder::FalseyValueParser::new())]
         graphs: bool,
         #[command(flatten)]
         runtime: RuntimeArgs,
@@ -184,13 +184,17 @@ pub struct EvalArgs {
     #[arg(long, env = "JOINTSPACE_EVAL_SPLIT", default_value = "test")]
     pub split: String,
     /// Print the metrics as JSON.
-    #[arg(long, env = "JOINTSPACE_EVAL_JSON")]
+    #[arg(long, env = "JOINTSPACE_EVAL_JSON", value_parser = clap::builder::FalseyValueParser::new())]
     pub json: bool,
     /// Only the first N images of the split (a quick check).
     #[arg(long, env = "JOINTSPACE_EVAL_LIMIT")]
     pub limit: Option<usize>,
     /// Scratch database (default: in memory).
-    #[arg(long, env = "JOINTSPACE_EVAL_DATABASE_URL", default_value = "sqlite::memory:")]
+    #[arg(
+        long,
+        env = "JOINTSPACE_EVAL_DATABASE_URL",
+        default_value = "sqlite::memory:"
+    )]
     pub database_url: String,
     #[arg(long, env = "JOINTSPACE_EVAL_BATCH", default_value_t = 8)]
     pub batch: usize,
