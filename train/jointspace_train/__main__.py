@@ -129,13 +129,20 @@ def cmd_train(args):
         log.flush()
 
     say(f"train {args.input} {args.tap_point} {args.crop}: {json.dumps(asdict(settings.resolved()))}")
-    proj, text, result = train(settings, enc["train"], enc["dev"], tok.get_vocab_size(), log=say)
+    init = None
+    if args.init_from:
+        import torch as _torch
+
+        init = _torch.load(Path(args.init_from) / "model.pt", weights_only=True)
+        say(f"starting from {args.init_from}")
+    proj, text, result = train(settings, enc["train"], enc["dev"], tok.get_vocab_size(), log=say, init=init)
     s = settings.resolved()
     similarity = "order" if s.loss in ("SOE", "MOE", "POE") else "cosine"
     test = evaluate_split(proj, text, enc["test"], similarity)
     result.test = test
     result.command = "python -m jointspace_train " + " ".join(args.argv)
-    result.features = {"tap_point": args.tap_point, "input": args.input, "crop": args.crop, "weights": args.weights}
+    result.features = {"tap_point": args.tap_point, "input": args.input, "crop": args.crop, "weights": args.weights,
+                       "init_from": args.init_from and Path(args.init_from).name}
     say(f"best epoch {result.best_epoch}: dev {result.dev}\ntest {test}")
     save_result(result, run / "result.json")
     torch.save({"proj": proj.state_dict(), "text": text.state_dict()}, run / "model.pt")
@@ -145,6 +152,7 @@ def cmd_train(args):
         vis = vision.vision_section(w, args.tap_point, args.crop)
         g = graph_file(args, w, args.tap_point)
         training = {"dataset": "flickr8k", "split": "train", "loss": s.loss, "crop_mode": args.crop,
+                    "tap_point": args.tap_point, "init_from": args.init_from and Path(args.init_from).name,
                     "hyperparameters": asdict(s), "best_epoch": result.best_epoch, "train_seconds": result.seconds,
                     "dev_metrics": result.dev, "test_metrics": test,
                     "test_metrics_source": "trainer, cached features of the training graph"}
@@ -251,6 +259,8 @@ def main(argv=None):
     for f in ("lr", "grad_clip", "margin"):
         p.add_argument("--" + f.replace("_", "-"), type=float)
     p.add_argument("--run-dir", required=True, help="where the log, result.json and model.pt go")
+    p.add_argument("--init-from", help="a run dir whose model.pt to start from (PH/POE: the sum-loss run; "
+                                      "training then starts in the max-loss phase)")
     p.add_argument("--bundle-out", help="write a bundle here (models/<name>)")
     p.add_argument("--reference-eval", action="store_true",
                    help="recompute the bundle's test metrics from the images through the bundle's own graph")

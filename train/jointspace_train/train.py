@@ -96,7 +96,10 @@ def evaluate_split(proj, text, split: Encoded, similarity: str) -> dict:
     return evaluate.metrics(sims(proj, text, split, similarity), split.owner)
 
 
-def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_size: int, log=print):
+def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_size: int, log=print,
+          init: dict | None = None):
+    """`init` ({"proj": state, "text": state}) starts from a trained model; for a curriculum pipeline it is
+    the best sum-loss model, so training goes straight to the max-loss phase."""
     s = settings.resolved()
     torch.manual_seed(s.seed)
     torch.set_num_threads(s.threads)
@@ -105,6 +108,10 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
     phase_hardest = False if curriculum else hardest
     proj = ImageProjection(train_split.images.shape[1], s.joint_dim, s.use_abs)
     text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs)
+    if init is not None:
+        proj.load_state_dict(init["proj"]), text.load_state_dict(init["text"])
+        if curriculum:
+            phase_hardest = True
     params = list(proj.parameters()) + list(text.parameters())
     opt = torch.optim.Adam(params, lr=s.lr)
     result = Result(settings=asdict(s))

@@ -29,3 +29,18 @@ def test_training_learns_a_toy_task():
     # 8 distinguishable kinds among 16 dev images: chance R@5 for t2i is ~31%
     assert result.dev["t2i_r5"] > 60, result.dev
     assert evaluate_split(proj, text, enc_dv, "cosine") == result.dev
+
+
+def test_curriculum_from_a_sum_loss_model_starts_in_the_max_phase():
+    rng = np.random.default_rng(1)
+    tr, dv = toy_split(32, rng), toy_split(8, rng)
+    tok = tokenizer.build([c for cs in tr[1] for c in cs])
+    enc_tr, enc_dv = Encoded(tr[0], tr[1], tok, 16), Encoded(dv[0], dv[1], tok, 16)
+    base = dict(joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, patience=2, threads=1)
+    proj, text, r_sh = train(Settings(loss="SH", epochs=2, **base), enc_tr, enc_dv, tok.get_vocab_size(),
+                             log=lambda m: None)
+    init = {"proj": proj.state_dict(), "text": text.state_dict()}
+    _, _, r_ph = train(Settings(loss="PH", epochs=2, **base), enc_tr, enc_dv, tok.get_vocab_size(),
+                       log=lambda m: None, init=init)
+    assert [h["phase"] for h in r_sh.history] == ["sum", "sum"]
+    assert [h["phase"] for h in r_ph.history] == ["max", "max"]
