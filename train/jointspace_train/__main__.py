@@ -135,7 +135,8 @@ def cmd_train(args):
 
         init = _torch.load(Path(args.init_from) / "model.pt", weights_only=True)
         say(f"starting from {args.init_from}")
-    proj, text, result = train(settings, enc["train"], enc["dev"], tok.get_vocab_size(), log=say, init=init)
+    proj, text, result = train(settings, enc["train"], enc["dev"], tok.get_vocab_size(), log=say, init=init,
+                               checkpoint=run / "checkpoint.pt")
     s = settings.resolved()
     similarity = "order" if s.loss in ("SOE", "MOE", "POE") else "cosine"
     test = evaluate_split(proj, text, enc["test"], similarity)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -97,29 +99,38 @@ def evaluate_split(proj, text, split: Encoded, similarity: str) -> dict:
 
 
 def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_size: int, log=print,
-          init: dict | None = None):
+          init: dict | None = None, checkpoint=None):
     """`init` ({"proj": state, "text": state}) starts from a trained model; for a curriculum pipeline it is
-    the best sum-loss model, so training goes straight to the max-loss phase."""
+    the best sum-loss model, so training goes straight to the max-loss phase. With `checkpoint` (a path),
+    the whole training state is saved after every epoch and an interrupted run resumes from it."""
     s = settings.resolved()
     torch.manual_seed(s.seed)
     torch.set_num_threads(s.threads)
     rng = np.random.default_rng(s.seed)
     similarity, hardest, curriculum = losses.PIPELINES[s.loss]
-    phase_hardest = False if curriculum else hardest
     proj = ImageProjection(train_split.images.shape[1], s.joint_dim, s.use_abs)
     text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs)
-    if init is not None:
-        proj.load_state_dict(init["proj"]), text.load_state_dict(init["text"])
-        if curriculum:
-            phase_hardest = True
     params = list(proj.parameters()) + list(text.parameters())
     opt = torch.optim.Adam(params, lr=s.lr)
-    result = Result(settings=asdict(s))
-    best = (-1.0, None)
-    since_best, decayed = 0, False
-    t0 = time.time()
+    # Everything an interrupted run needs to go on exactly where it stopped.
+    st = {"epoch": 0, "phase_hardest": hardest and not curriculum, "best_rsum": -1.0, "best": None,
+          "since_best": 0, "decayed": False, "done": False, "seconds": 0.0,
+          "result": asdict(Result(settings=asdict(s)))}
+    if init is not None:
+        proj.load_state_dict(init["proj"]), text.load_state_dict(init["text"])
+        st["phase_hardest"] = hardest or curriculum
+    if checkpoint is not None and Path(checkpoint).exists():
+        ck = torch.load(checkpoint, weights_only=False)
+        proj.load_state_dict(ck["proj"]), text.load_state_dict(ck["text"]), opt.load_state_dict(ck["opt"])
+        rng.bit_generator.state, st = ck["rng"], ck["state"]
+        torch.set_rng_state(ck["torch_rng"])
+        log(f"resuming after epoch {st['epoch']} from {checkpoint}")
+    result = Result(**st["result"])
+    t0 = time.time() - st["seconds"]
     n = train_split.images.shape[0]
-    for epoch in range(1, s.epochs + 1):
+    while not st["done"] and st["epoch"] < s.epochs:
+        st["epoch"] += 1
+        epoch = st["epoch"]
         proj.train(), text.train()
         perm = rng.permutation(n)
         cap_idx = np.array([rng.choice(train_split.per_image[i]) for i in perm])
@@ -130,41 +141,48 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
             ids = torch.from_numpy(train_split.ids[b_cap, : int(lengths.max())])
             im = proj(train_split.images[b_img])
             cap = text(ids, torch.from_numpy(lengths))
-            loss = losses.contrastive(losses.scores(im, cap, similarity), s.margin, phase_hardest)
+            loss = losses.contrastive(losses.scores(im, cap, similarity), s.margin, st["phase_hardest"])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, s.grad_clip)
             opt.step()
-            total += float(loss)
+            total += loss.item()
         dev = evaluate_split(proj, text, dev_split, similarity)
-        phase = "max" if phase_hardest else "sum"
+        phase = "max" if st["phase_hardest"] else "sum"
         result.history.append({"epoch": epoch, "loss": round(total, 3), "phase": phase,
                                "lr": opt.param_groups[0]["lr"], **dev})
         log(f"epoch {epoch:3d} {phase} loss {total:9.2f} dev rsum {dev['rsum']:6.2f} "
             f"i2t R@1 {dev['i2t_r1']:5.1f} t2i R@1 {dev['t2i_r1']:5.1f} ({time.time() - t0:.0f}s)")
-        if dev["rsum"] > best[0]:
-            best = (dev["rsum"], (copy.deepcopy(proj.state_dict()), copy.deepcopy(text.state_dict())))
+        if dev["rsum"] > st["best_rsum"]:
+            st["best_rsum"] = dev["rsum"]
+            st["best"] = (copy.deepcopy(proj.state_dict()), copy.deepcopy(text.state_dict()))
             result.best_epoch, result.dev = epoch, dev
-            since_best = 0
-            continue
-        since_best += 1
-        if since_best < s.patience:
-            continue
-        # Plateau: the curriculum switches to the max loss from its best model; otherwise decay once, then stop.
-        proj.load_state_dict(best[1][0]), text.load_state_dict(best[1][1])
-        since_best = 0
-        if curriculum and not phase_hardest:
-            phase_hardest = True
-            opt = torch.optim.Adam(params, lr=s.lr)
-            log("curriculum: switching to the max-of-hinges loss from the best sum-loss model")
-        elif not decayed:
-            decayed = True
-            for g in opt.param_groups:
-                g["lr"] *= 0.1
-            log(f"plateau: learning rate -> {opt.param_groups[0]['lr']:g}")
+            st["since_best"] = 0
         else:
-            break
-    proj.load_state_dict(best[1][0]), text.load_state_dict(best[1][1])
+            st["since_best"] += 1
+        if st["since_best"] >= s.patience:
+            # Plateau: the curriculum switches to the max loss from its best model; otherwise decay once, then stop.
+            proj.load_state_dict(st["best"][0]), text.load_state_dict(st["best"][1])
+            st["since_best"] = 0
+            if curriculum and not st["phase_hardest"]:
+                st["phase_hardest"] = True
+                opt = torch.optim.Adam(params, lr=s.lr)
+                log("curriculum: switching to the max-of-hinges loss from the best sum-loss model")
+            elif not st["decayed"]:
+                st["decayed"] = True
+                for g in opt.param_groups:
+                    g["lr"] *= 0.1
+                log(f"plateau: learning rate -> {opt.param_groups[0]['lr']:g}")
+            else:
+                st["done"] = True
+        st["seconds"] = time.time() - t0
+        st["result"] = asdict(result)
+        if checkpoint is not None:
+            tmp = Path(str(checkpoint) + ".tmp")
+            torch.save({"proj": proj.state_dict(), "text": text.state_dict(), "opt": opt.state_dict(),
+                        "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "state": st}, tmp)
+            os.replace(tmp, checkpoint)
+    proj.load_state_dict(st["best"][0]), text.load_state_dict(st["best"][1])
     proj.eval(), text.eval()
     result.seconds = round(time.time() - t0, 1)
     return proj, text, result

@@ -44,3 +44,20 @@ def test_curriculum_from_a_sum_loss_model_starts_in_the_max_phase():
                        log=lambda m: None, init=init)
     assert [h["phase"] for h in r_sh.history] == ["sum", "sum"]
     assert [h["phase"] for h in r_ph.history] == ["max", "max"]
+
+
+def test_an_interrupted_run_resumes_to_the_same_result(tmp_path):
+    rng = np.random.default_rng(2)
+    tr, dv = toy_split(32, rng), toy_split(8, rng)
+    tok = tokenizer.build([c for cs in tr[1] for c in cs])
+    enc_tr, enc_dv = Encoded(tr[0], tr[1], tok, 16), Encoded(dv[0], dv[1], tok, 16)
+    base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, patience=9, threads=1)
+    _, _, whole = train(Settings(epochs=4, **base), enc_tr, enc_dv, tok.get_vocab_size(), log=lambda m: None)
+    ck = tmp_path / "checkpoint.pt"
+    train(Settings(epochs=2, **base), enc_tr, enc_dv, tok.get_vocab_size(), log=lambda m: None, checkpoint=ck)
+    said = []
+    _, _, resumed = train(Settings(epochs=4, **base), enc_tr, enc_dv, tok.get_vocab_size(), log=said.append,
+                          checkpoint=ck)
+    assert said[0].startswith("resuming after epoch 2")
+    assert [h["epoch"] for h in resumed.history] == [1, 2, 3, 4]
+    assert [h["rsum"] for h in resumed.history] == [h["rsum"] for h in whole.history]
