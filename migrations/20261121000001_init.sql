@@ -1,8 +1,9 @@
 -- The database is the source of truth; every HNSW index can be rebuilt from it.
--- Portable SQL (SQLite and Postgres) except where noted.
+-- Portable SQL except AUTOINCREMENT (Postgres: GENERATED ALWAYS AS IDENTITY). Ids are never reused: the
+-- HNSW graphs keep deleted ids hidden until a rebuild, and clients may hold ids.
 
 CREATE TABLE collections (
-    id          INTEGER PRIMARY KEY,
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
     name        TEXT NOT NULL UNIQUE,
     description TEXT NOT NULL DEFAULT '',
     created_at  TEXT NOT NULL,
@@ -11,7 +12,7 @@ CREATE TABLE collections (
 );
 
 CREATE TABLE images (
-    id            INTEGER PRIMARY KEY,
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
     collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
     external_id   TEXT,
     metadata      TEXT NOT NULL DEFAULT '{}',
@@ -29,7 +30,7 @@ CREATE TABLE images (
 CREATE INDEX images_collection ON images (collection_id, id);
 
 CREATE TABLE captions (
-    id            INTEGER PRIMARY KEY,
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
     collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
     image_id      INTEGER REFERENCES images(id) ON DELETE CASCADE,
     text          TEXT NOT NULL,

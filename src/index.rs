@@ -258,10 +258,15 @@ impl VectorIndex {
                 !hidden.contains(id) && allowed.is_none_or(|a| a.contains(&(*id as i64)))
             };
             let found = inner.graph.search_filter(q, cands, ef, Some(&filter));
+            // An id is in a graph once (database ids are never reused), but stay safe against repeats.
+            let mut seen = HashSet::with_capacity(found.len());
             found
                 .iter()
                 .filter_map(|n| {
                     let id = n.d_id as i64;
+                    if !seen.insert(id) {
+                        return None;
+                    }
                     inner.live.get(&id).map(|v| (id, score.eval(q, v)))
                 })
                 .collect()
