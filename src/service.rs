@@ -657,16 +657,18 @@ impl Service {
         }
         let idx = self.indexes_of(c.id)?.images;
         let score = Score::new(self.pipeline.similarity(), qm, Modality::Images);
-        let extra = usize::from(exclude.is_some() && allowed.is_none());
+        // The query image itself is left out before paging, so pages neither skip nor repeat a result.
         let (offset, k) = (p.offset, p.k);
         let hits = tokio::task::spawn_blocking(move || {
-            idx.search(&v, score, offset, k + extra, allowed.as_ref())
+            let extra = usize::from(exclude.is_some());
+            idx.search(&v, score, 0, offset + k + extra, allowed.as_ref())
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         let hits: Vec<(i64, f32)> = hits
             .into_iter()
             .filter(|(id, _)| Some(*id) != exclude)
+            .skip(offset)
             .take(k)
             .collect();
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();

@@ -104,6 +104,20 @@ async fn add_search_delete_and_survive_a_restart() {
         .collect();
     assert_eq!(got.len(), 4);
     assert!(!got.contains(&ids[0]));
+    // Paging by a stored image neither skips nor repeats.
+    let (_, p2) = app
+        .post_json(
+            "/v1/collections/shop/images/search",
+            json!({"image_id": ids[0], "k": 2, "offset": 2}),
+        )
+        .await;
+    let page2: Vec<i64> = p2["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|h| h["image"]["id"].as_i64().expect("id"))
+        .collect();
+    assert_eq!(page2, got[2..4].to_vec());
 
     // By text, with a metadata filter and paging.
     let (s, r) = app
