@@ -70,7 +70,12 @@ fn assert_error(status: u16, body: &Value, want: u16, what: &str) {
 #[tokio::test]
 async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let app = TestApp::start(&dir.path().join("js.db"), &[]).await;
+    // A small request limit so that "too large" is cheap to provoke.
+    let app = TestApp::start(
+        &dir.path().join("js.db"),
+        &["--max-request-bytes", "200000"],
+    )
+    .await;
     let (s, _) = app.post_json("/v1/collections", json!({"name": "c"})).await;
     assert_eq!(s, 201);
     let (s, _) = app
@@ -129,6 +134,25 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
         assert_error(s, &body, want, &format!("embed {what}"));
         app.assert_alive().await;
     }
+
+    // Bodies over the request limit.
+    let big = vec![7u8; 300_000];
+    let (s, body) = app
+        .post_multipart(
+            "/v1/collections/c/images",
+            vec![("big.png".into(), big.clone())],
+            &[],
+        )
+        .await;
+    assert_error(s, &body, 413, "multipart body over the limit");
+    let (s, body) = app
+        .post_json(
+            "/v1/collections/c/images",
+            json!({"images": [{"data": b64(&big)}]}),
+        )
+        .await;
+    assert_error(s, &body, 413, "JSON body over the limit");
+    app.assert_alive().await;
 
     // Wrong content types.
     let r = app
