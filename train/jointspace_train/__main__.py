@@ -259,6 +259,8 @@ def main(argv=None):
         p.add_argument("--" + f.replace("_", "-"), type=int)
     for f in ("lr", "grad_clip", "margin"):
         p.add_argument("--" + f.replace("_", "-"), type=float)
+    p.add_argument("--bf16", action="store_true", default=None,
+                   help="bfloat16 autocast for training steps (evaluation and export stay float32)")
     p.add_argument("--run-dir", required=True, help="where the log, result.json and model.pt go")
     p.add_argument("--init-from", help="a run dir whose model.pt to start from (PH/POE: the sum-loss run; "
                                       "training then starts in the max-loss phase)")

@@ -38,6 +38,7 @@ class Settings:
     seed: int = 0
     threads: int = 2
     image_input: str = "fne"           # "fne" (ternary codes) or "l2" (L2-normalised raw features, the baseline)
+    bf16: bool = False                 # bfloat16 autocast for the training steps (about 2x on CPUs with AVX512-BF16)
 
     def resolved(self) -> "Settings":
         s = copy.copy(self)
@@ -139,9 +140,12 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
             b_img, b_cap = perm[k : k + s.batch_size], cap_idx[k : k + s.batch_size]
             lengths = train_split.lengths[b_cap]
             ids = torch.from_numpy(train_split.ids[b_cap, : int(lengths.max())])
-            im = proj(train_split.images[b_img])
-            cap = text(ids, torch.from_numpy(lengths))
-            loss = losses.contrastive(losses.scores(im, cap, similarity), s.margin, st["phase_hardest"])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=s.bf16):
+                im = proj(train_split.images[b_img])
+                cap = text(ids, torch.from_numpy(lengths))
+            # The scores and the loss in float32: hinge differences are small next to bf16's resolution.
+            s_ = losses.scores(im.float(), cap.float(), similarity)
+            loss = losses.contrastive(s_, s.margin, st["phase_hardest"])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, s.grad_clip)
