@@ -1,7 +1,7 @@
 //! The non-serving commands. `ingest` and `eval` go through `Service`, the same code path as the HTTP API.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -248,7 +248,8 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let store_args = StoreArgs {
         database_url: args.database_url.clone(),
         index_dir: None,
-        exact_below: 2000,
+        // Through the HNSW graphs, as a large collection is searched (full rankings are exact either way).
+        exact_below: 0,
         ef_search: 128,
         max_k: 1000,
         max_batch: 64,
@@ -310,6 +311,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     }
     // Search: each caption is a query with one correct image.
     let mut t2i = Vec::with_capacity(n_cap);
+    let (mut graph_hits, mut graph_total) = (0usize, 0usize);
     for (cid_, v) in &cap_vecs {
         let hits = svc
             .rank(cid, Modality::Images, v, Modality::Captions, n_img)
@@ -320,7 +322,15 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
                 .position(|(i, _)| *i == target)
                 .map_or(n_img + 1, |p| p + 1),
         );
+        // How much of the exact top 10 a k=10 search through the graph returns.
+        let top = svc
+            .rank(cid, Modality::Images, v, Modality::Captions, 10)
+            .await?;
+        let exact: HashSet<i64> = hits.iter().take(10).map(|h| h.0).collect();
+        graph_hits += top.iter().filter(|h| exact.contains(&h.0)).count();
+        graph_total += exact.len();
     }
+    let index_recall = graph_hits as f64 / graph_total.max(1) as f64;
     let i = summarise(&i2t);
     let t = summarise(&t2i);
     let keys = [
@@ -364,13 +374,14 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
             "bundle": pipeline.bundle.id, "split": args.split, "images": n_img, "captions": n_cap,
             "crop_mode": format!("{:?}", pipeline.crop_mode).to_lowercase(),
             "ingest_seconds": round(ingest_secs),
+            "index_recall_at_10": (index_recall * 1000.0).round() / 1000.0,
             "metrics": ours, "trainer_test_metrics": theirs, "difference": diff,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!(
-            "bundle {}  split {}  {} images, {} captions  (ingest {:.1}s)",
-            pipeline.bundle.id, args.split, n_img, n_cap, ingest_secs
+            "bundle {}  split {}  {} images, {} captions  (ingest {:.1}s; HNSW recall@10 {:.3})",
+            pipeline.bundle.id, args.split, n_img, n_cap, ingest_secs, index_recall
         );
         println!(
             "{:<10} {:>9} {:>9} {:>9}",
