@@ -46,10 +46,20 @@ pub struct AppState {
         system::healthz, system::readyz, system::metrics, system::openapi, system::bundle, system::reindex, system::snapshot,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
+    modifiers(&NoLicense),
     tags((name = "collections"), (name = "images"), (name = "captions"), (name = "search"), (name = "embed"),
          (name = "system"), (name = "admin"))
 )]
 pub struct ApiDoc;
+
+/// utoipa fills `info.license` from Cargo.toml even when there is none; leave it out instead of empty.
+struct NoLicense;
+
+impl utoipa::Modify for NoLicense {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        openapi.info.license = None;
+    }
+}
 
 pub fn router(service: Arc<Service>, max_request_bytes: usize) -> Router {
     let state = AppState { service };
