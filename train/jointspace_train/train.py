@@ -39,6 +39,7 @@ class Settings:
     threads: int = 2
     image_input: str = "fne"           # "fne" (ternary codes) or "l2" (L2-normalised raw features, the baseline)
     bf16: bool = False                 # bfloat16 autocast for the training steps (about 2x on CPUs with AVX512-BF16)
+    input_dropout: float = 0.0         # dropout on the image inputs while training (a regulariser; not in the paper)
 
     def resolved(self) -> "Settings":
         s = copy.copy(self)
@@ -141,7 +142,10 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
             lengths = train_split.lengths[b_cap]
             ids = torch.from_numpy(train_split.ids[b_cap, : int(lengths.max())])
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=s.bf16):
-                im = proj(train_split.images[b_img])
+                x = train_split.images[b_img]
+                if s.input_dropout:
+                    x = torch.nn.functional.dropout(x, s.input_dropout)
+                im = proj(x)
                 cap = text(ids, torch.from_numpy(lengths))
             # The scores and the loss in float32: hinge differences are small next to bf16's resolution.
             s_ = losses.scores(im.float(), cap.float(), similarity)

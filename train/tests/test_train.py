@@ -61,3 +61,15 @@ def test_an_interrupted_run_resumes_to_the_same_result(tmp_path):
     assert said[0].startswith("resuming after epoch 2")
     assert [h["epoch"] for h in resumed.history] == [1, 2, 3, 4]
     assert [h["rsum"] for h in resumed.history] == [h["rsum"] for h in whole.history]
+
+
+def test_input_dropout_changes_training():
+    rng = np.random.default_rng(3)
+    tr, dv = toy_split(32, rng), toy_split(8, rng)
+    tok = tokenizer.build([c for cs in tr[1] for c in cs])
+    enc_tr, enc_dv = Encoded(tr[0], tr[1], tok, 16), Encoded(dv[0], dv[1], tok, 16)
+    base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, epochs=1, threads=1)
+    losses_ = [train(Settings(input_dropout=p, **base), enc_tr, enc_dv, tok.get_vocab_size(),
+                     log=lambda m: None)[2].history[0]["loss"] for p in (0.0, 0.0, 0.5)]
+    assert losses_[0] == losses_[1]  # deterministic without it
+    assert losses_[2] != losses_[0]
