@@ -1,11 +1,11 @@
 """The trainer end to end on a tiny generated dataset laid out like Flickr8k: features -> train -> bundle."""
 import json
 
-import numpy as np
 import torch
 
 from jointspace_train import bundle, fixture, vision
 from jointspace_train.__main__ import main, reference_eval
+from tv_layout import torchvision_layout
 
 SMALL = ((3, 3), (4, 4), (4, 4, 4), (5, 5, 5), (6, 6, 6))
 
@@ -23,17 +23,7 @@ def tiny_dataset(root):
 
 
 def torchvision_state_dict(path):
-    w = vision.random_vgg(SMALL, seed=2, fc=6)
-    sd, idx, convs = {}, 0, iter(w.convs)
-    for block in SMALL:
-        for _ in block:
-            _, wt, b = next(convs)
-            sd[f"features.{idx}.weight"], sd[f"features.{idx}.bias"] = torch.from_numpy(wt), torch.from_numpy(b)
-            idx += 2
-        idx += 1
-    for (_, wt, b), k in zip(w.fcs, (0, 3)):
-        sd[f"classifier.{k}.weight"], sd[f"classifier.{k}.bias"] = torch.from_numpy(wt), torch.from_numpy(b)
-    torch.save(sd, path)
+    torch.save(torchvision_layout(vision.random_vgg(SMALL, seed=2, fc=6)), path)
 
 
 def test_features_train_bundle_and_reference_eval_agree(tmp_path):

@@ -18,13 +18,18 @@ def toy_split(n, rng):
     return np.stack(codes), caps
 
 
-def test_training_learns_a_toy_task():
-    rng = np.random.default_rng(0)
-    tr, dv = toy_split(64, rng), toy_split(16, rng)
+def toy(n_train, n_dev, seed):
+    """Encoded train and dev splits of the toy task, and the vocabulary size."""
+    rng = np.random.default_rng(seed)
+    tr, dv = toy_split(n_train, rng), toy_split(n_dev, rng)
     tok = tokenizer.build([c for cs in tr[1] for c in cs])
-    enc_tr, enc_dv = Encoded(tr[0], tr[1], tok, 16), Encoded(dv[0], dv[1], tok, 16)
+    return Encoded(tr[0], tr[1], tok, 16), Encoded(dv[0], dv[1], tok, 16), tok.get_vocab_size()
+
+
+def test_training_learns_a_toy_task():
+    enc_tr, enc_dv, vocab = toy(64, 16, 0)
     s = Settings(loss="PH", joint_dim=16, word_dim=8, lr=5e-3, batch_size=16, epochs=12, patience=3, threads=1)
-    proj, text, result = train(s, enc_tr, enc_dv, tok.get_vocab_size(), log=lambda m: None)
+    proj, text, result = train(s, enc_tr, enc_dv, vocab, log=lambda m: None)
     assert result.best_epoch >= 1
     # 8 distinguishable kinds among 16 dev images: chance R@5 for t2i is ~31%
     assert result.dev["t2i_r5"] > 60, result.dev
@@ -32,31 +37,25 @@ def test_training_learns_a_toy_task():
 
 
 def test_curriculum_from_a_sum_loss_model_starts_in_the_max_phase():
-    rng = np.random.default_rng(1)
-    tr, dv = toy_split(32, rng), toy_split(8, rng)
-    tok = tokenizer.build([c for cs in tr[1] for c in cs])
-    enc_tr, enc_dv = Encoded(tr[0], tr[1], tok, 16), Encoded(dv[0], dv[1], tok, 16)
+    enc_tr, enc_dv, vocab = toy(32, 8, 1)
     base = dict(joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, patience=2, threads=1)
-    proj, text, r_sh = train(Settings(loss="SH", epochs=2, **base), enc_tr, enc_dv, tok.get_vocab_size(),
+    proj, text, r_sh = train(Settings(loss="SH", epochs=2, **base), enc_tr, enc_dv, vocab,
                              log=lambda m: None)
     init = {"proj": proj.state_dict(), "text": text.state_dict()}
-    _, _, r_ph = train(Settings(loss="PH", epochs=2, **base), enc_tr, enc_dv, tok.get_vocab_size(),
+    _, _, r_ph = train(Settings(loss="PH", epochs=2, **base), enc_tr, enc_dv, vocab,
                        log=lambda m: None, init=init)
     assert [h["phase"] for h in r_sh.history] == ["sum", "sum"]
     assert [h["phase"] for h in r_ph.history] == ["max", "max"]
 
 
 def test_an_interrupted_run_resumes_to_the_same_result(tmp_path):
-    rng = np.random.default_rng(2)
-    tr, dv = toy_split(32, rng), toy_split(8, rng)
-    tok = tokenizer.build([c for cs in tr[1] for c in cs])
-    enc_tr, enc_dv = Encoded(tr[0], tr[1], tok, 16), Encoded(dv[0], dv[1], tok, 16)
+    enc_tr, enc_dv, vocab = toy(32, 8, 2)
     base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, patience=9, threads=1)
-    _, _, whole = train(Settings(epochs=4, **base), enc_tr, enc_dv, tok.get_vocab_size(), log=lambda m: None)
+    _, _, whole = train(Settings(epochs=4, **base), enc_tr, enc_dv, vocab, log=lambda m: None)
     ck = tmp_path / "checkpoint.pt"
-    train(Settings(epochs=2, **base), enc_tr, enc_dv, tok.get_vocab_size(), log=lambda m: None, checkpoint=ck)
+    train(Settings(epochs=2, **base), enc_tr, enc_dv, vocab, log=lambda m: None, checkpoint=ck)
     said = []
-    _, _, resumed = train(Settings(epochs=4, **base), enc_tr, enc_dv, tok.get_vocab_size(), log=said.append,
+    _, _, resumed = train(Settings(epochs=4, **base), enc_tr, enc_dv, vocab, log=said.append,
                           checkpoint=ck)
     assert said[0].startswith("resuming after epoch 2")
     assert [h["epoch"] for h in resumed.history] == [1, 2, 3, 4]
@@ -64,12 +63,9 @@ def test_an_interrupted_run_resumes_to_the_same_result(tmp_path):
 
 
 def test_input_dropout_changes_training():
-    rng = np.random.default_rng(3)
-    tr, dv = toy_split(32, rng), toy_split(8, rng)
-    tok = tokenizer.build([c for cs in tr[1] for c in cs])
-    enc_tr, enc_dv = Encoded(tr[0], tr[1], tok, 16), Encoded(dv[0], dv[1], tok, 16)
+    enc_tr, enc_dv, vocab = toy(32, 8, 3)
     base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, epochs=1, threads=1)
-    losses_ = [train(Settings(input_dropout=p, **base), enc_tr, enc_dv, tok.get_vocab_size(),
+    losses_ = [train(Settings(input_dropout=p, **base), enc_tr, enc_dv, vocab,
                      log=lambda m: None)[2].history[0]["loss"] for p in (0.0, 0.0, 0.5)]
     assert losses_[0] == losses_[1]  # deterministic without it
     assert losses_[2] != losses_[0]

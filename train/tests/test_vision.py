@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from jointspace_train import features, vision
+from tv_layout import torchvision_layout
 
 SMALL = ((3, 3), (4, 4), (4, 4, 4), (5, 5, 5), (6, 6, 6))
 
@@ -88,17 +89,7 @@ def test_torchvision_state_dict_layout_gives_the_papers_12416():
 def test_torchvision_loader_runs_a_small_network(tmp_path):
     # a torchvision-layout state dict of a narrow VGG: the loader's key mapping feeds the same builder
     ref = vision.random_vgg(SMALL, seed=6, fc=8)
-    sd, idx = {}, 0
-    convs = iter(ref.convs)
-    for block in SMALL:
-        for _ in block:
-            _, wt, b = next(convs)
-            sd[f"features.{idx}.weight"], sd[f"features.{idx}.bias"] = torch.from_numpy(wt), torch.from_numpy(b)
-            idx += 2
-        idx += 1
-    for (_, wt, b), k in zip(ref.fcs, (0, 3)):
-        sd[f"classifier.{k}.weight"], sd[f"classifier.{k}.bias"] = torch.from_numpy(wt), torch.from_numpy(b)
-    w = vision.from_torchvision(sd)
+    w = vision.from_torchvision(torchvision_layout(ref))
     w.blocks = SMALL
     x = np.random.default_rng(2).normal(0, 1, (1, 3, 224, 224)).astype(np.float32)
     p = tmp_path / "tv.onnx"
