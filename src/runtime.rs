@@ -245,6 +245,15 @@ fn expect_dims(s: &Session, graph: &str, name: &str, want: &[i64]) -> Result<(),
     Ok(())
 }
 
+/// A graph's `[n, d]` float output, checked to hold one row per input.
+fn rows(out: &ort::value::DynValue, n: usize, graph: &str, what: &str) -> Result<Vec<f32>, RuntimeError> {
+    let (shape, data) = out.try_extract_tensor::<f32>().map_err(run_err)?;
+    if shape.len() != 2 || shape[0] as usize != n {
+        return Err(RuntimeError::Run(format!("{graph} returned shape {shape:?} for {n} {what}")));
+    }
+    Ok(data.to_vec())
+}
+
 fn run_err(e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Run(e.to_string())
 }
@@ -260,15 +269,7 @@ impl Backend for OrtBackend {
         let outputs = session
             .run(vec![(self.vision_io.0.as_str(), input)])
             .map_err(run_err)?;
-        let (shape, data) = outputs[self.vision_io.1.as_str()]
-            .try_extract_tensor::<f32>()
-            .map_err(run_err)?;
-        if shape.len() != 2 || shape[0] as usize != n {
-            return Err(RuntimeError::Run(format!(
-                "vision graph returned shape {shape:?} for {n} crops"
-            )));
-        }
-        Ok(data.to_vec())
+        rows(&outputs[self.vision_io.1.as_str()], n, "vision graph", "crops")
     }
 
     fn text(
@@ -284,14 +285,6 @@ impl Backend for OrtBackend {
         let outputs = session
             .run(ort::inputs![self.text_io.0.as_str() => ids, self.text_io.1.as_str() => lengths])
             .map_err(run_err)?;
-        let (shape, data) = outputs[self.text_io.2.as_str()]
-            .try_extract_tensor::<f32>()
-            .map_err(run_err)?;
-        if shape.len() != 2 || shape[0] as usize != n {
-            return Err(RuntimeError::Run(format!(
-                "text graph returned shape {shape:?} for {n} sentences"
-            )));
-        }
-        Ok(data.to_vec())
+        rows(&outputs[self.text_io.2.as_str()], n, "text graph", "sentences")
     }
 }
