@@ -246,10 +246,17 @@ fn expect_dims(s: &Session, graph: &str, name: &str, want: &[i64]) -> Result<(),
 }
 
 /// A graph's `[n, d]` float output, checked to hold one row per input.
-fn rows(out: &ort::value::DynValue, n: usize, graph: &str, what: &str) -> Result<Vec<f32>, RuntimeError> {
+fn rows(
+    out: &ort::value::DynValue,
+    n: usize,
+    graph: &str,
+    what: &str,
+) -> Result<Vec<f32>, RuntimeError> {
     let (shape, data) = out.try_extract_tensor::<f32>().map_err(run_err)?;
     if shape.len() != 2 || shape[0] as usize != n {
-        return Err(RuntimeError::Run(format!("{graph} returned shape {shape:?} for {n} {what}")));
+        return Err(RuntimeError::Run(format!(
+            "{graph} returned shape {shape:?} for {n} {what}"
+        )));
     }
     Ok(data.to_vec())
 }
@@ -269,7 +276,12 @@ impl Backend for OrtBackend {
         let outputs = session
             .run(vec![(self.vision_io.0.as_str(), input)])
             .map_err(run_err)?;
-        rows(&outputs[self.vision_io.1.as_str()], n, "vision graph", "crops")
+        rows(
+            &outputs[self.vision_io.1.as_str()],
+            n,
+            "vision graph",
+            "crops",
+        )
     }
 
     fn text(
@@ -285,6 +297,11 @@ impl Backend for OrtBackend {
         let outputs = session
             .run(ort::inputs![self.text_io.0.as_str() => ids, self.text_io.1.as_str() => lengths])
             .map_err(run_err)?;
-        rows(&outputs[self.text_io.2.as_str()], n, "text graph", "sentences")
+        rows(
+            &outputs[self.text_io.2.as_str()],
+            n,
+            "text graph",
+            "sentences",
+        )
     }
 }

@@ -25,7 +25,8 @@ fn npy_rows(path: &PathBuf) -> (Vec<u8>, usize) {
 #[ignore = "needs the trainer's feature cache and the Flickr8k photos (see the module comment)"]
 fn raw_features_match_the_trainer_cache_on_real_jpegs() {
     let var = |name: &str| {
-        std::env::var_os(name).unwrap_or_else(|| panic!("set {name} (see tests/trainer_features.rs)"))
+        std::env::var_os(name)
+            .unwrap_or_else(|| panic!("set {name} (see tests/trainer_features.rs)"))
     };
     let (bundle, cache, images) = (
         var("JOINTSPACE_PARITY_BUNDLE"),
