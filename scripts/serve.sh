@@ -13,4 +13,4 @@ export JOINTSPACE_ADDR=${JOINTSPACE_ADDR:-127.0.0.1:8080}
 export JOINTSPACE_DATABASE_URL=${JOINTSPACE_DATABASE_URL:-sqlite://data/jointspace.db}
 export JOINTSPACE_BUNDLE=${JOINTSPACE_BUNDLE:-models/flickr8k-vgg16-fne}
 echo "serving $JOINTSPACE_BUNDLE on http://$JOINTSPACE_ADDR (database $JOINTSPACE_DATABASE_URL)" >&2
-exec target/release/jointspace serve "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/jointspace" serve "$@"
