@@ -170,15 +170,16 @@ def cmd_train(args):
         print(f"bundle written to {out}")
 
 
-def reference_eval(bundle_dir, data_root, split: str, threads: int = 0) -> dict:
-    """Metrics of a bundle computed from the images themselves, through `pipeline.Pipeline`."""
+def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mode: str | None = None) -> dict:
+    """Metrics of a bundle computed from the images themselves, through `pipeline.Pipeline`; `crop_mode`
+    overrides the bundle's (to measure what another mode would cost or gain with the same model)."""
     from . import pipeline
 
     p = pipeline.Pipeline(bundle_dir, threads)
     sp = data.load_split(data_root, split)
     v = p.m["vision"]
     raw = features.extract(p.bundle.path("vision.onnx"), v, Path(data_root) / "images", sp.images,
-                           v["crop_mode"])
+                           crop_mode or v["crop_mode"])
     vecs = p.project(p.codes(raw))
     caps, owner = sp.flat_captions()
     cvecs = np.concatenate([p.embed_texts(caps[k : k + 256]) for k in range(0, len(caps), 256)])
@@ -186,7 +187,7 @@ def reference_eval(bundle_dir, data_root, split: str, threads: int = 0) -> dict:
 
 
 def cmd_eval(args):
-    print(json.dumps(reference_eval(args.bundle, args.data, args.split), indent=1))
+    print(json.dumps(reference_eval(args.bundle, args.data, args.split, crop_mode=args.crop), indent=1))
 
 
 def cmd_report(args):
@@ -273,6 +274,7 @@ def main(argv=None):
     p.add_argument("bundle")
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--split", default="test", choices=("dev", "test"))
+    p.add_argument("--crop", choices=("center", "ten"), help="crop mode instead of the bundle's")
     p.set_defaults(fn=cmd_eval)
 
     p = sub.add_parser("fixture", help="write the tiny random fixture bundle and its parity expectations")
