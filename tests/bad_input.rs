@@ -155,55 +155,40 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
     app.assert_alive().await;
 
     // Wrong content types.
-    let r = app
-        .client
-        .post(app.url("/v1/collections/c/images"))
-        .header("content-type", "text/plain")
-        .body("hello")
-        .send()
-        .await
-        .expect("req");
-    let s = r.status().as_u16();
-    assert_error(s, &r.json().await.expect("json"), 415, "text/plain upload");
-    let r = app
-        .client
-        .post(app.url("/v1/collections/c/images"))
-        .header("content-type", "image/png")
-        .body(fixture_image(0))
-        .send()
-        .await
-        .expect("req");
-    let s = r.status().as_u16();
-    assert_error(
-        s,
-        &r.json().await.expect("json"),
-        415,
-        "raw image/png upload",
-    );
-    let r = app
-        .client
-        .post(app.url("/v1/collections"))
-        .body(r#"{"name":"x"}"#)
-        .send()
-        .await
-        .expect("req");
-    let s = r.status().as_u16();
-    assert_error(
-        s,
-        &r.json().await.expect("json"),
-        415,
-        "JSON without a content type",
-    );
-    let r = app
-        .client
-        .post(app.url("/v1/collections"))
-        .header("content-type", "application/json")
-        .body("{not json")
-        .send()
-        .await
-        .expect("req");
-    let s = r.status().as_u16();
-    assert_error(s, &r.json().await.expect("json"), 400, "malformed JSON");
+    let cases: [(&str, Option<&str>, Vec<u8>, u16, &str); 4] = [
+        (
+            "/v1/collections/c/images",
+            Some("text/plain"),
+            b"hello".to_vec(),
+            415,
+            "text/plain upload",
+        ),
+        (
+            "/v1/collections/c/images",
+            Some("image/png"),
+            fixture_image(0),
+            415,
+            "raw image/png upload",
+        ),
+        (
+            "/v1/collections",
+            None,
+            br#"{"name":"x"}"#.to_vec(),
+            415,
+            "JSON without a content type",
+        ),
+        (
+            "/v1/collections",
+            Some("application/json"),
+            b"{not json".to_vec(),
+            400,
+            "malformed JSON",
+        ),
+    ];
+    for (path, content_type, body, status, what) in cases {
+        let (s, r) = app.post_raw(path, content_type, body).await;
+        assert_error(s, &r, status, what);
+    }
     let (s, body) = app
         .post_json(
             "/v1/collections/c/images",

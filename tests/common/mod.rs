@@ -93,6 +93,22 @@ impl TestApp {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
+    /// POSTs raw bytes with the given content type (or none), for the wrong-content-type cases.
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        content_type: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = self.client.post(self.url(path)).body(body);
+        if let Some(ct) = content_type {
+            req = req.header("content-type", ct);
+        }
+        let r = req.send().await.expect("request");
+        let status = r.status().as_u16();
+        (status, r.json().await.expect("json"))
+    }
+
     pub async fn get_json(&self, path: &str) -> (u16, serde_json::Value) {
         let r = self
             .client
