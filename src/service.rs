@@ -126,6 +126,11 @@ pub struct ServiceOptions {
     pub max_batch: usize,
 }
 
+/// A collection resolved by name, for the operations that need only its id.
+struct CollectionRef {
+    id: i64,
+}
+
 pub struct Service {
     pub pipeline: Arc<Pipeline>,
     pub store: Store,
@@ -307,6 +312,15 @@ impl Service {
         Ok(self.store.collection(name).await?)
     }
 
+    /// The collection's id by name, without `collection`'s row counts: every request resolves its collection,
+    /// and counting 100k rows twice per search cost more than the search (docs/benchmarks.md).
+    async fn collection_ref(&self, name: &str) -> Result<CollectionRef> {
+        validate_collection_name(name)?;
+        Ok(CollectionRef {
+            id: self.store.collection_id(name).await?,
+        })
+    }
+
     pub async fn delete_collection(&self, name: &str) -> Result<()> {
         validate_collection_name(name)?;
         let id = self.store.delete_collection(name).await?;
@@ -356,7 +370,7 @@ impl Service {
         collection: &str,
         inputs: Vec<ImageInput>,
     ) -> Result<Vec<AddedImage>> {
-        let c = self.collection(collection).await?;
+        let c = self.collection_ref(collection).await?;
         if inputs.is_empty() {
             return Err(ServiceError::Invalid("no images in the request".into()));
         }
@@ -463,14 +477,14 @@ impl Service {
     }
 
     pub async fn image(&self, collection: &str, id: i64) -> Result<(ImageRow, Vec<CaptionRow>)> {
-        let c = self.collection(collection).await?;
+        let c = self.collection_ref(collection).await?;
         let img = self.store.image(c.id, id).await?;
         let caps = self.store.list_captions(c.id, Some(id), 0, 1000).await?;
         Ok((img, caps))
     }
 
     pub async fn image_code(&self, collection: &str, id: i64) -> Result<TernaryCode> {
-        let c = self.collection(collection).await?;
+        let c = self.collection_ref(collection).await?;
         let raw = self.store.image_code(c.id, id).await?;
         TernaryCode::from_packed(self.pipeline.projection().fne_dim(), raw).map_err(|e| {
             ServiceError::Unavailable(format!("stored code of image {id} is unusable: {e}"))
@@ -478,7 +492,7 @@ impl Service {
     }
 
     pub async fn delete_image(&self, collection: &str, id: i64) -> Result<()> {
-        let c = self.collection(collection).await?;
+        let c = self.collection_ref(collection).await?;
         let caps = self.store.delete_image(c.id, id).await?;
         let idx = self.indexes_of(c.id)?;
         self.hide(&idx.images, id);
@@ -503,7 +517,7 @@ impl Service {
         offset: i64,
         limit: i64,
     ) -> Result<Vec<ImageRow>> {
-        let c = self.collection(collection).await?;
+        let c = self.collection_ref(collection).await?;
         Ok(self.store.list_images(c.id, filter, offset, limit).await?)
     }
 
@@ -514,7 +528,7 @@ impl Service {
         collection: &str,
         caps: Vec<(Option<i64>, String)>,
     ) -> Result<Vec<i64>> {
-        let c = self.collection(collection).await?;
+        let c = self.collection_ref(collection).await?;
         if caps.is_empty() {
             return Err(ServiceError::Invalid("no captions in the request".into()));
         }
@@ -555,7 +569,7 @@ impl Service {
         offset: i64,
         limit: i64,
     ) -> Result<Vec<CaptionRow>> {
-        let c = self.collection(collection).await?;
+        let c = self.collection_ref(collection).await?;
         Ok(self
             .store
             .list_captions(c.id, image_id, offset, limit)
@@ -563,7 +577,7 @@ impl Service {
     }
 
     pub async fn delete_caption(&self, collection: &str, id: i64) -> Result<()> {
-        let c = self.collection(collection).await?;
+        let c = self.collection_ref(collection).await?;
         self.store.delete_caption(c.id, id).await?;
         let idx = self.indexes_of(c.id)?;
         self.hide(&idx.captions, id);
@@ -593,7 +607,7 @@ impl Service {
     /// The query's vector and modality; for a stored image, also its id (excluded from image results).
     async fn query_vector(
         &self,
-        c: &CollectionRow,
+        c: &CollectionRef,
         q: Query,
     ) -> Result<(Vec<f32>, Modality, Option<i64>)> {
         Ok(match q {
@@ -639,7 +653,7 @@ impl Service {
     ) -> Result<Vec<ImageHit>> {
         self.check_window(&p)?;
         let t = std::time::Instant::now();
-        let c = self.collection(collection).await?;
+        let c = self.collection_ref(collection).await?;
         let (v, qm, exclude) = self.query_vector(&c, q).await?;
         let mut allowed: Option<HashSet<i64>> = if p.filter.is_empty() {
             None
@@ -700,7 +714,7 @@ impl Service {
             ));
         }
         let t = std::time::Instant::now();
-        let c = self.collection(collection).await?;
+        let c = self.collection_ref(collection).await?;
         let (v, qm, _) = self.query_vector(&c, q).await?;
         let idx = self.indexes_of(c.id)?.captions;
         let score = Score::new(self.pipeline.similarity(), qm, Modality::Captions);

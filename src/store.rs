@@ -259,6 +259,19 @@ impl Store {
         })
     }
 
+    /// Just the id (no row counts): what a request needs to resolve its collection.
+    pub async fn collection_id(&self, name: &str) -> Result<i64, StoreError> {
+        let id: Option<i64> = sqlx::query_scalar("SELECT id FROM collections WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        id.ok_or_else(|| {
+            StoreError::NotFound(format!(
+                "no collection named \"{name}\"; create it with POST /v1/collections"
+            ))
+        })
+    }
+
     pub async fn delete_collection(&self, name: &str) -> Result<i64, StoreError> {
         let id: Option<i64> =
             sqlx::query_scalar("DELETE FROM collections WHERE name = $1 RETURNING id")
