@@ -120,7 +120,10 @@ impl OrtBackend {
         let env = init_ort(dylib)?;
         let m = &bundle.manifest;
         let (vision, provider) = open(&env, &bundle.path(&m.vision.onnx), device, intra_threads)?;
-        let (text, _) = open(&env, &bundle.path(&m.text.onnx), device, intra_threads)?;
+        // The text graph is a GRU: one small step after another, where a second intra-op thread costs more in
+        // hand-offs than it gives (one sentence: 3.8 ms on one thread, 15 ms on two; docs/benchmarks.md).
+        // Concurrent sentences are batched into one run instead.
+        let (text, _) = open(&env, &bundle.path(&m.text.onnx), device, Some(1))?;
         expect_io(
             &vision,
             &m.vision.onnx,
