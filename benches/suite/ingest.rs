@@ -1,0 +1,258 @@
+//! The server's whole image path (decode -> crops -> vision -> FNE -> projection -> store -> index) through
+//! `Service::add_images`, the code the HTTP handler calls, in images per second; then the same images stage
+//! by stage, to say where the time goes. The Python side of the comparison is
+//! `python -m jointspace_train.bench` (onnxruntime-python and PyTorch eager on the same graph and images).
+use std::{path::Path, sync::Arc, time::Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::ValueEnum;
+use jointspace::{
+    bundle::{Bundle, CropMode},
+    crops, decode,
+    decode::DecodeLimits,
+    fne::Fne,
+    index::{IndexParams, VectorIndex},
+    metrics::Metrics,
+    pipeline::{Pipeline, PipelineOptions},
+    projection::Projection,
+    runtime::{self, Backend, Device, OrtBackend},
+    service::{ImageInput, Service, ServiceOptions},
+    store::{NewImage, Provenance, Store},
+};
+use serde_json::{Value, json};
+
+use super::{Flags, round};
+
+pub struct Opts {
+    pub bundle: String,
+    pub images: String,
+    /// Image file names in `images`, one per line (default: the folder's first `n` files by name).
+    pub list: Option<String>,
+    pub n: usize,
+    pub crop: Option<CropMode>,
+    /// ONNX Runtime intra-op threads (the Python side uses the same).
+    pub threads: usize,
+    /// Images per add request.
+    pub batch: usize,
+    pub max_batch_crops: usize,
+    pub ort_dylib: Option<String>,
+}
+
+impl Opts {
+    pub fn from_flags(f: &Flags) -> anyhow::Result<Opts> {
+        let crop = match f.opt("crop") {
+            Some(c) => Some(CropMode::from_str(&c, true).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
+        Ok(Opts {
+            bundle: f.str("bundle", "models/flickr8k-vgg16-fne"),
+            images: f.str("images", "/work/shared/data/flickr8k/images"),
+            list: f.opt("list"),
+            n: f.num("n", 32)?,
+            crop,
+            threads: f.num("threads", 2)?,
+            batch: f.num("batch", 8)?,
+            max_batch_crops: f.num("max-batch-crops", 32)?,
+            ort_dylib: f.opt("ort-dylib"),
+        })
+    }
+}
+
+fn names(o: &Opts) -> anyhow::Result<Vec<String>> {
+    let mut names: Vec<String> = match &o.list {
+        Some(l) => std::fs::read_to_string(l)?
+            .lines()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
+        None => {
+            let mut v: Vec<String> = std::fs::read_dir(&o.images)
+                .with_context(|| format!("cannot read {}", o.images))?
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        }
+    };
+    names.truncate(o.n);
+    Ok(names)
+}
+
+pub async fn run(o: &Opts) -> anyhow::Result<Value> {
+    let bundle = Arc::new(Bundle::load(Path::new(&o.bundle))?);
+    let dylib = runtime::locate_dylib(o.ort_dylib.as_deref().map(Path::new))?;
+    let backend = Arc::new(OrtBackend::new(
+        &bundle,
+        &dylib,
+        Device::Cpu,
+        Some(o.threads),
+    )?);
+    let limits = DecodeLimits {
+        max_bytes: 20 << 20,
+        max_pixels: 40_000_000,
+        min_side: 1,
+    };
+    let pipeline = Arc::new(Pipeline::new(
+        bundle.clone(),
+        backend.clone(),
+        PipelineOptions {
+            limits,
+            crop_mode: o.crop,
+            max_text_chars: 1000,
+            max_batch_crops: o.max_batch_crops,
+            max_batch_texts: 256,
+        },
+    )?);
+    let mode = pipeline.crop_mode;
+    let dir = tempfile::tempdir()?;
+    // A file database with the server's settings (WAL, synchronous=FULL): commits cost what they cost.
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let store = Store::connect(&url).await?;
+    let index = IndexParams::default();
+    let svc = Service::open(
+        pipeline.clone(),
+        store.clone(),
+        Arc::new(Metrics::new()),
+        ServiceOptions {
+            index,
+            snapshot_dir: None,
+            max_k: 1000,
+            max_batch: 64,
+        },
+    )
+    .await?;
+    svc.create_collection("bench", "").await?;
+    let names = names(o)?;
+    let files: Vec<Bytes> = names
+        .iter()
+        .map(|n| std::fs::read(Path::new(&o.images).join(n)).map(Bytes::from))
+        .collect::<Result<_, _>>()?;
+    // Warm-up with one full run (as many images as one runtime call takes): the first run of a shape
+    // allocates ONNX Runtime's arenas.
+    let per_run = (o.max_batch_crops / mode.crops()).max(1);
+    pipeline
+        .embed_images(files[..per_run.min(files.len())].to_vec())
+        .await
+        .map_err(|(_, e)| anyhow::anyhow!("{e}"))?;
+
+    // 1. The whole path, as the server runs it.
+    let t = Instant::now();
+    for chunk in files.chunks(o.batch.max(1)) {
+        let inputs = chunk
+            .iter()
+            .map(|b| ImageInput {
+                bytes: b.clone(),
+                external_id: None,
+                metadata: None,
+                captions: vec![],
+            })
+            .collect();
+        svc.add_images("bench", inputs).await?;
+    }
+    let whole_s = t.elapsed().as_secs_f64();
+
+    // 2. The same images stage by stage (one thread but for the runtime's), the same batching.
+    let spec = &bundle.manifest.vision;
+    let (per, crop_len) = (mode.crops(), crops::crop_len(spec));
+    let fne = Fne::new(&bundle);
+    let proj = Projection::new(&bundle);
+    let stage_coll = store.create_collection("stages", "").await?;
+    let idx = VectorIndex::build(index, vec![]);
+    let mut st = [0f64; 7];
+    let mut next_id = 1i64;
+    for chunk in files.chunks(o.batch.max(1)) {
+        let mut crops_all = Vec::with_capacity(chunk.len() * per * crop_len);
+        let mut sizes = vec![];
+        for b in chunk {
+            let t = Instant::now();
+            let img = decode::decode(b, &limits)?;
+            st[0] += t.elapsed().as_secs_f64();
+            sizes.push(img.dimensions());
+            let t = Instant::now();
+            let r = crops::resize(&img, spec.resize);
+            let start = crops_all.len();
+            crops_all.resize(start + per * crop_len, 0f32);
+            crops::write_crops(&r, spec, mode, &mut crops_all[start..]);
+            st[1] += t.elapsed().as_secs_f64();
+        }
+        let t = Instant::now();
+        let mut raw = Vec::with_capacity(chunk.len() * per * spec.raw_dim);
+        for run in crops_all.chunks(per_run * per * crop_len) {
+            raw.extend(backend.vision(run, run.len() / crop_len, spec.input_size)?);
+        }
+        st[2] += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let codes: Vec<_> = raw
+            .chunks(per * spec.raw_dim)
+            .map(|rows| fne.code(rows))
+            .collect();
+        st[3] += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let vectors: Vec<Vec<f32>> = codes.iter().map(|c| proj.project(c)).collect();
+        st[4] += t.elapsed().as_secs_f64();
+        let rows: Vec<NewImage> = codes
+            .iter()
+            .zip(vectors)
+            .zip(&sizes)
+            .map(|((c, v), (w, h))| NewImage {
+                external_id: None,
+                metadata: json!({}),
+                width: *w,
+                height: *h,
+                code: c.packed().to_vec(),
+                vector: v,
+                captions: vec![],
+            })
+            .collect();
+        let t = Instant::now();
+        store
+            .insert_images(
+                stage_coll.id,
+                &rows,
+                Provenance {
+                    bundle_id: &bundle.id,
+                    vision_id: &bundle.vision_id,
+                },
+            )
+            .await?;
+        st[5] += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for r in rows {
+            idx.insert(next_id, r.vector);
+            next_id += 1;
+        }
+        st[6] += t.elapsed().as_secs_f64();
+    }
+    let n = files.len() as f64;
+    let stages = [
+        "decode",
+        "resize_and_crops",
+        "vision",
+        "fne",
+        "projection",
+        "store",
+        "index",
+    ];
+    let total: f64 = st.iter().sum();
+    let profile: serde_json::Map<String, Value> = stages
+        .iter()
+        .zip(st)
+        .map(|(k, s)| {
+            (
+                k.to_string(),
+                json!({"ms_per_image": round(s * 1e3 / n, 2), "share": round(s / total, 4)}),
+            )
+        })
+        .collect();
+    Ok(json!({
+        "images": names.len(), "crop_mode": format!("{mode:?}").to_lowercase(), "threads": o.threads,
+        "batch": o.batch, "max_batch_crops": o.max_batch_crops, "bundle": bundle.id,
+        "whole_path_s": round(whole_s, 3),
+        "images_per_s": round(n / whole_s, 3),
+        "stages_images_per_s": round(n / total, 3),
+        "profile": profile,
+    }))
+}

@@ -1,0 +1,94 @@
+//! A database for the query benches: collections of `n` images and `n` captions with synthetic ternary
+//! codes and clustered unit vectors, written through the server's own store (`Store::insert_images`), so
+//! the server builds (or loads) its indexes from them at start. The text queries stay real: the server
+//! embeds them with the loaded bundle.
+use std::{path::Path, time::Instant};
+
+use jointspace::{
+    bundle::Bundle,
+    fne::TernaryCode,
+    store::{NewCaption, NewImage, Provenance, Store},
+};
+use serde_json::{Value, json};
+
+use super::{Clustered, Flags, Rng, round};
+
+pub struct Opts {
+    pub database_url: String,
+    pub bundle: String,
+    /// One collection per size, named `n<size>`.
+    pub sizes: Vec<usize>,
+}
+
+impl Opts {
+    pub fn from_flags(f: &Flags) -> anyhow::Result<Opts> {
+        Ok(Opts {
+            database_url: f.str("database-url", "sqlite://target/bench/query.db"),
+            bundle: f.str("bundle", "models/flickr8k-vgg16-fne"),
+            sizes: f
+                .str("sizes", "10000,100000")
+                .split(',')
+                .map(|s| s.trim().parse())
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+pub async fn run(o: &Opts) -> anyhow::Result<Value> {
+    let b = Bundle::load(Path::new(&o.bundle))?;
+    let (dim, joint) = (b.manifest.fne.dim, b.manifest.projection.joint_dim);
+    let store = Store::connect(&o.database_url).await?;
+    let prov = Provenance {
+        bundle_id: &b.id,
+        vision_id: &b.vision_id,
+    };
+    let mut out = vec![];
+    for &n in &o.sizes {
+        let name = format!("n{n}");
+        if let Ok(c) = store.collection(&name).await {
+            if c.images as usize == n && c.captions as usize == n {
+                out.push(json!({"collection": name, "images": n, "seeded_s": 0, "note": "already there"}));
+                continue;
+            }
+            store.delete_collection(&name).await?;
+        }
+        let c = store.create_collection(&name, "synthetic, for benchmarks").await?;
+        let t = Instant::now();
+        let mut rng = Rng::new(n as u64);
+        let mut images = Clustered::new(joint, 100, 1);
+        let mut caps = Clustered::new(joint, 100, 2);
+        for start in (0..n).step_by(1000) {
+            let rows: Vec<NewImage> = (start..(start + 1000).min(n))
+                .map(|i| {
+                    let vals: Vec<i8> = (0..dim)
+                        .map(|_| match rng.next() {
+                            x if x < -0.2 => -1,
+                            x if x > 0.2 => 1,
+                            _ => 0,
+                        })
+                        .collect();
+                    NewImage {
+                        external_id: Some(format!("synthetic-{i}")),
+                        metadata: json!({"shard": i % 10}),
+                        width: 500,
+                        height: 375,
+                        code: TernaryCode::from_values(&vals).packed().to_vec(),
+                        vector: images.sample(i),
+                        captions: vec![],
+                    }
+                })
+                .collect();
+            store.insert_images(c.id, &rows, prov.clone()).await?;
+            let cap_rows: Vec<NewCaption> = (start..(start + 1000).min(n))
+                .map(|i| NewCaption {
+                    image_id: None,
+                    text: format!("synthetic caption {i}"),
+                    vector: caps.sample(i),
+                })
+                .collect();
+            store.insert_captions(c.id, &cap_rows, &b.id).await?;
+        }
+        out.push(json!({"collection": name, "images": n, "captions": n, "seeded_s": round(t.elapsed().as_secs_f64(), 1)}));
+    }
+    Ok(json!({"database_url": o.database_url, "bundle": b.id, "collections": out}))
+}
