@@ -27,8 +27,6 @@ use super::{Flags, round};
 pub struct Opts {
     pub bundle: String,
     pub images: String,
-    /// Image file names in `images`, one per line (default: the folder's first `n` files by name).
-    pub list: Option<String>,
     pub n: usize,
     pub crop: Option<CropMode>,
     /// ONNX Runtime intra-op threads (the Python side uses the same).
@@ -48,7 +46,6 @@ impl Opts {
         Ok(Opts {
             bundle: f.str("bundle", "models/flickr8k-vgg16-fne"),
             images: f.str("images", "/work/shared/data/flickr8k/images"),
-            list: f.opt("list"),
             n: f.num("n", 32)?,
             crop,
             threads: f.num("threads", 2)?,
@@ -59,24 +56,14 @@ impl Opts {
     }
 }
 
+/// The folder's first `n` files by name (the Python side takes the same).
 fn names(o: &Opts) -> anyhow::Result<Vec<String>> {
-    let mut names: Vec<String> = match &o.list {
-        Some(l) => std::fs::read_to_string(l)?
-            .lines()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect(),
-        None => {
-            let mut v: Vec<String> = std::fs::read_dir(&o.images)
-                .with_context(|| format!("cannot read {}", o.images))?
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        }
-    };
+    let mut names: Vec<String> = std::fs::read_dir(&o.images)
+        .with_context(|| format!("cannot read {}", o.images))?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
     names.truncate(o.n);
     Ok(names)
 }
