@@ -1,6 +1,8 @@
 //! Starts the real application (ONNX Runtime, SQLite, HNSW) on the fixture bundle, on port 0.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::path::{Path, PathBuf};
 
 use jointspace::{app::Application, config::ServeArgs};
@@ -32,13 +34,20 @@ impl TestApp {
 
     pub async fn start_with(bundle: &str, db: &Path, extra: &[&str]) -> TestApp {
         let url = format!("sqlite://{}", db.display());
+        let mut app = Self::start_url(bundle, &url, extra).await;
+        app.db = db.to_path_buf();
+        app
+    }
+
+    /// On any database URL (`sqlite://...` or `postgres://...`).
+    pub async fn start_url(bundle: &str, url: &str, extra: &[&str]) -> TestApp {
         let mut flags = vec![
             "--addr",
             "127.0.0.1:0",
             "--bundle",
             bundle,
             "--database-url",
-            &url,
+            url,
             "--snapshot-interval",
             "0",
         ];
@@ -53,7 +62,7 @@ impl TestApp {
         TestApp {
             base,
             client: reqwest::Client::new(),
-            db: db.to_path_buf(),
+            db: PathBuf::new(),
             stop: Some(tx),
             task: Some(task),
         }
