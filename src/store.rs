@@ -643,11 +643,10 @@ impl Store {
     ) -> Result<Vec<ImageRow>, StoreError> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(500) {
-            let marks: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
             let sql = format!(
                 "SELECT {} FROM images WHERE collection_id = $1 AND id IN ({})",
                 self.image_columns(),
-                marks.join(",")
+                placeholders(2, chunk.len())
             );
             let mut q = sqlx::query(&sql).bind(collection_id);
             for id in chunk {
@@ -883,10 +882,9 @@ impl Store {
     ) -> Result<Vec<CaptionRow>, StoreError> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(500) {
-            let marks: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
             let sql = format!(
                 "SELECT id, image_id, text, created_at FROM captions WHERE collection_id = $1 AND id IN ({})",
-                marks.join(",")
+                placeholders(2, chunk.len())
             );
             let mut q = sqlx::query(&sql).bind(collection_id);
             for id in chunk {
@@ -1033,11 +1031,10 @@ impl Store {
     ) -> Result<Vec<(i64, Vec<f32>)>, StoreError> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(500) {
-            let marks: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
             let sql = format!(
                 "SELECT id, vector FROM {} WHERE collection_id = $1 AND id IN ({})",
                 modality.as_str(),
-                marks.join(",")
+                placeholders(2, chunk.len())
             );
             let mut q = sqlx::query(&sql).bind(collection_id);
             for id in chunk {
@@ -1149,6 +1146,14 @@ impl Store {
             .await?;
         Ok(n.rows_affected())
     }
+}
+
+/// `$first, $first+1, ...`: `n` numbered placeholders for an `IN (...)` list.
+fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 enum Bind {

@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
+use common::{BUNDLE, TestApp, b64, fixture_image, gauge, pg::PgCluster};
 use serde_json::{Value, json};
 
 struct Server {
@@ -100,11 +100,7 @@ impl Server {
             .text()
             .await
             .expect("text");
-        let prefix = format!("{name} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {text}"))
+        gauge(&text, name)
     }
 }
 
@@ -361,26 +357,13 @@ async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
     for id in &acked {
         assert_eq!(a.get_json(&format!("/v1/collections/c/images/{id}")).await.0, 200);
     }
-    let (s, r) = a
-        .post_json(
-            "/v1/collections/c/images",
-            json!({"images": [{"data": b64(&fixture_image(1)), "metadata": {"tag": "after"}}]}),
-        )
-        .await;
-    assert_eq!(s, 201, "{r}");
-    let id = r["images"][0]["id"].as_i64().expect("id");
+    let id = a.add_tagged("c", 1, "after").await;
     let t = Instant::now();
     loop {
-        let (_, r) = b
-            .post_json(
-                "/v1/collections/c/images/search",
-                json!({"text": "x", "k": 1, "filter": {"tag": "after"}}),
-            )
-            .await;
-        if r["results"][0]["image"]["id"].as_i64() == Some(id) {
+        if b.tagged_hits("c", "after").await == [id] {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(10), "replica B stopped following: {r}");
+        assert!(t.elapsed() < Duration::from_secs(10), "replica B stopped following");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     eprintln!("acknowledged during the test: {}; replica B caught up", acked.len());

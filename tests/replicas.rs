@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
+use common::{BUNDLE, TestApp, gauge, pg::PgCluster};
 use jointspace::store::{NewCaption, Store};
 use serde_json::json;
 use sqlx::{Connection, Executor};
@@ -39,39 +39,9 @@ where
     }
 }
 
-/// Ids of the images B's index returns for a metadata filter (the filter is answered by the database, the
-/// hits by the index, so an image is returned only once B's index holds it).
-async fn hits(app: &TestApp, tag: &str) -> Vec<i64> {
-    let (s, r) = app
-        .post_json(
-            "/v1/collections/shared/images/search",
-            json!({"text": "a picture", "k": 5, "filter": {"tag": tag}}),
-        )
-        .await;
-    if s != 200 {
-        return vec![];
-    }
-    r["results"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|h| h["image"]["id"].as_i64()).collect())
-        .unwrap_or_default()
-}
-
 /// Live image vectors in a server's indexes (its metrics gauge).
 async fn index_images(app: &TestApp) -> i64 {
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find_map(|l| l.strip_prefix("jointspace_index_images "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no jointspace_index_images in {text}"))
+    gauge(&app.metrics().await, "jointspace_index_images")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -107,16 +77,9 @@ async fn a_replica_finds_what_another_ingested_within_the_bound() {
     let mut seen = Vec::new();
     for i in 0..20 {
         let tag = format!("t{i}");
-        let (s, r) = a
-            .post_json(
-                "/v1/collections/shared/images",
-                json!({"images": [{"data": b64(&fixture_image(i % 8)), "metadata": {"tag": tag}}]}),
-            )
-            .await;
-        assert_eq!(s, 201, "{r}");
-        let id = r["images"][0]["id"].as_i64().expect("id");
+        let id = a.add_tagged("shared", i % 8, &tag).await;
         let lag = time_until(&format!("image {id} on B"), bound, || async {
-            hits(&b, &tag).await == [id]
+            b.tagged_hits("shared", &tag).await == [id]
         })
         .await;
         seen.push(lag);
@@ -133,22 +96,15 @@ async fn a_replica_finds_what_another_ingested_within_the_bound() {
     assert!(seen[seen.len() - 1] < bound);
 
     // Written through B, found through A.
-    let (s, r) = b
-        .post_json(
-            "/v1/collections/shared/images",
-            json!({"images": [{"data": b64(&fixture_image(3)), "metadata": {"tag": "from-b"}}]}),
-        )
-        .await;
-    assert_eq!(s, 201, "{r}");
-    let id = r["images"][0]["id"].as_i64().expect("id");
+    let id = b.add_tagged("shared", 3, "from-b").await;
     time_until("B's image on A", bound, || async {
-        hits(&a, "from-b").await == [id]
+        a.tagged_hits("shared", "from-b").await == [id]
     })
     .await;
 
     // A deletion through A disappears from B's searches.
     let victim_tag = "t5";
-    let victim = hits(&b, victim_tag).await;
+    let victim = b.tagged_hits("shared", victim_tag).await;
     assert_eq!(victim.len(), 1);
     assert_eq!(
         a.delete(&format!("/v1/collections/shared/images/{}", victim[0]))

@@ -167,6 +167,48 @@ impl TestApp {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
+    /// The Prometheus text of /metrics.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    }
+
+    /// Adds one fixture image with metadata `{"tag": tag}` to `collection`; returns its id.
+    pub async fn add_tagged(&self, collection: &str, fixture: usize, tag: &str) -> i64 {
+        let (s, r) = self
+            .post_json(
+                &format!("/v1/collections/{collection}/images"),
+                serde_json::json!({"images": [{"data": b64(&fixture_image(fixture)), "metadata": {"tag": tag}}]}),
+            )
+            .await;
+        assert_eq!(s, 201, "{r}");
+        r["images"][0]["id"].as_i64().expect("id")
+    }
+
+    /// The ids a search filtered on `{"tag": tag}` returns. The database answers the filter and the index
+    /// the hits, so an image is returned only once this server's index holds it.
+    pub async fn tagged_hits(&self, collection: &str, tag: &str) -> Vec<i64> {
+        let (s, r) = self
+            .post_json(
+                &format!("/v1/collections/{collection}/images/search"),
+                serde_json::json!({"text": "a picture", "k": 5, "filter": {"tag": tag}}),
+            )
+            .await;
+        if s != 200 {
+            return vec![];
+        }
+        r["results"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|h| h["image"]["id"].as_i64()).collect())
+            .unwrap_or_default()
+    }
+
     pub async fn assert_alive(&self) {
         let r = self
             .client
@@ -176,6 +218,16 @@ impl TestApp {
             .expect("server still answers");
         assert_eq!(r.status().as_u16(), 200);
     }
+}
+
+/// The value of an unlabelled gauge or counter in Prometheus text.
+pub fn gauge(metrics: &str, name: &str) -> i64 {
+    let prefix = format!("{name} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
 }
 
 pub fn b64(data: &[u8]) -> String {
