@@ -112,9 +112,9 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::Tls(_)
             | sqlx::Error::WorkerCrashed => true,
             // Postgres: 08 connection exception, 57P admin shutdown / cannot connect now, 53 out of resources.
-            sqlx::Error::Database(d) => d
-                .code()
-                .is_some_and(|c| c.starts_with("08") || c.starts_with("57P") || c.starts_with("53")),
+            sqlx::Error::Database(d) => d.code().is_some_and(|c| {
+                c.starts_with("08") || c.starts_with("57P") || c.starts_with("53")
+            }),
             _ => false,
         };
         if down {
@@ -460,26 +460,26 @@ impl Store {
         );
         for (i, img) in images.iter().enumerate() {
             let id: i64 = sqlx::query_scalar(&sql)
-            .bind(collection_id)
-            .bind(&img.external_id)
-            .bind(img.metadata.to_string())
-            .bind(i64::from(img.width))
-            .bind(i64::from(img.height))
-            .bind(&img.code)
-            .bind(vector_to_blob(&img.vector))
-            .bind(prov.bundle_id)
-            .bind(prov.vision_id)
-            .bind(&now)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(|e| {
-                conflict_or(e, || {
-                    format!(
-                        "image {i}: external_id \"{}\" already exists in this collection",
-                        img.external_id.as_deref().unwrap_or_default()
-                    )
-                })
-            })?;
+                .bind(collection_id)
+                .bind(&img.external_id)
+                .bind(img.metadata.to_string())
+                .bind(i64::from(img.width))
+                .bind(i64::from(img.height))
+                .bind(&img.code)
+                .bind(vector_to_blob(&img.vector))
+                .bind(prov.bundle_id)
+                .bind(prov.vision_id)
+                .bind(&now)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| {
+                    conflict_or(e, || {
+                        format!(
+                            "image {i}: external_id \"{}\" already exists in this collection",
+                            img.external_id.as_deref().unwrap_or_default()
+                        )
+                    })
+                })?;
             let mut caps = Vec::with_capacity(img.captions.len());
             for (text, vector) in &img.captions {
                 caps.push(
@@ -500,7 +500,14 @@ impl Store {
         let image_ids: Vec<i64> = out.iter().map(|(id, _)| *id).collect();
         let caption_ids: Vec<i64> = out.iter().flat_map(|(_, c)| c.iter().copied()).collect();
         Self::log(&mut tx, collection_id, ChangeKind::Image, false, &image_ids).await?;
-        Self::log(&mut tx, collection_id, ChangeKind::Caption, false, &caption_ids).await?;
+        Self::log(
+            &mut tx,
+            collection_id,
+            ChangeKind::Caption,
+            false,
+            &caption_ids,
+        )
+        .await?;
         Self::bump(&mut tx, collection_id).await?;
         tx.commit().await?;
         Ok(out)
@@ -560,10 +567,7 @@ impl Store {
         Ok(())
     }
 
-    async fn bump(
-        tx: &mut Tx<'_>,
-        collection_id: i64,
-    ) -> Result<(), StoreError> {
+    async fn bump(tx: &mut Tx<'_>, collection_id: i64) -> Result<(), StoreError> {
         sqlx::query("UPDATE collections SET generation = generation + 1 WHERE id = $1")
             .bind(collection_id)
             .execute(&mut **tx)
@@ -747,7 +751,8 @@ impl Store {
                         "filter \"{k}\": only strings, numbers and booleans can be matched"
                     )));
                 }
-                let one: serde_json::Map<String, Value> = [(k.clone(), v.clone())].into_iter().collect();
+                let one: serde_json::Map<String, Value> =
+                    [(k.clone(), v.clone())].into_iter().collect();
                 binds.push(Bind::Text(Value::Object(one).to_string()));
                 clause.push_str(&format!(" AND metadata @> ${}::jsonb", first + i));
                 continue;

@@ -40,7 +40,15 @@ impl Server {
             .open(log)
             .expect("log");
         let child = Command::new(env!("CARGO_BIN_EXE_jointspace"))
-            .args(["serve", "--addr", &addr, "--bundle", BUNDLE, "--database-url", url])
+            .args([
+                "serve",
+                "--addr",
+                &addr,
+                "--bundle",
+                BUNDLE,
+                "--database-url",
+                url,
+            ])
             .args(["--index-dir", index_dir.to_str().expect("path")])
             // Snapshots every second: the kill also lands during (or between) snapshot writes.
             .args(["--snapshot-interval", "1"])
@@ -62,7 +70,10 @@ impl Server {
             .await
             .is_err()
         {
-            assert!(t.elapsed() < Duration::from_secs(60), "server did not start");
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "server did not start"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         s
@@ -115,7 +126,10 @@ async fn kill9_loses_nothing(url: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let (index, log) = (dir.path().join("index"), dir.path().join("server.log"));
     let mut server = Server::start(url, &index, &log).await;
-    let (s, r) = server.post("/v1/collections", json!({"name": "c"})).await.expect("create");
+    let (s, r) = server
+        .post("/v1/collections", json!({"name": "c"}))
+        .await
+        .expect("create");
     assert_eq!(s, 201, "{r}");
 
     // Workers keep ingesting while the process is killed: acknowledgements are collected until the kill.
@@ -193,7 +207,10 @@ async fn kill9_loses_nothing(url: &str) {
     let mut found = 0;
     for (ext, id) in &acked {
         let (s, img) = server.get(&format!("/v1/collections/c/images/{id}")).await;
-        assert_eq!(s, 200, "acknowledged image {ext} (id {id}) is not in the database: {img}");
+        assert_eq!(
+            s, 200,
+            "acknowledged image {ext} (id {id}) is not in the database: {img}"
+        );
         assert_eq!(img["external_id"], ext.as_str());
         // Found by search: the filter picks the row in the database, the hit must come from the index.
         let (s, r) = server
@@ -217,7 +234,11 @@ async fn kill9_loses_nothing(url: &str) {
         server.metric("jointspace_index_captions").await,
     );
     assert_eq!(index_images, in_db, "index vs database, images");
-    assert_eq!(index_captions, c["captions"].as_i64().expect("count"), "index vs database, captions");
+    assert_eq!(
+        index_captions,
+        c["captions"].as_i64().expect("count"),
+        "index vs database, captions"
+    );
     eprintln!(
         "kill -9 after {killed_at:?}: acknowledged {}, found {found} (by id and by search), lost {}; \
          database {in_db} images (so {} committed without an answer), index {index_images}",
@@ -255,7 +276,10 @@ async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
     let flags = ["--database-timeout", "2", "--follow-interval-ms", "200"];
     let a = Arc::new(TestApp::start_url(BUNDLE, &url, &flags).await);
     let b = TestApp::start_url(BUNDLE, &url, &flags).await;
-    assert_eq!(a.post_json("/v1/collections", json!({"name": "c"})).await.0, 201);
+    assert_eq!(
+        a.post_json("/v1/collections", json!({"name": "c"})).await.0,
+        201
+    );
 
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -282,12 +306,17 @@ async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
                     .await
                 };
                 if s == 201 {
-                    acked.lock().expect("lock").push(r["images"][0]["id"].as_i64().expect("id"));
+                    acked
+                        .lock()
+                        .expect("lock")
+                        .push(r["images"][0]["id"].as_i64().expect("id"));
                 }
                 if s >= 500 {
                     assert_eq!(r["error"]["code"], "unavailable", "{s}: {r}");
                     assert!(
-                        r["error"]["message"].as_str().is_some_and(|m| m.contains("database")),
+                        r["error"]["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("database")),
                         "{r}"
                     );
                 }
@@ -305,7 +334,11 @@ async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
     let down_at = t0.elapsed();
     tokio::task::block_in_place(|| pg.stop_server());
     let stopped = t0.elapsed();
-    assert_eq!(a.get_json("/readyz").await.0, 503, "not ready while the database is down");
+    assert_eq!(
+        a.get_json("/readyz").await.0,
+        503,
+        "not ready while the database is down"
+    );
     a.assert_alive().await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let up_at = t0.elapsed();
@@ -314,12 +347,18 @@ async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
     // Recovery without restarting jointspace: the first success after the restart.
     let recovered = loop {
         let (s, _) = a
-            .post_json("/v1/collections/c/images/search", json!({"text": "a dog", "k": 3}))
+            .post_json(
+                "/v1/collections/c/images/search",
+                json!({"text": "a dog", "k": 3}),
+            )
             .await;
         if s == 200 {
             break t0.elapsed();
         }
-        assert!(t0.elapsed() - started < Duration::from_secs(30), "no recovery");
+        assert!(
+            t0.elapsed() - started < Duration::from_secs(30),
+            "no recovery"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -344,18 +383,39 @@ async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
         statuses(&|o| o.at + o.took < down_at)
     );
     // Only clean answers: 2xx or 503, never a 500 or a dropped connection (the client would have panicked).
-    assert!(outcomes.iter().all(|o| matches!(o.status, 200 | 201 | 503)), "{outcomes:?}");
-    assert!(during.get(&503).copied().unwrap_or(0) > 0, "requests while down: {during:?}");
+    assert!(
+        outcomes.iter().all(|o| matches!(o.status, 200 | 201 | 503)),
+        "{outcomes:?}"
+    );
+    assert!(
+        during.get(&503).copied().unwrap_or(0) > 0,
+        "requests while down: {during:?}"
+    );
     assert!(during.keys().all(|s| *s == 503), "while down: {during:?}");
-    assert!(after.keys().all(|s| *s == 200 || *s == 201), "after recovery: {after:?}");
+    assert!(
+        after.keys().all(|s| *s == 200 || *s == 201),
+        "after recovery: {after:?}"
+    );
     // No hang: bounded by the database timeout (2 s) plus the work itself.
-    assert!(slowest < Duration::from_secs(6), "a request took {slowest:?}");
-    assert!(recovered - started < Duration::from_secs(10), "recovery took {:?}", recovered - started);
+    assert!(
+        slowest < Duration::from_secs(6),
+        "a request took {slowest:?}"
+    );
+    assert!(
+        recovered - started < Duration::from_secs(10),
+        "recovery took {:?}",
+        recovered - started
+    );
 
     // Every acknowledged write survived, and the other replica follows again.
     let acked = acked.lock().expect("lock").clone();
     for id in &acked {
-        assert_eq!(a.get_json(&format!("/v1/collections/c/images/{id}")).await.0, 200);
+        assert_eq!(
+            a.get_json(&format!("/v1/collections/c/images/{id}"))
+                .await
+                .0,
+            200
+        );
     }
     let id = a.add_tagged("c", 1, "after").await;
     let t = Instant::now();
@@ -363,8 +423,14 @@ async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
         if b.tagged_hits("c", "after").await == [id] {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(10), "replica B stopped following");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "replica B stopped following"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    eprintln!("acknowledged during the test: {}; replica B caught up", acked.len());
+    eprintln!(
+        "acknowledged during the test: {}; replica B caught up",
+        acked.len()
+    );
 }

@@ -31,10 +31,7 @@ where
         if found().await {
             return t.elapsed();
         }
-        assert!(
-            t.elapsed() < limit,
-            "{what}: not seen within {limit:?}"
-        );
+        assert!(t.elapsed() < limit, "{what}: not seen within {limit:?}");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
@@ -193,7 +190,8 @@ async fn a_late_commit_with_an_earlier_sequence_number_is_not_skipped() {
         all.iter().any(|ch| ch.item_id == 999_999),
         "the late commit (seq {slow_seq}) was skipped"
     );
-    let fast_seq = fast_seq.or_else(|| all.iter().find(|ch| ch.item_id == fast[0]).map(|ch| ch.seq));
+    let fast_seq =
+        fast_seq.or_else(|| all.iter().find(|ch| ch.item_id == fast[0]).map(|ch| ch.seq));
     assert!(
         fast_seq.is_some_and(|f| f > slow_seq),
         "the later transaction's change ({fast_seq:?}) must carry the higher seq than {slow_seq}, or this test shows nothing"

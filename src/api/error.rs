@@ -129,9 +129,11 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(m) => ApiError::not_found(m),
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             StoreError::Invalid(m) => ApiError::invalid(m),
-            e @ StoreError::Unavailable(_) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string())
-            }
+            e @ StoreError::Unavailable(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                e.to_string(),
+            ),
             e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
         }
     }

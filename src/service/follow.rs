@@ -45,7 +45,9 @@ impl Service {
     pub async fn follow_once(&self) -> Result<FollowReport> {
         let mut st = self.follow.lock().await;
         if st.last_ok.elapsed() > CHANGE_RETENTION / 2 {
-            tracing::warn!("the change sequence was unreadable for too long; reloading every index");
+            tracing::warn!(
+                "the change sequence was unreadable for too long; reloading every index"
+            );
             let cursor = self.store.change_cursor().await?;
             self.reload_all().await?;
             (st.cursor, st.last_ok) = (cursor, Instant::now());

@@ -21,7 +21,10 @@ fn find_bin() -> PathBuf {
     if let Ok(b) = std::env::var("JOINTSPACE_PG_BIN") {
         return PathBuf::from(b);
     }
-    if let Ok(out) = Command::new("sh").args(["-c", "command -v initdb"]).output() {
+    if let Ok(out) = Command::new("sh")
+        .args(["-c", "command -v initdb"])
+        .output()
+    {
         let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
         if out.status.success() && !p.is_empty() {
             let real = std::fs::canonicalize(&p).unwrap_or_else(|_| PathBuf::from(&p));
@@ -29,7 +32,10 @@ fn find_bin() -> PathBuf {
         }
     }
     let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path().join("bin"))).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+                .collect()
+        })
         .unwrap_or_default();
     versions.retain(|b| b.join("initdb").exists());
     versions.sort_by_key(|b| {
@@ -72,7 +78,10 @@ impl PgCluster {
                 .args(["postgres:", dir.path().to_str().expect("path")])
                 .status()
                 .expect("chown");
-            assert!(ok.success(), "chown of the Postgres folder to user postgres");
+            assert!(
+                ok.success(),
+                "chown of the Postgres folder to user postgres"
+            );
         }
         let data = dir.path().join("data");
         let log = dir.path().join("log");
@@ -110,7 +119,10 @@ impl PgCluster {
         } else {
             Command::new(&exe)
         };
-        let out = cmd.args(args).output().unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+        let out = cmd
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
         assert!(
             out.status.success(),
             "{prog} {args:?} failed: {}{}\nserver log: {}",
@@ -147,7 +159,14 @@ impl PgCluster {
     pub fn stop_server(&self) {
         self.run(
             "pg_ctl",
-            &["-D", self.data.to_str().expect("path"), "-m", "fast", "-w", "stop"],
+            &[
+                "-D",
+                self.data.to_str().expect("path"),
+                "-m",
+                "fast",
+                "-w",
+                "stop",
+            ],
         );
     }
 
@@ -183,7 +202,13 @@ impl Drop for PgCluster {
             Command::new(&exe)
         };
         let _ = cmd
-            .args(["-D", self.data.to_str().unwrap_or_default(), "-m", "immediate", "stop"])
+            .args([
+                "-D",
+                self.data.to_str().unwrap_or_default(),
+                "-m",
+                "immediate",
+                "stop",
+            ])
             .output();
     }
 }
