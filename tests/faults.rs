@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{BUNDLE, TestApp, b64, fixture_image, gauge, pg::PgCluster};
+use common::{BUNDLE, TestApp, b64, fixture_image, gauge, metrics_text, pg::PgCluster};
 use serde_json::{Value, json};
 
 struct Server {
@@ -102,16 +102,7 @@ impl Server {
     }
 
     async fn metric(&self, name: &str) -> i64 {
-        let text = self
-            .client
-            .get(format!("{}/metrics", self.base))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
-        gauge(&text, name)
+        gauge(&metrics_text(&self.client, &self.base).await, name)
     }
 }
 

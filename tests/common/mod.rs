@@ -169,14 +169,7 @@ impl TestApp {
 
     /// The Prometheus text of /metrics.
     pub async fn metrics(&self) -> String {
-        self.client
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text")
+        metrics_text(&self.client, &self.base).await
     }
 
     /// Adds one fixture image with metadata `{"tag": tag}` to `collection`; returns its id.
@@ -218,6 +211,18 @@ impl TestApp {
             .expect("server still answers");
         assert_eq!(r.status().as_u16(), 200);
     }
+}
+
+/// The Prometheus text of a server's /metrics.
+pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
+    client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
 }
 
 /// The value of an unlabelled gauge or counter in Prometheus text.

@@ -110,16 +110,22 @@ impl PgCluster {
         c
     }
 
-    fn run(&self, prog: &str, args: &[&str]) {
+    /// One of Postgres' programs, as user postgres when we are root.
+    fn command(&self, prog: &str) -> Command {
         let exe = self.bin.join(prog);
-        let mut cmd = if self.as_postgres {
+        if self.as_postgres {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(&exe);
             c
         } else {
             Command::new(&exe)
-        };
-        let out = cmd
+        }
+    }
+
+    fn run(&self, prog: &str, args: &[&str]) {
+        let exe = self.bin.join(prog);
+        let out = self
+            .command(prog)
             .args(args)
             .output()
             .unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
@@ -193,15 +199,8 @@ impl PgCluster {
 
 impl Drop for PgCluster {
     fn drop(&mut self) {
-        let exe = self.bin.join("pg_ctl");
-        let mut cmd = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&exe);
-            c
-        } else {
-            Command::new(&exe)
-        };
-        let _ = cmd
+        let _ = self
+            .command("pg_ctl")
             .args([
                 "-D",
                 self.data.to_str().unwrap_or_default(),
