@@ -3,6 +3,12 @@
 # Installs what it needs itself (.venv with the trainer's requirements), so it runs on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Postgres tests (tests/common/pg.rs) start throwaway servers themselves; say early what is missing.
+if [ -z "${JOINTSPACE_PG_BIN:-}" ] && ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "scripts/test.sh: the Postgres tests need Postgres' server programs (initdb, pg_ctl):" \
+       "apt-get install postgresql, or set JOINTSPACE_PG_BIN to their folder" >&2
+  exit 1
+fi
 scripts/setup-python.sh --train
 echo "== trainer tests (pytest)"
 (cd train && ../.venv/bin/python -m pytest)
