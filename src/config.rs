@@ -60,7 +60,8 @@ pub struct RuntimeArgs {
     /// Execution provider; `cuda` falls back to the CPU (with a warning) when CUDA is unavailable.
     #[arg(long, env = "JOINTSPACE_DEVICE", value_enum, default_value = "cpu")]
     pub device: Device,
-    /// Threads per ONNX Runtime session (default: ONNX Runtime's choice, all cores).
+    /// Intra-op threads of the vision session (default: ONNX Runtime's choice, all cores); the text session
+    /// always runs on one (docs/benchmarks.md).
     #[arg(long, env = "JOINTSPACE_INTRA_THREADS")]
     pub intra_threads: Option<usize>,
 }
