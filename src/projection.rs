@@ -128,7 +128,9 @@ mod tests {
             let dense = dense_matvec(&w, joint, dim, &x);
             let ours = p.signed_sum(&code);
             assert!(
-                ours.iter().zip(&dense).all(|(a, b)| a.to_bits() == b.to_bits()),
+                ours.iter()
+                    .zip(&dense)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
                 "signed sum differs from the dense product"
             );
         }

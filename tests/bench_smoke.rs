@@ -12,7 +12,13 @@ fn args(a: &[&str]) -> Vec<String> {
 #[test]
 fn projection_bench_runs_and_the_signed_sum_equals_the_dense_product() {
     let r = suite::run(&args(&[
-        "projection", "--joint", "16", "--dim", "40", "--codes", "5",
+        "projection",
+        "--joint",
+        "16",
+        "--dim",
+        "40",
+        "--codes",
+        "5",
     ]))
     .expect("projection bench");
     assert_eq!(r["bit_equal_to_dense_in_order"], true);
@@ -21,7 +27,15 @@ fn projection_bench_runs_and_the_signed_sum_equals_the_dense_product() {
 #[test]
 fn index_bench_runs() {
     let r = suite::run(&args(&[
-        "index", "--n", "300", "--dim", "16", "--queries", "10", "--ef", "16,64",
+        "index",
+        "--n",
+        "300",
+        "--dim",
+        "16",
+        "--queries",
+        "10",
+        "--ef",
+        "16,64",
     ]))
     .expect("index bench");
     assert_eq!(r["hnsw"].as_array().map(Vec::len), Some(2));
@@ -32,8 +46,19 @@ fn index_bench_runs() {
 fn ingest_bench_runs() {
     let images = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images");
     let r = suite::run(&args(&[
-        "ingest", "--bundle", common::BUNDLE, "--images", images, "--n", "3", "--crop", "ten",
-        "--threads", "1", "--batch", "2",
+        "ingest",
+        "--bundle",
+        common::BUNDLE,
+        "--images",
+        images,
+        "--n",
+        "3",
+        "--crop",
+        "ten",
+        "--threads",
+        "1",
+        "--batch",
+        "2",
     ]))
     .expect("ingest bench");
     assert_eq!(r["images"], 3);
@@ -76,7 +101,9 @@ async fn seed_and_load_benches_run_against_the_server() {
         assert!(r["requests"].as_u64().unwrap() > 0, "{r}");
         assert!(r["server_cpu_ms_per_request"].as_f64().is_some(), "{r}");
         assert_eq!(
-            r["statuses"].as_object().map(|s| s.keys().cloned().collect::<Vec<_>>()),
+            r["statuses"]
+                .as_object()
+                .map(|s| s.keys().cloned().collect::<Vec<_>>()),
             Some(vec!["200".to_string()]),
             "{r}"
         );

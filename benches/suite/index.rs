@@ -47,15 +47,24 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
     let mut gen_ = Clustered::new(o.dim, 100, 1);
     let (data, snapshot) = match &o.database_url {
         Some(url) => {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
             let bundle_id = jointspace::bundle::Bundle::load(std::path::Path::new(&o.bundle))?.id;
             let (data, generation, cid) = rt.block_on(async {
                 let store = jointspace::store::Store::connect(url).await?;
                 let c = store.collection(&format!("n{}", o.n)).await?;
-                let v = store.vectors(c.id, jointspace::store::Modality::Images).await?;
+                let v = store
+                    .vectors(c.id, jointspace::store::Modality::Images)
+                    .await?;
                 anyhow::Ok((v, c.generation, c.id))
             })?;
-            ensure!(data.len() == o.n, "the database holds {} vectors, not {}", data.len(), o.n);
+            ensure!(
+                data.len() == o.n,
+                "the database holds {} vectors, not {}",
+                data.len(),
+                o.n
+            );
             (0..o.n).for_each(|i| drop(gen_.sample(i)));
             let name = jointspace::index::snapshot_name(cid, jointspace::store::Modality::Images);
             (data, Some((name, generation, bundle_id)))
@@ -132,7 +141,11 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
         let idx = VectorIndex::load(params, dir.path(), "bench", 1, "bench", data.clone())
             .map_err(|(why, _)| anyhow::anyhow!("snapshot did not load: {why}"))?;
         load_s = t.elapsed().as_secs_f64();
-        ensure!(idx.len() == o.n, "the loaded index has {} points", idx.len());
+        ensure!(
+            idx.len() == o.n,
+            "the loaded index has {} points",
+            idx.len()
+        );
         let mut times = Vec::with_capacity(o.queries);
         let mut hit = 0;
         for (q, want) in queries.iter().zip(&exact) {

@@ -82,11 +82,13 @@ impl Opts {
     fn body(&self, i: usize, rng: &mut Rng) -> String {
         match self.query.as_str() {
             "image_id" => {
-                let id =
-                    self.first_id + ((rng.next() + 0.5) * self.ids as f32) as usize % self.ids.max(1);
+                let id = self.first_id
+                    + ((rng.next() + 0.5) * self.ids as f32) as usize % self.ids.max(1);
                 json!({"image_id": id, "k": self.k}).to_string()
             }
-            "image" => json!({"image": self.image.as_deref().unwrap_or(""), "k": self.k}).to_string(),
+            "image" => {
+                json!({"image": self.image.as_deref().unwrap_or(""), "k": self.k}).to_string()
+            }
             _ => json!({"text": self.texts[i % self.texts.len()], "k": self.k}).to_string(),
         }
     }
@@ -117,7 +119,10 @@ async fn send(client: &reqwest::Client, url: &str, body: String) -> u16 {
 }
 
 pub async fn run(o: &Opts) -> anyhow::Result<Value> {
-    ensure!(o.concurrency > 0 || o.rate > 0.0, "give --concurrency or --rate");
+    ensure!(
+        o.concurrency > 0 || o.rate > 0.0,
+        "give --concurrency or --rate"
+    );
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(4096)
@@ -159,7 +164,9 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                 let (client, url, samples) = (client.clone(), o.url.clone(), samples.clone());
                 let bodies: Vec<String> = {
                     let mut rng = Rng::new(w as u64 + 10);
-                    (0..1000).map(|i| o.body(i * o.concurrency + w, &mut rng)).collect()
+                    (0..1000)
+                        .map(|i| o.body(i * o.concurrency + w, &mut rng))
+                        .collect()
                 };
                 let end = o.duration;
                 tokio::spawn(async move {

@@ -23,14 +23,19 @@ impl Flags {
             let Some(key) = k.strip_prefix("--") else {
                 bail!("expected --flag value, found {k}");
             };
-            let v = it.next().with_context(|| format!("--{key} needs a value"))?;
+            let v = it
+                .next()
+                .with_context(|| format!("--{key} needs a value"))?;
             map.insert(key.to_string(), v.clone());
         }
         Ok(Flags(map))
     }
 
     pub fn str(&self, key: &str, default: &str) -> String {
-        self.0.get(key).cloned().unwrap_or_else(|| default.to_string())
+        self.0
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| default.to_string())
     }
 
     pub fn opt(&self, key: &str) -> Option<String> {

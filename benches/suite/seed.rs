@@ -52,7 +52,9 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
             }
             store.delete_collection(&name).await?;
         }
-        let c = store.create_collection(&name, "synthetic, for benchmarks").await?;
+        let c = store
+            .create_collection(&name, "synthetic, for benchmarks")
+            .await?;
         let t = Instant::now();
         let mut rng = Rng::new(n as u64);
         let mut images = Clustered::new(joint, 100, 1);
