@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tokenizers::Tokenizer;
 
 use crate::{
-    batch::{Batcher, Job},
+    batch::{BatchOptions, BatchStats, Batcher, Job},
     bundle::Bundle,
     runtime::{Backend, RuntimeError},
 };
@@ -96,15 +96,22 @@ pub struct TextEncoder {
 }
 
 impl TextEncoder {
-    pub fn new(backend: Arc<dyn Backend>, bundle: &Bundle, max_batch: usize) -> TextEncoder {
+    /// `opts.max_rows` is the most sentences in one runtime call.
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        bundle: &Bundle,
+        opts: BatchOptions,
+        stats: BatchStats,
+    ) -> TextEncoder {
         let (pad_id, joint_dim) = (
             bundle.manifest.text.pad_id,
             bundle.manifest.projection.joint_dim,
         );
         let batcher = Batcher::spawn(
             "text",
-            max_batch.max(1),
+            opts,
             joint_dim,
+            stats,
             move |jobs: &[Job<Vec<Vec<i64>>>]| {
                 let seqs: Vec<&[i64]> = jobs
                     .iter()

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::{
-    batch::{Batcher, Job},
+    batch::{BatchOptions, BatchStats, Batcher, Job},
     bundle::VisionSpec,
     crops,
     runtime::{Backend, RuntimeError},
@@ -19,12 +19,20 @@ pub struct Vision {
 }
 
 impl Vision {
-    pub fn new(backend: Arc<dyn Backend>, spec: &VisionSpec, max_batch_crops: usize) -> Vision {
+    /// `opts.max_rows` is the most crops in one runtime call.
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        spec: &VisionSpec,
+        opts: BatchOptions,
+        stats: BatchStats,
+    ) -> Vision {
         let (side, crop_len, raw_dim) = (spec.input_size, crops::crop_len(spec), spec.raw_dim);
+        let max_batch_crops = opts.max_rows.max(1);
         let batcher = Batcher::spawn(
             "vision",
-            max_batch_crops.max(1),
+            opts,
             raw_dim,
+            stats,
             move |jobs: &[Job<Vec<f32>>]| {
                 let rows: usize = jobs.iter().map(|j| j.rows).sum();
                 if let [one] = jobs {
