@@ -180,27 +180,44 @@ impl<I: Send + 'static> Batcher<I> {
 
     /// Queues one request and waits (asynchronously) for its rows; a full queue refuses it at once.
     pub async fn submit(&self, input: I, rows: usize) -> Result<Vec<f32>, RuntimeError> {
-        let cap = self.queue;
+        let mut out = self.submit_all(vec![(input, rows)]).await?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// Queues several runs of one request, admitted together (all or none, so a request is never half
+    /// refused by its own runs), and waits for each one's rows.
+    pub async fn submit_all(&self, runs: Vec<(I, usize)>) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        let (cap, total) = (self.queue, runs.iter().map(|r| r.1).sum::<usize>());
         let admitted = self
             .queued
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
-                (q == 0 || q + rows <= cap).then_some(q + rows)
+                (q == 0 || q + total <= cap).then_some(q + total)
             });
         match admitted {
             Ok(before) => {
-                self.stats.queue_depth.set((before + rows) as i64);
+                self.stats.queue_depth.set((before + total) as i64);
             }
             Err(_) => {
                 self.stats.rejected.inc();
                 return Err(RuntimeError::Overloaded { queue: cap });
             }
         }
-        let (reply, rx) = oneshot::channel();
-        if self.tx.send(Job { input, rows, reply }).is_err() {
-            self.queued.fetch_sub(rows, Ordering::AcqRel);
-            return Err(RuntimeError::Stopped);
+        let mut replies = Vec::with_capacity(runs.len());
+        let mut unsent = total;
+        for (input, rows) in runs {
+            let (reply, rx) = oneshot::channel();
+            if self.tx.send(Job { input, rows, reply }).is_err() {
+                self.queued.fetch_sub(unsent, Ordering::AcqRel);
+                return Err(RuntimeError::Stopped);
+            }
+            unsent -= rows;
+            replies.push(rx);
         }
-        rx.await.map_err(|_| RuntimeError::Stopped)?
+        let mut out = Vec::with_capacity(replies.len());
+        for rx in replies {
+            out.push(rx.await.map_err(|_| RuntimeError::Stopped)??);
+        }
+        Ok(out)
     }
 }
 
@@ -256,7 +273,10 @@ mod tests {
             Err(RuntimeError::Overloaded { queue }) => assert_eq!(queue, 2),
             other => panic!("expected Overloaded, got {other:?}"),
         }
-        assert!(t.elapsed() < Duration::from_millis(100), "a refusal must not wait");
+        assert!(
+            t.elapsed() < Duration::from_millis(100),
+            "a refusal must not wait"
+        );
         assert_eq!(stats.rejected.get(), 1);
         gate.wait(); // release the first run
         assert_eq!(first.await.unwrap().unwrap(), vec![1.0]);
@@ -273,10 +293,11 @@ mod tests {
     async fn max_wait_gathers_requests_that_arrive_shortly_after() {
         let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
         let s = sizes.clone();
-        let b: Batcher<f32> = Batcher::spawn("t", opts(16, 300), 1, BatchStats::default(), move |jobs| {
-            s.lock().unwrap().push(jobs.len());
-            Ok(jobs.iter().map(|j| j.input).collect())
-        });
+        let b: Batcher<f32> =
+            Batcher::spawn("t", opts(16, 300), 1, BatchStats::default(), move |jobs| {
+                s.lock().unwrap().push(jobs.len());
+                Ok(jobs.iter().map(|j| j.input).collect())
+            });
         let mut tasks = Vec::new();
         for i in 0..4 {
             let b = b.clone();

@@ -30,7 +30,9 @@ pub enum RuntimeError {
     Run(String),
     #[error("the inference worker has stopped")]
     Stopped,
-    #[error("the server is at capacity: the inference queue is full ({queue} crops or sentences waiting); retry shortly")]
+    #[error(
+        "the server is at capacity: the inference queue is full ({queue} crops or sentences waiting); retry shortly"
+    )]
     Overloaded { queue: usize },
 }
 

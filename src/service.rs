@@ -304,7 +304,9 @@ impl Service {
 
     pub async fn collection(&self, name: &str) -> Result<CollectionRow> {
         validate_collection_name(name)?;
-        Ok(self.timed_db("collection", self.store.collection(name)).await?)
+        Ok(self
+            .timed_db("collection", self.store.collection(name))
+            .await?)
     }
 
     /// Runs one database call and records its latency (`jointspace_db_duration_seconds{op}`).

@@ -77,11 +77,11 @@ impl Vision {
                 chunk.iter().for_each(|c| all.extend_from_slice(c));
                 all
             };
-            runs.push(self.batcher.submit(input, rows));
+            runs.push((input, rows));
         }
         let mut raw = Vec::with_capacity(n * per * self.raw_dim);
-        for out in futures::future::join_all(runs).await {
-            raw.extend_from_slice(&out?);
+        for out in self.batcher.submit_all(runs).await? {
+            raw.extend_from_slice(&out);
         }
         Ok(raw)
     }

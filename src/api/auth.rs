@@ -31,7 +31,8 @@ pub fn access(method: &Method, path: &str) -> Access {
         return Access::Public;
     }
     let read = matches!(*method, Method::GET | Method::HEAD)
-        || (method == Method::POST && (path.ends_with("/search") || path.starts_with("/v1/embed/")));
+        || (method == Method::POST
+            && (path.ends_with("/search") || path.starts_with("/v1/embed/")));
     if read { Access::Read } else { Access::Admin }
 }
 
@@ -45,15 +46,25 @@ fn digest(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
 
-fn key_from(value: &Option<String>, file: &Option<std::path::PathBuf>, what: &str) -> anyhow::Result<Option<String>> {
+fn key_from(
+    value: &Option<String>,
+    file: &Option<std::path::PathBuf>,
+    what: &str,
+) -> anyhow::Result<Option<String>> {
     let key = match (value, file) {
         (Some(v), _) => Some(v.trim().to_string()),
-        (None, Some(f)) => Some(read_key_file(f).with_context(|| format!("cannot read the {what} key file"))?),
+        (None, Some(f)) => {
+            Some(read_key_file(f).with_context(|| format!("cannot read the {what} key file"))?)
+        }
         (None, None) => None,
     };
     match key {
-        Some(k) if k.is_empty() => anyhow::bail!("the {what} key is empty; leave it unset to run without it"),
-        Some(k) if k.len() < 16 => anyhow::bail!("the {what} key is {} characters; use at least 16", k.len()),
+        Some(k) if k.is_empty() => {
+            anyhow::bail!("the {what} key is empty; leave it unset to run without it")
+        }
+        Some(k) if k.len() < 16 => {
+            anyhow::bail!("the {what} key is {} characters; use at least 16", k.len())
+        }
         k => Ok(k),
     }
 }
@@ -101,7 +112,8 @@ impl ApiKeys {
     /// The access a presented key grants (both digests are always compared: no early exit).
     fn grant(&self, presented: &str) -> Option<Access> {
         let d = digest(presented);
-        let eq = |k: &Option<[u8; 32]>| k.as_ref().map(|k| bool::from(k.ct_eq(&d))).unwrap_or(false);
+        let eq =
+            |k: &Option<[u8; 32]>| k.as_ref().map(|k| bool::from(k.ct_eq(&d))).unwrap_or(false);
         let (admin, read) = (eq(&self.admin), eq(&self.read));
         if admin {
             Some(Access::Admin)
@@ -169,8 +181,16 @@ mod tests {
             (Method::GET, "/v1/collections", Access::Read),
             (Method::DELETE, "/v1/collections/c", Access::Admin),
             (Method::POST, "/v1/collections/c/images", Access::Admin),
-            (Method::POST, "/v1/collections/c/images/search", Access::Read),
-            (Method::POST, "/v1/collections/c/captions/search", Access::Read),
+            (
+                Method::POST,
+                "/v1/collections/c/images/search",
+                Access::Read,
+            ),
+            (
+                Method::POST,
+                "/v1/collections/c/captions/search",
+                Access::Read,
+            ),
             (Method::POST, "/v1/embed/text", Access::Read),
             (Method::POST, "/v1/admin/reindex", Access::Admin),
             (Method::OPTIONS, "/v1/collections", Access::Public),

@@ -53,7 +53,9 @@ fn body_too_large(limit: Option<BodyLimit>) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",
-        format!("the request body is over the server's limit: {limit} (send fewer or smaller images per request)"),
+        format!(
+            "the request body is over the server's limit: {limit} (send fewer or smaller images per request)"
+        ),
     )
 }
 

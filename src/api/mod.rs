@@ -94,28 +94,47 @@ impl utoipa::Modify for Operational {
         );
         components.add_security_scheme("bearer", SecurityScheme::Http(bearer));
         let error = |description: &str| {
-            ResponseBuilder::new()
-                .description(description)
-                .content(
-                    "application/json",
-                    ContentBuilder::new()
-                        .schema(Some(Ref::from_schema_name("ErrorBody")))
-                        .build(),
-                )
+            ResponseBuilder::new().description(description).content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
         };
         let retry_after = HeaderBuilder::new()
             .schema(ObjectBuilder::new().schema_type(Type::Integer))
             .description(Some("seconds to wait before retrying"))
             .build();
         let shared = [
-            ("Unauthorized", error("no API key, or not a valid one (only when the server has keys configured)")),
-            ("Forbidden", error("the read-only key cannot do this; use the admin key")),
-            ("PayloadTooLarge", error("the request body, or an image in it, is over the server's limit; the message states the limit")),
-            ("Overloaded", error("the inference queue is full; retry after Retry-After seconds").header("Retry-After", retry_after.clone())),
-            ("Unavailable", error("the request ran past the server's timeout, or a dependency is unavailable").header("Retry-After", retry_after)),
+            (
+                "Unauthorized",
+                error("no API key, or not a valid one (only when the server has keys configured)"),
+            ),
+            (
+                "Forbidden",
+                error("the read-only key cannot do this; use the admin key"),
+            ),
+            (
+                "PayloadTooLarge",
+                error(
+                    "the request body, or an image in it, is over the server's limit; the message states the limit",
+                ),
+            ),
+            (
+                "Overloaded",
+                error("the inference queue is full; retry after Retry-After seconds")
+                    .header("Retry-After", retry_after.clone()),
+            ),
+            (
+                "Unavailable",
+                error("the request ran past the server's timeout, or a dependency is unavailable")
+                    .header("Retry-After", retry_after),
+            ),
         ];
         for (name, r) in shared {
-            components.responses.insert(name.into(), RefOr::T(r.build()));
+            components
+                .responses
+                .insert(name.into(), RefOr::T(r.build()));
         }
         let shared = |name: &str| RefOr::Ref(Ref::new(format!("#/components/responses/{name}")));
         for (path, item) in openapi.paths.paths.iter_mut() {
@@ -131,19 +150,25 @@ impl utoipa::Modify for Operational {
                 if need == Access::Public {
                     continue;
                 }
-                op.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
+                op.security = Some(vec![SecurityRequirement::new(
+                    "bearer",
+                    Vec::<String>::new(),
+                )]);
                 r.insert("401".into(), shared("Unauthorized"));
-                r.entry("503".into()).or_insert_with(|| shared("Unavailable"));
+                r.entry("503".into())
+                    .or_insert_with(|| shared("Unavailable"));
                 if need == Access::Admin {
                     r.insert("403".into(), shared("Forbidden"));
                 }
                 if method == Method::POST {
-                    r.entry("413".into()).or_insert_with(|| shared("PayloadTooLarge"));
+                    r.entry("413".into())
+                        .or_insert_with(|| shared("PayloadTooLarge"));
                 }
                 // Routes that run a model: embed, search, and adding images or captions.
                 let infers = path.starts_with("/v1/embed/")
                     || path.ends_with("/search")
-                    || (method == Method::POST && (path.ends_with("/images") || path.ends_with("/captions")));
+                    || (method == Method::POST
+                        && (path.ends_with("/images") || path.ends_with("/captions")));
                 if infers {
                     r.insert("429".into(), shared("Overloaded"));
                 }
@@ -311,15 +336,16 @@ async fn check_length(State(limit): State<BodyLimit>, mut req: Request, next: Ne
     next.run(req).await
 }
 
-/// Answers 503 when a request runs past the timeout. The handler runs on as its own task (and finishes):
-/// cancelling it half-way could leave a committed write out of the in-memory index.
+/// Answers 503 when a request runs past the timeout. A write runs on as its own task and finishes: cancelling
+/// it half-way could leave a committed row out of the in-memory index. A read is cancelled.
 async fn timeout(State(limit): State<Option<Duration>>, req: Request, next: Next) -> Response {
     let Some(limit) = limit else {
         return next.run(req).await;
     };
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
-    let task = tokio::spawn(next.run(req));
-    match tokio::time::timeout(limit, task).await {
+    let write = auth::access(&method, &path) == Access::Admin;
+    let mut task = tokio::spawn(next.run(req));
+    match tokio::time::timeout(limit, &mut task).await {
         Ok(Ok(res)) => res,
         Ok(Err(e)) => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -328,7 +354,9 @@ async fn timeout(State(limit): State<Option<Duration>>, req: Request, next: Next
         )
         .into_response(),
         Err(_) => {
-            let write = auth::access(&method, &path) == Access::Admin;
+            if !write {
+                task.abort();
+            }
             let mut r = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "timeout",
