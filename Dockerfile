@@ -17,6 +17,8 @@ ARG CUDA_IMAGE=docker.io/nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 ARG ORT_VERSION=1.31.1
 
 # ---- build: the release binary (cache mounts keep the registry and target/ between builds) ----
+# COPY keeps the files' mtimes, which can be older than a cached target/ built from other sources; the touch
+# makes cargo rebuild the crate itself (dependencies stay cached).
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
@@ -24,7 +26,8 @@ COPY migrations migrations
 COPY src src
 RUN --mount=type=cache,id=jointspace-cargo-registry,target=/usr/local/cargo/registry \
     --mount=type=cache,id=jointspace-target,target=/src/target \
-    cargo build --release --locked --bin jointspace \
+    find src -type f -exec touch {} + \
+ && cargo build --release --locked --bin jointspace \
  && cp target/release/jointspace /usr/local/bin/jointspace
 
 # ---- ONNX Runtime's shared libraries, taken from the PyPI wheels (what the server loads with load-dynamic) ----
@@ -35,6 +38,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends python3-pip ca-
 WORKDIR /wheels
 
 FROM wheels AS ort-cpu
+ARG ORT_VERSION
 RUN python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
       --python-version 3.11 "onnxruntime==${ORT_VERSION}" -d . \
  && python3 -m zipfile -e onnxruntime-*.whl x \
@@ -42,6 +46,7 @@ RUN python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2
  && ln -s "libonnxruntime.so.${ORT_VERSION}" /opt/onnxruntime/lib/libonnxruntime.so && rm -rf x *.whl
 
 FROM wheels AS ort-cuda
+ARG ORT_VERSION
 RUN python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
       --python-version 3.11 "onnxruntime-gpu==${ORT_VERSION}" -d . \
  && python3 -m zipfile -e onnxruntime_gpu-*.whl x \

@@ -130,6 +130,24 @@ impl utoipa::Modify for Operational {
                 error("the request ran past the server's timeout, or a dependency is unavailable")
                     .header("Retry-After", retry_after),
             ),
+            (
+                "BadRequest",
+                error(
+                    "the path, query or body cannot be parsed (e.g. an id that is not a 64-bit integer)",
+                ),
+            ),
+            (
+                "Invalid",
+                error(
+                    "well-formed but not acceptable (e.g. a collection name outside the allowed pattern)",
+                ),
+            ),
+            (
+                "UnsupportedMediaType",
+                error(
+                    "the body's Content-Type is not one this operation reads; the message says which",
+                ),
+            ),
         ];
         for (name, r) in shared {
             components
@@ -160,7 +178,13 @@ impl utoipa::Modify for Operational {
                 if need == Access::Admin {
                     r.insert("403".into(), shared("Forbidden"));
                 }
+                // What the extractors answer for any operation: unparsable input, invalid names.
+                r.entry("400".into())
+                    .or_insert_with(|| shared("BadRequest"));
+                r.entry("422".into()).or_insert_with(|| shared("Invalid"));
                 if method == Method::POST {
+                    r.entry("415".into())
+                        .or_insert_with(|| shared("UnsupportedMediaType"));
                     r.entry("413".into())
                         .or_insert_with(|| shared("PayloadTooLarge"));
                 }
