@@ -168,6 +168,17 @@ impl utoipa::Modify for Operational {
                 if need == Access::Public {
                     continue;
                 }
+                // The name rule of service::validate_collection_name, so clients (and fuzzers) can see it.
+                for p in op.parameters.iter_mut().flatten() {
+                    if p.name == "collection" {
+                        p.schema = Some(RefOr::T(
+                            ObjectBuilder::new()
+                                .schema_type(Type::String)
+                                .pattern(Some("^[a-z0-9][a-z0-9_-]{0,63}$"))
+                                .into(),
+                        ));
+                    }
+                }
                 op.security = Some(vec![SecurityRequirement::new(
                     "bearer",
                     Vec::<String>::new(),
@@ -223,6 +234,8 @@ pub fn router(service: Arc<Service>, max_request_bytes: usize) -> Router {
 }
 
 fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
+    // An empty JOINTSPACE_CORS_ORIGINS (as a ConfigMap may carry) means none.
+    let origins: Vec<&String> = origins.iter().filter(|o| !o.trim().is_empty()).collect();
     if origins.is_empty() {
         return Ok(None);
     }
