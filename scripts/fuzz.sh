@@ -23,7 +23,8 @@ for t in "${targets[@]}"; do
   echo "== fuzz $t for ${SECONDS_EACH}s"
   # -rss_limit_mb: a decode that allocates past the limits is a bug, not a slow input.
   rc=0
-  cargo +nightly fuzz run --fuzz-dir fuzz "$t" "fuzz/corpus/$t" -- \
+  # -O: optimised without debug assertions, as the server is built.
+  cargo +nightly fuzz run -O --fuzz-dir fuzz "$t" "fuzz/corpus/$t" -- \
     -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 >"fuzz/logs/$t.log" 2>&1 || rc=$?
   grep -E '^(#[0-9]+ +(INITED|DONE)|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==|SUMMARY|Done)' \
     "fuzz/logs/$t.log" || true

@@ -15,22 +15,9 @@ if [[ ! -x "$venv/bin/st" ]] || ! "$venv/bin/st" --version | grep -q "$ST_VERSIO
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$ST_VERSION"
 fi
-ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)}
-export ORT_DYLIB_PATH
-cargo build --locked --release --bin jointspace
-bin=${CARGO_TARGET_DIR:-target}/release/jointspace
-
-work=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+source scripts/server.sh
 key=schemathesis-admin-key-$RANDOM$RANDOM
-JOINTSPACE_ADMIN_KEY=$key "$bin" serve --addr "127.0.0.1:$port" --bundle models/fixture-tiny \
-  --database-url "sqlite://$work/js.db" --snapshot-interval 0 --request-timeout 30 >"$work/server.log" 2>&1 &
-pid=$!
-cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-base=http://127.0.0.1:$port
-for _ in $(seq 120); do curl -fsS "$base/readyz" >/dev/null 2>&1 && break; sleep 0.5; done
-curl -fsS "$base/readyz" >/dev/null || { cat "$work/server.log"; exit 1; }
+JOINTSPACE_ADMIN_KEY=$key start_server models/fixture-tiny --snapshot-interval 0 --request-timeout 30
 
 # Something to find: a collection with an image and captions, so that reads and searches reach real rows.
 auth=(-H "Authorization: Bearer $key")
@@ -47,10 +34,6 @@ echo "== schemathesis: operations inside the collection \"c\" that holds data ($
 "$venv/bin/st" --config-file scripts/schemathesis.toml run openapi.yaml --include-path-regex '^/v1/collections/\{collection\}/' \
   --url "$base" -H "Authorization: Bearer $key" --checks "$checks" \
   --max-time "$((MAX_TIME / 2))" --workers 2 --suppress-health-check all --no-color || status=$?
-# A 5xx also shows in the server's own log; print what it said, and fail on any server error line.
-if grep -q '"request failed"\|request failed' "$work/server.log"; then
-  echo "== server errors logged:"; grep 'request failed' "$work/server.log" | head -20
-  status=1
-fi
-kill -0 "$pid" 2>/dev/null || { echo "the server died"; tail -50 "$work/server.log"; exit 1; }
+# A 5xx also shows in the server's own log.
+check_server || status=1
 exit "$status"

@@ -98,58 +98,50 @@ async fn keys_separate_admin_from_read_and_probes_stay_open() {
     // The admin key (from the file, newline trimmed) writes.
     let r = call(&app, Method::POST, "/v1/collections", Some(ADMIN), coll).await;
     assert_eq!(r.status().as_u16(), 201);
-    let img =
-        Some(json!({"images": [{"data": b64(&fixture_image(0)), "captions": ["a red square"]}]}));
-    let r = call(
-        &app,
-        Method::POST,
-        "/v1/collections/k/images",
-        Some(ADMIN),
-        img.clone(),
-    )
-    .await;
-    assert_eq!(r.status().as_u16(), 201);
-    let r = call(
-        &app,
-        Method::POST,
-        "/v1/collections/k/images",
-        Some(READ),
-        img,
-    )
-    .await;
-    assert_eq!(r.status().as_u16(), 403);
-
-    // The read key searches, embeds and lists.
-    let q = Some(json!({"text": "a red square", "k": 1}));
-    let r = call(
-        &app,
-        Method::POST,
-        "/v1/collections/k/images/search",
-        Some(READ),
-        q,
-    )
-    .await;
-    assert_eq!(r.status().as_u16(), 200);
-    let r = call(
-        &app,
-        Method::POST,
-        "/v1/embed/text",
-        Some(READ),
-        Some(json!({"texts": ["a dog"]})),
-    )
-    .await;
-    assert_eq!(r.status().as_u16(), 200);
-    let r = call(
-        &app,
-        Method::GET,
-        "/v1/collections/k/images",
-        Some(READ),
-        None,
-    )
-    .await;
-    assert_eq!(r.status().as_u16(), 200);
-    let r = call(&app, Method::DELETE, "/v1/collections/k", Some(READ), None).await;
-    assert_eq!(r.status().as_u16(), 403);
+    // Who may do what: the admin key writes, the read key reads (GET, search, embed) and nothing else.
+    let img = json!({"images": [{"data": b64(&fixture_image(0)), "captions": ["a red square"]}]});
+    let search = json!({"text": "a red square", "k": 1});
+    let cases = [
+        (
+            Method::POST,
+            "/v1/collections/k/images",
+            ADMIN,
+            Some(img.clone()),
+            201,
+        ),
+        (
+            Method::POST,
+            "/v1/collections/k/images",
+            READ,
+            Some(img),
+            403,
+        ),
+        (
+            Method::POST,
+            "/v1/collections/k/images/search",
+            READ,
+            Some(search),
+            200,
+        ),
+        (
+            Method::POST,
+            "/v1/embed/text",
+            READ,
+            Some(json!({"texts": ["a dog"]})),
+            200,
+        ),
+        (Method::GET, "/v1/collections/k/images", READ, None, 200),
+        (Method::DELETE, "/v1/collections/k", READ, None, 403),
+        (Method::POST, "/v1/admin/snapshot", READ, None, 403),
+    ];
+    for (method, path, key, body, want) in cases {
+        let what = format!(
+            "{method} {path} with the {} key",
+            if key == ADMIN { "admin" } else { "read" }
+        );
+        let r = call(&app, method, path, Some(key), body).await;
+        assert_eq!(r.status().as_u16(), want, "{what}");
+    }
 
     // Probes, metrics and the spec need no key.
     for p in ["/healthz", "/readyz", "/metrics", "/openapi.yaml"] {
@@ -290,15 +282,7 @@ async fn a_full_inference_queue_is_a_429_with_retry_after() {
         .post_json("/v1/embed/image", json!({"image": files[1]}))
         .await;
     assert_eq!(s, 200, "after the burst: {r}");
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = app.metrics().await;
     let rejected: f64 = metrics
         .lines()
         .find(|l| l.starts_with("jointspace_inference_rejected_total{model=\"vision\"}"))

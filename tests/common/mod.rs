@@ -158,6 +158,11 @@ impl TestApp {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
+    /// The Prometheus text of /metrics.
+    pub async fn metrics(&self) -> String {
+        metrics_text(&self.client, &self.base).await
+    }
+
     pub async fn assert_alive(&self) {
         let r = self
             .client
@@ -167,6 +172,18 @@ impl TestApp {
             .expect("server still answers");
         assert_eq!(r.status().as_u16(), 200);
     }
+}
+
+/// The Prometheus text of a server's /metrics.
+pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
+    client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
 }
 
 pub fn b64(data: &[u8]) -> String {
