@@ -1,10 +1,9 @@
-# jointspace container images, one binary on two bases (VARIANT):
-#   cpu  (default): Debian slim + ONNX Runtime (CPU) from the onnxruntime wheel
-#   cuda: NVIDIA's CUDA 12 + cuDNN 9 runtime + onnxruntime-gpu, JOINTSPACE_DEVICE=cuda (not built on the
-#         project's machines: they have no CUDA base image and no GPU)
+# jointspace container images. Two targets:
+#   cpu  (default, the last stage): Debian slim + ONNX Runtime (CPU) from the onnxruntime wheel
+#   cuda: NVIDIA's CUDA 12 + cuDNN 9 runtime + onnxruntime-gpu, JOINTSPACE_DEVICE=cuda
 #
 #   podman build --format docker -t jointspace:cpu .                 # or: docker build -t jointspace:cpu .
-#   docker build --build-arg VARIANT=cuda -t jointspace:cuda .
+#   podman build --format docker --target cuda -t jointspace:cuda .
 #   docker run --gpus all -p 8080:8080 jointspace:cuda               # needs the NVIDIA container toolkit
 #
 # The default bundle goes into the image, including its vision.onnx (rebuilt on the host by
@@ -16,7 +15,6 @@ ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG DEBIAN_IMAGE=docker.io/library/debian:bookworm-slim
 ARG CUDA_IMAGE=docker.io/nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 ARG ORT_VERSION=1.31.1
-ARG VARIANT=cpu
 
 # ---- build: the release binary (cache mounts keep the registry and target/ between builds) ----
 # COPY keeps the files' mtimes, which can be older than a cached target/ built from other sources; the touch
@@ -55,24 +53,40 @@ RUN python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2
  && mkdir -p /opt/onnxruntime/lib && cp -a x/onnxruntime/capi/libonnxruntime*.so* /opt/onnxruntime/lib/ \
  && ln -s "libonnxruntime.so.${ORT_VERSION}" /opt/onnxruntime/lib/libonnxruntime.so && rm -rf x *.whl
 
-# ---- the two bases: operating system, ONNX Runtime's libraries, device ----
-FROM ${DEBIAN_IMAGE} AS base-cpu
-COPY --from=ort-cpu /opt/onnxruntime /opt/onnxruntime
-ENV JOINTSPACE_DEVICE=cpu
-
-FROM ${CUDA_IMAGE} AS base-cuda
-COPY --from=ort-cuda /opt/onnxruntime /opt/onnxruntime
-# The CUDA provider library sits next to libonnxruntime and loads CUDA/cuDNN from the base image.
-ENV JOINTSPACE_DEVICE=cuda LD_LIBRARY_PATH=/opt/onnxruntime/lib
-
-# ---- the image: the server, the default bundle, a non-root user, settings and the health check ----
-FROM base-${VARIANT}
+# ---- cuda: unbuilt on the project's machines (no CUDA base image there); same binary, CUDA provider ----
+FROM ${CUDA_IMAGE} AS cuda
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/jointspace --create-home jointspace
+COPY --from=ort-cuda /opt/onnxruntime /opt/onnxruntime
 COPY --from=build /usr/local/bin/jointspace /usr/local/bin/jointspace
 COPY models/flickr8k-vgg16-fne /opt/jointspace/models/flickr8k-vgg16-fne
 ENV ORT_DYLIB_PATH=/opt/onnxruntime/lib/libonnxruntime.so \
+    LD_LIBRARY_PATH=/opt/onnxruntime/lib \
+    JOINTSPACE_DEVICE=cuda \
+    JOINTSPACE_ADDR=0.0.0.0:8080 \
+    JOINTSPACE_BUNDLE=/opt/jointspace/models/flickr8k-vgg16-fne \
+    JOINTSPACE_DATABASE_URL=sqlite:///var/lib/jointspace/jointspace.db \
+    JOINTSPACE_LOG_JSON=1
+USER 10001:10001
+WORKDIR /var/lib/jointspace
+VOLUME /var/lib/jointspace
+EXPOSE 8080
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+  CMD curl -fsS http://127.0.0.1:8080/readyz >/dev/null || exit 1
+ENTRYPOINT ["/usr/local/bin/jointspace"]
+CMD ["serve"]
+
+# ---- cpu (default) ----
+FROM ${DEBIAN_IMAGE} AS cpu
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --user-group --home-dir /var/lib/jointspace --create-home jointspace
+COPY --from=ort-cpu /opt/onnxruntime /opt/onnxruntime
+COPY --from=build /usr/local/bin/jointspace /usr/local/bin/jointspace
+COPY models/flickr8k-vgg16-fne /opt/jointspace/models/flickr8k-vgg16-fne
+ENV ORT_DYLIB_PATH=/opt/onnxruntime/lib/libonnxruntime.so \
+    JOINTSPACE_DEVICE=cpu \
     JOINTSPACE_ADDR=0.0.0.0:8080 \
     JOINTSPACE_BUNDLE=/opt/jointspace/models/flickr8k-vgg16-fne \
     JOINTSPACE_DATABASE_URL=sqlite:///var/lib/jointspace/jointspace.db \

@@ -24,7 +24,7 @@ trap cleanup EXIT
 if [[ -z "${SKIP_BUILD:-}" ]]; then
   fmt=(); [[ "$ENGINE" == podman ]] && fmt=(--format docker)   # keeps HEALTHCHECK (OCI has none)
   t=$SECONDS
-  "$ENGINE" build "${fmt[@]}" -t "$IMAGE" .
+  "$ENGINE" build "${fmt[@]}" --target cpu -t "$IMAGE" .
   echo "container-smoke: image $IMAGE built in $((SECONDS - t)) s"
 fi
 "$ENGINE" image inspect "$IMAGE" --format '{{.Size}}' | awk '{printf "container-smoke: image size %.0f MB\n", $1/1e6}'

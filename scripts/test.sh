@@ -4,6 +4,12 @@
 # Last, schemathesis fuzzes the running server against openapi.yaml (its own venv in .cache/, ~3 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Postgres tests (tests/common/pg.rs) start throwaway servers themselves; say early what is missing.
+if [ -z "${JOINTSPACE_PG_BIN:-}" ] && ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "scripts/test.sh: the Postgres tests need Postgres' server programs (initdb, pg_ctl):" \
+       "apt-get install postgresql, or set JOINTSPACE_PG_BIN to their folder" >&2
+  exit 1
+fi
 scripts/setup-python.sh --train
 echo "== trainer tests (pytest)"
 (cd train && ../.venv/bin/python -m pytest)

@@ -61,7 +61,8 @@ pub async fn open_service(
     store_args: &StoreArgs,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Arc<Service>> {
-    let store = Store::connect(&store_args.database_url)
+    let timeout = Duration::from_secs(store_args.database_timeout.max(1));
+    let store = Store::connect_with(&store_args.database_url, timeout)
         .await
         .with_context(|| format!("cannot open the database {}", store_args.database_url))?;
     let snapshot_dir: Option<PathBuf> = store_args.index_dir.clone().or_else(|| {
@@ -91,6 +92,7 @@ pub struct Application {
     router: axum::Router,
     service: Arc<Service>,
     snapshot_interval: u64,
+    follow_interval: Duration,
 }
 
 impl Application {
@@ -129,6 +131,7 @@ impl Application {
             router,
             service,
             snapshot_interval: cfg.snapshot_interval,
+            follow_interval: Duration::from_millis(cfg.follow_interval_ms),
         })
     }
 
@@ -159,10 +162,17 @@ impl Application {
                 }
             });
         }
+        // Other replicas' writes reach this process's indexes through the database's change sequence.
+        // Aborted when serving ends, or when this future is dropped (a test's simulated crash).
+        let follower = (!self.follow_interval.is_zero()).then(|| {
+            let (svc, every) = (svc.clone(), self.follow_interval);
+            AbortOnDrop(tokio::spawn(async move { svc.follow_forever(every).await }))
+        });
         tracing::info!(addr = %self.listener.local_addr()?, "listening");
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)
             .await?;
+        drop(follower);
         match svc.snapshot().await {
             Ok(n) => tracing::info!(indexes = n, "index snapshots written"),
             Err(e) => tracing::warn!(error = %e, "index snapshot at shutdown failed"),
@@ -172,6 +182,14 @@ impl Application {
 
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.run_until(shutdown_signal()).await
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -247,6 +247,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let pipeline = load_pipeline(&args.model)?;
     let store_args = StoreArgs {
         database_url: args.database_url.clone(),
+        database_timeout: 5,
         index_dir: None,
         // Through the HNSW graphs, as a large collection is searched (full rankings are exact either way).
         exact_below: 0,

@@ -110,13 +110,17 @@ pub struct ModelArgs {
 /// The database and the indexes built from it.
 #[derive(Debug, Clone, Args)]
 pub struct StoreArgs {
-    /// sqlx database URL; the SQLite file and its folder are created if missing.
+    /// Database URL: `sqlite://PATH` (the file and its folder are created if missing) or
+    /// `postgres://USER:PASSWORD@HOST:PORT/DB` (several replicas may share one Postgres).
     #[arg(
         long,
         env = "JOINTSPACE_DATABASE_URL",
         default_value = "sqlite://data/jointspace.db"
     )]
     pub database_url: String,
+    /// Seconds a request waits for a database connection before failing with 503 (database down or busy).
+    #[arg(long, env = "JOINTSPACE_DATABASE_TIMEOUT", default_value_t = 5)]
+    pub database_timeout: u64,
     /// Where index snapshots go (default: an `index` folder next to the database file).
     #[arg(long, env = "JOINTSPACE_INDEX_DIR")]
     pub index_dir: Option<PathBuf>,
@@ -149,6 +153,10 @@ pub struct ServeArgs {
     /// Seconds between index snapshots when something changed (0: only at shutdown).
     #[arg(long, env = "JOINTSPACE_SNAPSHOT_INTERVAL", default_value_t = 300)]
     pub snapshot_interval: u64,
+    /// Milliseconds between reads of the database's change sequence, through which this process's indexes
+    /// follow writes made by other replicas sharing the database (0: never).
+    #[arg(long, env = "JOINTSPACE_FOLLOW_INTERVAL_MS", default_value_t = 500)]
+    pub follow_interval_ms: u64,
     #[command(flatten)]
     pub http: HttpArgs,
 }

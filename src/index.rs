@@ -164,8 +164,13 @@ impl VectorIndex {
         self.read().live.get(&id).cloned()
     }
 
+    /// Adds a vector; an id already live is left as it is (a replica may learn of its own write twice:
+    /// from the request and from the change sequence), so a point is never in the graph twice.
     pub fn insert(&self, id: i64, v: Vec<f32>) {
         let mut inner = self.write();
+        if inner.live.contains_key(&id) {
+            return;
+        }
         let v: Arc<[f32]> = Arc::from(v);
         inner.graph.insert_slice((&v[..], id as usize));
         inner.hidden.remove(&(id as usize));

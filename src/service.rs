@@ -11,6 +11,9 @@ use std::{
 use bytes::Bytes;
 use serde_json::Value;
 
+mod follow;
+pub use follow::{CHANGE_RETENTION, FollowReport};
+
 use crate::{
     decode::DecodeError,
     fne::TernaryCode,
@@ -132,6 +135,8 @@ pub struct Service {
     pub metrics: Arc<Metrics>,
     pub opts: ServiceOptions,
     indexes: RwLock<HashMap<i64, CollectionIndexes>>,
+    /// Where this process stands in the database's change sequence (src/service/follow.rs).
+    follow: tokio::sync::Mutex<follow::FollowState>,
 }
 
 pub fn validate_collection_name(name: &str) -> Result<()> {
@@ -162,12 +167,15 @@ impl Service {
         metrics: Arc<Metrics>,
         opts: ServiceOptions,
     ) -> Result<Service> {
+        // Before reading any vector: whatever commits from here on is replayed by the follower.
+        let cursor = store.change_cursor().await?;
         let svc = Service {
             pipeline,
             store,
             metrics,
             opts,
             indexes: RwLock::new(HashMap::new()),
+            follow: tokio::sync::Mutex::new(follow::FollowState::new(cursor)),
         };
         svc.check_provenance().await?;
         for c in svc.store.list_collections().await? {
@@ -295,10 +303,12 @@ impl Service {
             images: Arc::new(VectorIndex::build(params, vec![])),
             captions: Arc::new(VectorIndex::build(params, vec![])),
         };
+        // The follower may have loaded it already (and items added elsewhere since): keep that one.
         self.indexes
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(row.id, idx);
+            .entry(row.id)
+            .or_insert(idx);
         Ok(row)
     }
 
@@ -784,6 +794,8 @@ impl Service {
                 )
                 .await?;
         }
+        // Other replicas reload too when they read this.
+        self.store.log_reload().await?;
         for c in self.store.list_collections().await? {
             let idx = self.load_indexes(&c).await?;
             self.indexes

@@ -1,16 +1,34 @@
-//! The HTTP API end to end on the fixture bundle: real ONNX Runtime, SQLite and HNSW, app on port 0.
+//! The HTTP API end to end on the fixture bundle: real ONNX Runtime, HNSW, and each database engine
+//! (SQLite, and a real Postgres server started for the test), app on port 0.
 
 mod common;
 
-use common::{TestApp, b64, fixture_image};
+use std::path::Path;
+
+use common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
 use serde_json::json;
 
 #[tokio::test]
-async fn add_search_delete_and_survive_a_restart() {
+async fn add_search_delete_and_survive_a_restart_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("data/js.db"); // the folder does not exist yet: the server creates it
+    // The folder does not exist yet: the server creates it.
+    let url = format!("sqlite://{}", dir.path().join("data/js.db").display());
+    scenario(&url, &dir.path().join("data/index")).await;
+}
+
+#[tokio::test]
+async fn add_search_delete_and_survive_a_restart_on_postgres() {
+    let pg = PgCluster::start();
+    let url = pg.create_db("api").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    scenario(&url, &dir.path().join("index")).await;
+}
+
+async fn scenario(url: &str, index_dir: &Path) {
+    let index = index_dir.to_str().expect("path");
     // exact-below 0: every search goes through HNSW, the path large collections take.
-    let app = TestApp::start(&db, &["--exact-below", "0"]).await;
+    let flags = ["--exact-below", "0", "--index-dir", index];
+    let app = TestApp::start_url(BUNDLE, url, &flags).await;
 
     let (s, body) = app
         .post_json(
@@ -248,7 +266,7 @@ async fn add_search_delete_and_survive_a_restart() {
 
     // Restart on the same database: everything is still there and found (graceful stop writes snapshots).
     app.stop().await;
-    let app = TestApp::start(&db, &["--exact-below", "0"]).await;
+    let app = TestApp::start_url(BUNDLE, url, &flags).await;
     let (_, c) = app.get_json("/v1/collections/shop").await;
     assert_eq!(
         (c["images"].as_i64(), c["captions"].as_i64()),
@@ -284,7 +302,7 @@ async fn add_search_delete_and_survive_a_restart() {
         .await;
     assert_eq!(s, 201, "{body}");
     app.kill().await;
-    let app = TestApp::start(&db, &["--exact-below", "0"]).await;
+    let app = TestApp::start_url(BUNDLE, url, &flags).await;
     let (_, r) = app
         .post_multipart(
             "/v1/collections/shop/images/search",
@@ -306,8 +324,8 @@ async fn add_search_delete_and_survive_a_restart() {
 
     // A restart without a snapshot (deleted) rebuilds from the database and finds the same.
     app.stop().await;
-    std::fs::remove_dir_all(db.parent().expect("dir").join("index")).expect("snapshot dir exists");
-    let app = TestApp::start(&db, &["--exact-below", "0"]).await;
+    std::fs::remove_dir_all(index_dir).expect("snapshot dir exists");
+    let app = TestApp::start_url(BUNDLE, url, &flags).await;
     let (_, r) = app
         .post_multipart(
             "/v1/collections/shop/images/search",

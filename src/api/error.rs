@@ -153,10 +153,10 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(m) => ApiError::not_found(m),
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             StoreError::Invalid(m) => ApiError::invalid(m),
-            StoreError::Db(sqlx::Error::PoolTimedOut) => ApiError::new(
+            e @ StoreError::Unavailable(_) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
-                "the database is busy; retry shortly",
+                e.to_string(),
             ),
             e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
         }

@@ -1,6 +1,8 @@
 //! Starts the real application (ONNX Runtime, SQLite, HNSW) on the fixture bundle, on port 0.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::path::{Path, PathBuf};
 
 use jointspace::{app::Application, config::ServeArgs};
@@ -32,13 +34,20 @@ impl TestApp {
 
     pub async fn start_with(bundle: &str, db: &Path, extra: &[&str]) -> TestApp {
         let url = format!("sqlite://{}", db.display());
+        let mut app = Self::start_url(bundle, &url, extra).await;
+        app.db = db.to_path_buf();
+        app
+    }
+
+    /// On any database URL (`sqlite://...` or `postgres://...`).
+    pub async fn start_url(bundle: &str, url: &str, extra: &[&str]) -> TestApp {
         let mut flags = vec![
             "--addr",
             "127.0.0.1:0",
             "--bundle",
             bundle,
             "--database-url",
-            &url,
+            url,
             "--snapshot-interval",
             "0",
         ];
@@ -53,7 +62,7 @@ impl TestApp {
         TestApp {
             base,
             client: reqwest::Client::new(),
-            db: db.to_path_buf(),
+            db: PathBuf::new(),
             stop: Some(tx),
             task: Some(task),
         }
@@ -163,6 +172,36 @@ impl TestApp {
         metrics_text(&self.client, &self.base).await
     }
 
+    /// Adds one fixture image with metadata `{"tag": tag}` to `collection`; returns its id.
+    pub async fn add_tagged(&self, collection: &str, fixture: usize, tag: &str) -> i64 {
+        let (s, r) = self
+            .post_json(
+                &format!("/v1/collections/{collection}/images"),
+                serde_json::json!({"images": [{"data": b64(&fixture_image(fixture)), "metadata": {"tag": tag}}]}),
+            )
+            .await;
+        assert_eq!(s, 201, "{r}");
+        r["images"][0]["id"].as_i64().expect("id")
+    }
+
+    /// The ids a search filtered on `{"tag": tag}` returns. The database answers the filter and the index
+    /// the hits, so an image is returned only once this server's index holds it.
+    pub async fn tagged_hits(&self, collection: &str, tag: &str) -> Vec<i64> {
+        let (s, r) = self
+            .post_json(
+                &format!("/v1/collections/{collection}/images/search"),
+                serde_json::json!({"text": "a picture", "k": 5, "filter": {"tag": tag}}),
+            )
+            .await;
+        if s != 200 {
+            return vec![];
+        }
+        r["results"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|h| h["image"]["id"].as_i64()).collect())
+            .unwrap_or_default()
+    }
+
     pub async fn assert_alive(&self) {
         let r = self
             .client
@@ -184,6 +223,16 @@ pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
         .text()
         .await
         .expect("text")
+}
+
+/// The value of an unlabelled gauge or counter in Prometheus text.
+pub fn gauge(metrics: &str, name: &str) -> i64 {
+    let prefix = format!("{name} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
 }
 
 pub fn b64(data: &[u8]) -> String {

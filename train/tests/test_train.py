@@ -69,3 +69,15 @@ def test_input_dropout_changes_training():
                      log=lambda m: None)[2].history[0]["loss"] for p in (0.0, 0.0, 0.5)]
     assert losses_[0] == losses_[1]  # deterministic without it
     assert losses_[2] != losses_[0]
+
+
+def test_weight_decay_shrinks_the_projection_only():
+    enc_tr, enc_dv, vocab = toy(32, 8, 3)
+    base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, epochs=2, threads=1)
+    plain = train(Settings(**base), enc_tr, enc_dv, vocab, log=lambda m: None)
+    decayed = train(Settings(weight_decay=20.0, **base), enc_tr, enc_dv, vocab, log=lambda m: None)
+    norm = lambda run: float(run[0].fc.weight.norm())
+    assert norm(decayed) < 0.9 * norm(plain)
+    # The text encoder's group has no decay: its embedding table keeps its scale.
+    emb = lambda run: float(run[1].embed.weight.norm())
+    assert abs(emb(decayed) - emb(plain)) < 0.05 * emb(plain)

@@ -1,0 +1,202 @@
+//! Following the database. Several replicas may share one database; each keeps its in-memory indexes in
+//! step with the writes made through the others by applying the change sequence (`Store::changes_since`)
+//! every `--follow-interval-ms`. A replica's own writes reach its index directly, before the 2xx, and
+//! again through the sequence, where they change nothing. The staleness bound for a write made elsewhere is
+//! the follow interval plus one poll and apply (measured in tests/replicas.rs).
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    time::{Duration, Instant},
+};
+
+use super::{Result, Service};
+use crate::store::{Change, ChangeKind, Cursor, Modality};
+
+/// Changes older than this are pruned. A follower that could not read for half as long reloads everything
+/// from the database instead of trusting the sequence.
+pub const CHANGE_RETENTION: Duration = Duration::from_secs(3600);
+
+pub(super) struct FollowState {
+    cursor: Cursor,
+    last_ok: Instant,
+    last_prune: Option<Instant>,
+}
+
+impl FollowState {
+    pub(super) fn new(cursor: Cursor) -> FollowState {
+        FollowState {
+            cursor,
+            last_ok: Instant::now(),
+            last_prune: None,
+        }
+    }
+}
+
+/// What one follow step did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FollowReport {
+    pub changes: usize,
+    pub reloaded: bool,
+}
+
+impl Service {
+    /// Reads the changes committed since the last step and applies them to the indexes. On an error (the
+    /// database is down) nothing is skipped: the next step starts from the same position.
+    pub async fn follow_once(&self) -> Result<FollowReport> {
+        let mut st = self.follow.lock().await;
+        if st.last_ok.elapsed() > CHANGE_RETENTION / 2 {
+            tracing::warn!(
+                "the change sequence was unreadable for too long; reloading every index"
+            );
+            let cursor = self.store.change_cursor().await?;
+            self.reload_all().await?;
+            (st.cursor, st.last_ok) = (cursor, Instant::now());
+            return Ok(FollowReport {
+                changes: 0,
+                reloaded: true,
+            });
+        }
+        let (changes, next) = self.store.changes_since(st.cursor).await?;
+        let n = changes.len();
+        let reloaded = self.apply(changes).await?;
+        (st.cursor, st.last_ok) = (next, Instant::now());
+        if st
+            .last_prune
+            .is_none_or(|t| t.elapsed() > Duration::from_secs(60))
+        {
+            st.last_prune = Some(Instant::now());
+            match self.store.prune_changes(CHANGE_RETENTION).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(rows = n, "old changes pruned"),
+                Err(e) => tracing::warn!(error = %e, "pruning the change sequence failed"),
+            }
+        }
+        if n > 0 {
+            tracing::debug!(changes = n, reloaded, "followed the database");
+        }
+        Ok(FollowReport {
+            changes: n,
+            reloaded,
+        })
+    }
+
+    /// Runs `follow_once` every `every` until the task is dropped.
+    pub async fn follow_forever(&self, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tick.tick().await;
+            match self.follow_once().await {
+                Ok(_) if failing => {
+                    failing = false;
+                    tracing::info!("following the database again");
+                }
+                Ok(_) => {}
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, "cannot read the change sequence; retrying");
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Applies one batch; true when it reloaded everything.
+    async fn apply(&self, changes: Vec<Change>) -> Result<bool> {
+        if changes.is_empty() {
+            return Ok(false);
+        }
+        if changes.iter().any(|c| c.kind == ChangeKind::All) {
+            self.reload_all().await?;
+            return Ok(true);
+        }
+        // Upserts before deletes: ids are never reused, so a delete is always the last word on its id.
+        type ByIndex = BTreeMap<(i64, Modality), Vec<i64>>;
+        let (mut upserts, mut deletes) = (ByIndex::new(), ByIndex::new());
+        let (mut created, mut dropped) = (BTreeSet::new(), BTreeSet::new());
+        for c in changes {
+            let m = match c.kind {
+                ChangeKind::Collection => {
+                    if c.delete {
+                        dropped.insert(c.collection_id);
+                    } else {
+                        created.insert(c.collection_id);
+                    }
+                    continue;
+                }
+                ChangeKind::Image => Modality::Images,
+                ChangeKind::Caption => Modality::Captions,
+                ChangeKind::All => continue,
+            };
+            let to = if c.delete { &mut deletes } else { &mut upserts };
+            to.entry((c.collection_id, m)).or_default().push(c.item_id);
+        }
+        {
+            let mut map = self.indexes.write().unwrap_or_else(|p| p.into_inner());
+            for id in &dropped {
+                map.remove(id);
+            }
+        }
+        // Collections this process has not seen yet (made elsewhere) are loaded whole from the database;
+        // that includes the items changed in this batch.
+        let mentioned: BTreeSet<i64> = created
+            .iter()
+            .copied()
+            .chain(upserts.keys().chain(deletes.keys()).map(|(c, _)| *c))
+            .filter(|c| !dropped.contains(c))
+            .collect();
+        for cid in mentioned {
+            if self.indexes_of(cid).is_ok() {
+                continue;
+            }
+            let Some(row) = self.store.collection_by_id(cid).await? else {
+                continue;
+            };
+            let idx = self.load_indexes(&row).await?;
+            self.indexes
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(cid)
+                .or_insert(idx);
+        }
+        for ((cid, m), ids) in upserts {
+            let Ok(idx) = self.indexes_of(cid) else {
+                continue;
+            };
+            let idx = idx.get(m);
+            let missing: Vec<i64> = ids
+                .into_iter()
+                .filter(|id| idx.vector(*id).is_none())
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            // Rows deleted since are simply not returned.
+            for (id, v) in self.store.vectors_by_ids(cid, m, &missing).await? {
+                idx.insert(id, v);
+            }
+        }
+        for ((cid, m), ids) in deletes {
+            let Ok(idx) = self.indexes_of(cid) else {
+                continue;
+            };
+            for id in ids {
+                self.hide(idx.get(m), id);
+            }
+        }
+        self.update_gauges();
+        Ok(false)
+    }
+
+    /// Rebuilds every index from the database (after a reindex elsewhere, or a long absence).
+    async fn reload_all(&self) -> Result<()> {
+        let mut fresh = HashMap::new();
+        for c in self.store.list_collections().await? {
+            fresh.insert(c.id, self.load_indexes(&c).await?);
+        }
+        *self.indexes.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        self.update_gauges();
+        Ok(())
+    }
+}
