@@ -8,7 +8,8 @@ export ORT_DYLIB_PATH
 start_server() {
   local bundle=$1 port
   shift
-  cargo build --locked --release --bin jointspace
+  # The binary as `cargo test` builds it (with the test build's feature set): after the tests, no rebuild.
+  cargo test --locked --release --no-run
   work=$(mktemp -d)
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   "${CARGO_TARGET_DIR:-target}/release/jointspace" serve --addr "127.0.0.1:$port" --bundle "$bundle" \
