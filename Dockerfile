@@ -53,6 +53,8 @@ RUN python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2
  && mkdir -p /opt/onnxruntime/lib && cp -a x/onnxruntime/capi/libonnxruntime*.so* /opt/onnxruntime/lib/ \
  && ln -s "libonnxruntime.so.${ORT_VERSION}" /opt/onnxruntime/lib/libonnxruntime.so && rm -rf x *.whl
 
+# The two final stages repeat their last lines on purpose: one stage on a base picked by an ARG
+# (FROM base-${VARIANT}) would be shorter, but buildah 1.28 does not resolve a stage name through an ARG.
 # ---- cuda: unbuilt on the project's machines (no CUDA base image there); same binary, CUDA provider ----
 FROM ${CUDA_IMAGE} AS cuda
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
