@@ -7,7 +7,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 use crate::{
-    api,
+    api::{self, RouterOptions, auth::ApiKeys},
     bundle::Bundle,
     config::{ModelArgs, ServeArgs, StoreArgs},
     decode::DecodeLimits,
@@ -21,6 +21,11 @@ use crate::{
 
 /// Loads and verifies the bundle and opens ONNX Runtime on it.
 pub fn load_pipeline(model: &ModelArgs) -> anyhow::Result<Arc<Pipeline>> {
+    load_pipeline_with(model, &Metrics::new())
+}
+
+/// As `load_pipeline`, with the batchers reporting to `metrics`.
+pub fn load_pipeline_with(model: &ModelArgs, metrics: &Metrics) -> anyhow::Result<Arc<Pipeline>> {
     let bundle = Arc::new(Bundle::load(&model.bundle)?);
     let dylib = runtime::locate_dylib(model.runtime.ort_dylib.as_deref())?;
     let backend: Arc<dyn Backend> = Arc::new(OrtBackend::new(
@@ -43,6 +48,10 @@ pub fn load_pipeline(model: &ModelArgs) -> anyhow::Result<Arc<Pipeline>> {
         max_text_chars: model.max_text_chars,
         max_batch_crops: model.max_batch_crops,
         max_batch_texts: 256,
+        queue: model.inference_queue,
+        max_wait: Duration::from_millis(model.batch_wait_ms),
+        vision_stats: metrics.batch_stats("vision"),
+        text_stats: metrics.batch_stats("text"),
     };
     Ok(Arc::new(Pipeline::new(bundle, backend, opts)?))
 }
@@ -89,12 +98,34 @@ pub struct Application {
 impl Application {
     pub async fn build(cfg: ServeArgs) -> anyhow::Result<Application> {
         let metrics = Arc::new(Metrics::new());
-        let pipeline = load_pipeline(&cfg.model)?;
+        let keys = ApiKeys::from_args(&cfg.http)?;
+        if keys.is_open() {
+            tracing::warn!(
+                "no API key configured: the API is open to anyone who can reach it \
+                 (set JOINTSPACE_ADMIN_KEY and JOINTSPACE_READ_KEY, or their _FILE variants)"
+            );
+        } else {
+            tracing::info!(
+                admin = keys.has_admin(),
+                read = keys.has_read(),
+                "API keys required (Authorization: Bearer)"
+            );
+        }
+        let pipeline = load_pipeline_with(&cfg.model, &metrics)?;
         let service = open_service(pipeline, &cfg.store, metrics).await?;
         let listener = TcpListener::bind(cfg.addr)
             .await
             .with_context(|| format!("cannot listen on {}", cfg.addr))?;
-        let router = api::router(service.clone(), cfg.max_request_bytes);
+        let router = api::router_with(
+            service.clone(),
+            RouterOptions {
+                max_request_bytes: cfg.max_request_bytes,
+                keys,
+                request_timeout: (cfg.http.request_timeout > 0)
+                    .then(|| Duration::from_secs(cfg.http.request_timeout)),
+                cors_origins: cfg.http.cors_origins.clone(),
+            },
+        )?;
         Ok(Application {
             listener,
             router,

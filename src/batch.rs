@@ -1,9 +1,22 @@
 //! Dynamic batching: requests queue for a model's worker thread, which takes everything waiting (up to a row
-//! budget) and makes one runtime call for all of it. Concurrent requests thus share one `session.run`, which
-//! is what keeps a GPU busy and costs nothing on a CPU.
+//! budget, holding a non-full batch open at most `max_wait` for more) and makes one runtime call for all of
+//! it. Concurrent requests thus share one `session.run`, which is what keeps a GPU busy.
+//!
+//! The queue is bounded in rows (crops, sentences) and never blocks: a request that does not fit is refused
+//! at once (`RuntimeError::Overloaded`, a 429 with Retry-After) instead of waiting an unbounded time behind
+//! the backlog. A request always fits an empty queue, so no single request is refused for its size alone.
 
-use std::{sync::mpsc, thread};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+        mpsc::{self, RecvTimeoutError, TryRecvError},
+    },
+    thread,
+    time::{Duration, Instant},
+};
 
+use prometheus_client::metrics::{counter::Counter, gauge::Gauge, histogram::Histogram};
 use tokio::sync::oneshot;
 
 use crate::runtime::RuntimeError;
@@ -15,25 +28,76 @@ pub struct Job<I> {
     reply: oneshot::Sender<Result<Vec<f32>, RuntimeError>>,
 }
 
+/// How a batcher queues and groups work.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchOptions {
+    /// Most rows (crops, sentences) in one runtime call.
+    pub max_rows: usize,
+    /// Most rows waiting for the worker; a request that would go over is refused as overloaded.
+    pub queue: usize,
+    /// How long the worker holds a non-full batch open for more requests (zero: take only what is waiting).
+    pub max_wait: Duration,
+}
+
+/// The batcher's instruments; clones share their values, so the registered metrics see them.
+#[derive(Clone)]
+pub struct BatchStats {
+    pub queue_depth: Gauge,
+    pub batch_rows: Histogram,
+    pub rejected: Counter,
+}
+
+impl Default for BatchStats {
+    fn default() -> Self {
+        BatchStats {
+            queue_depth: Gauge::default(),
+            batch_rows: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
+            rejected: Counter::default(),
+        }
+    }
+}
+
 pub struct Batcher<I> {
-    tx: mpsc::SyncSender<Job<I>>,
+    tx: mpsc::Sender<Job<I>>,
+    queue: usize,
+    /// Rows sent and not yet taken by the worker.
+    queued: Arc<AtomicUsize>,
+    stats: BatchStats,
 }
 
 impl<I> Clone for Batcher<I> {
     fn clone(&self) -> Self {
         Batcher {
             tx: self.tx.clone(),
+            queue: self.queue,
+            queued: self.queued.clone(),
+            stats: self.stats.clone(),
         }
     }
 }
 
 impl<I: Send + 'static> Batcher<I> {
     /// `run` gets the jobs of one batch and returns their outputs concatenated, `dim` floats per row.
-    pub fn spawn<F>(name: &str, max_rows: usize, dim: usize, mut run: F) -> Batcher<I>
+    pub fn spawn<F>(
+        name: &str,
+        opts: BatchOptions,
+        dim: usize,
+        stats: BatchStats,
+        mut run: F,
+    ) -> Batcher<I>
     where
         F: FnMut(&[Job<I>]) -> Result<Vec<f32>, RuntimeError> + Send + 'static,
     {
-        let (tx, rx) = mpsc::sync_channel::<Job<I>>(1024);
+        let queue = opts.queue.max(1);
+        let max_rows = opts.max_rows.max(1);
+        let (tx, rx) = mpsc::channel::<Job<I>>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (st, q) = (stats.clone(), queued.clone());
+        let took = move |j: &Job<I>| {
+            let left = q.fetch_sub(j.rows, Ordering::AcqRel) - j.rows;
+            st.queue_depth.set(left as i64);
+        };
+        let st = stats.clone();
         let spawned = thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
@@ -42,25 +106,41 @@ impl<I: Send + 'static> Batcher<I> {
                     let first = match pending.take() {
                         Some(j) => j,
                         None => match rx.recv() {
-                            Ok(j) => j,
+                            Ok(j) => {
+                                took(&j);
+                                j
+                            }
                             Err(_) => return, // every sender dropped: shut down
                         },
                     };
+                    let deadline = Instant::now() + opts.max_wait;
                     let mut rows = first.rows;
                     let mut jobs = vec![first];
                     while rows < max_rows {
-                        match rx.try_recv() {
-                            Ok(j) if rows + j.rows <= max_rows => {
-                                rows += j.rows;
-                                jobs.push(j);
+                        let next = match deadline.checked_duration_since(Instant::now()) {
+                            Some(left) if !left.is_zero() => {
+                                rx.recv_timeout(left).map_err(|e| match e {
+                                    RecvTimeoutError::Timeout => TryRecvError::Empty,
+                                    RecvTimeoutError::Disconnected => TryRecvError::Disconnected,
+                                })
                             }
+                            _ => rx.try_recv(),
+                        };
+                        match next {
                             Ok(j) => {
-                                pending = Some(j);
-                                break;
+                                took(&j);
+                                if rows + j.rows <= max_rows {
+                                    rows += j.rows;
+                                    jobs.push(j);
+                                } else {
+                                    pending = Some(j);
+                                    break;
+                                }
                             }
                             Err(_) => break,
                         }
                     }
+                    st.batch_rows.observe(rows as f64);
                     match run(&jobs) {
                         Ok(out) if out.len() == rows * dim => {
                             let mut rest = out.as_slice();
@@ -90,18 +170,144 @@ impl<I: Send + 'static> Batcher<I> {
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot spawn the {name} worker");
         }
-        Batcher { tx }
+        Batcher {
+            tx,
+            queue,
+            queued,
+            stats,
+        }
     }
 
-    /// Queues one request and waits (asynchronously) for its rows.
+    /// Queues one request and waits (asynchronously) for its rows; a full queue refuses it at once.
     pub async fn submit(&self, input: I, rows: usize) -> Result<Vec<f32>, RuntimeError> {
-        let (reply, rx) = oneshot::channel();
-        let tx = self.tx.clone();
-        // The queue is bounded: a full queue blocks the sender, so send from the blocking pool.
-        tokio::task::spawn_blocking(move || tx.send(Job { input, rows, reply }))
-            .await
-            .map_err(|_| RuntimeError::Stopped)?
-            .map_err(|_| RuntimeError::Stopped)?;
-        rx.await.map_err(|_| RuntimeError::Stopped)?
+        let mut out = self.submit_all(vec![(input, rows)]).await?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// Queues several runs of one request, admitted together (all or none, so a request is never half
+    /// refused by its own runs), and waits for each one's rows.
+    pub async fn submit_all(&self, runs: Vec<(I, usize)>) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        let (cap, total) = (self.queue, runs.iter().map(|r| r.1).sum::<usize>());
+        let admitted = self
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                (q == 0 || q + total <= cap).then_some(q + total)
+            });
+        match admitted {
+            Ok(before) => {
+                self.stats.queue_depth.set((before + total) as i64);
+            }
+            Err(_) => {
+                self.stats.rejected.inc();
+                return Err(RuntimeError::Overloaded { queue: cap });
+            }
+        }
+        let mut replies = Vec::with_capacity(runs.len());
+        let mut unsent = total;
+        for (input, rows) in runs {
+            let (reply, rx) = oneshot::channel();
+            if self.tx.send(Job { input, rows, reply }).is_err() {
+                self.queued.fetch_sub(unsent, Ordering::AcqRel);
+                return Err(RuntimeError::Stopped);
+            }
+            unsent -= rows;
+            replies.push(rx);
+        }
+        let mut out = Vec::with_capacity(replies.len());
+        for rx in replies {
+            out.push(rx.await.map_err(|_| RuntimeError::Stopped)??);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Barrier};
+
+    use super::*;
+
+    fn opts(queue: usize, max_wait_ms: u64) -> BatchOptions {
+        BatchOptions {
+            max_rows: 8,
+            queue,
+            max_wait: Duration::from_millis(max_wait_ms),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_at_once_and_recovers() {
+        // The worker blocks on the barrier inside each run, so the queue fills up behind it.
+        let gate = Arc::new(Barrier::new(2));
+        let (started_tx, started) = mpsc::channel::<usize>();
+        let g = gate.clone();
+        let stats = BatchStats::default();
+        let b: Batcher<f32> = Batcher::spawn("t", opts(2, 0), 1, stats.clone(), move |jobs| {
+            let _ = started_tx.send(jobs.len());
+            g.wait();
+            Ok(jobs.iter().map(|j| j.input).collect())
+        });
+        let first = tokio::spawn({
+            let b = b.clone();
+            async move { b.submit(1.0, 1).await }
+        });
+        let wait_started = || loop {
+            if let Ok(n) = started.try_recv() {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        tokio::task::yield_now().await; // let `first` send
+        assert_eq!(wait_started(), 1);
+        let queued: Vec<_> = (0..2)
+            .map(|i| {
+                let b = b.clone();
+                tokio::spawn(async move { b.submit(10.0 + i as f32, 1).await })
+            })
+            .collect();
+        while stats.queue_depth.get() != 2 {
+            tokio::task::yield_now().await;
+        }
+        let t = Instant::now();
+        match b.submit(99.0, 1).await {
+            Err(RuntimeError::Overloaded { queue }) => assert_eq!(queue, 2),
+            other => panic!("expected Overloaded, got {other:?}"),
+        }
+        assert!(
+            t.elapsed() < Duration::from_millis(100),
+            "a refusal must not wait"
+        );
+        assert_eq!(stats.rejected.get(), 1);
+        gate.wait(); // release the first run
+        assert_eq!(first.await.unwrap().unwrap(), vec![1.0]);
+        // The two queued requests share the second run.
+        assert_eq!(wait_started(), 2);
+        gate.wait();
+        for (i, q) in queued.into_iter().enumerate() {
+            assert_eq!(q.await.unwrap().unwrap(), vec![10.0 + i as f32]);
+        }
+        assert_eq!(stats.queue_depth.get(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn max_wait_gathers_requests_that_arrive_shortly_after() {
+        let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = sizes.clone();
+        let b: Batcher<f32> =
+            Batcher::spawn("t", opts(16, 300), 1, BatchStats::default(), move |jobs| {
+                s.lock().unwrap().push(jobs.len());
+                Ok(jobs.iter().map(|j| j.input).collect())
+            });
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            let b = b.clone();
+            tasks.push(tokio::spawn(async move { b.submit(i as f32, 1).await }));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for (i, t) in tasks.into_iter().enumerate() {
+            assert_eq!(t.await.unwrap().unwrap(), vec![i as f32]);
+        }
+        // Four requests 20 ms apart all fall inside the 300 ms window: one runtime call.
+        assert_eq!(*sizes.lock().unwrap(), vec![4]);
     }
 }

@@ -84,6 +84,12 @@ pub struct ModelArgs {
     /// Most crops in one runtime call (requests queued together are batched up to this).
     #[arg(long, env = "JOINTSPACE_MAX_BATCH_CROPS", default_value_t = 32)]
     pub max_batch_crops: usize,
+    /// Milliseconds a runtime call waits for concurrent requests to join a batch that is not full.
+    #[arg(long, env = "JOINTSPACE_BATCH_WAIT_MS", default_value_t = 2)]
+    pub batch_wait_ms: u64,
+    /// Most crops (vision) or sentences (text) waiting for inference; requests beyond it get 429 at once.
+    #[arg(long, env = "JOINTSPACE_INFERENCE_QUEUE", default_value_t = 256)]
+    pub inference_queue: usize,
     /// Largest accepted image file, bytes.
     #[arg(long, env = "JOINTSPACE_MAX_IMAGE_BYTES", default_value_t = 20 << 20)]
     pub max_image_bytes: usize,
@@ -152,6 +158,32 @@ pub struct ServeArgs {
     /// follow writes made by other replicas sharing the database (0: never).
     #[arg(long, env = "JOINTSPACE_FOLLOW_INTERVAL_MS", default_value_t = 500)]
     pub follow_interval_ms: u64,
+    #[command(flatten)]
+    pub http: HttpArgs,
+}
+
+/// Who may call the API, and how much a request may ask for.
+#[derive(Debug, Clone, Default, Args)]
+pub struct HttpArgs {
+    /// API key for everything (writes, deletes, admin, and reads), sent as `Authorization: Bearer <key>`.
+    /// With no key configured at all the API is open (the log says so).
+    #[arg(long, env = "JOINTSPACE_ADMIN_KEY", hide_env_values = true)]
+    pub admin_key: Option<String>,
+    /// File holding the admin key (a mounted secret); surrounding whitespace is ignored.
+    #[arg(long, env = "JOINTSPACE_ADMIN_KEY_FILE", conflicts_with = "admin_key")]
+    pub admin_key_file: Option<PathBuf>,
+    /// API key for reads only: GET, search and embed.
+    #[arg(long, env = "JOINTSPACE_READ_KEY", hide_env_values = true)]
+    pub read_key: Option<String>,
+    /// File holding the read-only key.
+    #[arg(long, env = "JOINTSPACE_READ_KEY_FILE", conflicts_with = "read_key")]
+    pub read_key_file: Option<PathBuf>,
+    /// Seconds a request may take before it is answered 503 (0: no limit).
+    #[arg(long, env = "JOINTSPACE_REQUEST_TIMEOUT", default_value_t = 120)]
+    pub request_timeout: u64,
+    /// Browser origins allowed to call the API (comma-separated; `*` for any). None: no CORS headers.
+    #[arg(long, env = "JOINTSPACE_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -20,4 +20,5 @@ pub mod runtime;
 pub mod service;
 pub mod store;
 pub mod text;
+pub mod tokenize;
 pub mod vision;

@@ -1,7 +1,9 @@
-//! Prometheus metrics: HTTP traffic, embedding and search latency, index sizes.
+//! Prometheus metrics: HTTP traffic, embedding and search latency, inference batching and queueing, database
+//! latency, index sizes.
 
 use std::time::Duration;
 
+use crate::batch::BatchStats;
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -20,6 +22,20 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelLabels {
+    pub model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabels {
+    pub op: String,
+}
+
+fn batch_rows() -> Histogram {
+    BatchStats::default().batch_rows
+}
+
 fn latency() -> Histogram {
     Histogram::new([
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -35,6 +51,11 @@ pub struct Metrics {
     search_seconds: Family<KindLabels, Histogram>,
     index_images: Gauge,
     index_captions: Gauge,
+    http_in_flight: Gauge,
+    queue_depth: Family<ModelLabels, Gauge>,
+    batch_rows: Family<ModelLabels, Histogram>,
+    rejected: Family<ModelLabels, Counter>,
+    db_seconds: Family<OpLabels, Histogram>,
 }
 
 impl Default for Metrics {
@@ -90,8 +111,45 @@ impl Metrics {
             "Live caption vectors in all indexes",
             index_captions.clone(),
         );
+        let http_in_flight = Gauge::default();
+        registry.register(
+            "http_requests_in_flight",
+            "HTTP requests being served",
+            http_in_flight.clone(),
+        );
+        let queue_depth = Family::<ModelLabels, Gauge>::default();
+        registry.register(
+            "inference_queue_depth",
+            "Crops (vision) or sentences (text) waiting for the inference worker",
+            queue_depth.clone(),
+        );
+        let batch_rows =
+            Family::<ModelLabels, Histogram>::new_with_constructor(batch_rows as fn() -> Histogram);
+        registry.register(
+            "inference_batch_rows",
+            "Rows (crops or sentences) in each runtime call; above 1 when concurrent requests are batched",
+            batch_rows.clone(),
+        );
+        let rejected = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "inference_rejected",
+            "Requests refused because the inference queue was full (429)",
+            rejected.clone(),
+        );
+        let db_seconds =
+            Family::<OpLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
+        registry.register(
+            "db_duration_seconds",
+            "Database call latency by operation",
+            db_seconds.clone(),
+        );
         Metrics {
             registry,
+            http_in_flight,
+            queue_depth,
+            batch_rows,
+            rejected,
+            db_seconds,
             http_requests,
             http_seconds,
             embed_seconds,
@@ -120,6 +178,28 @@ impl Metrics {
             .get_or_create(&l)
             .observe(d.as_secs_f64());
         self.embed_items.get_or_create(&l).inc_by(n as u64);
+    }
+
+    /// The instruments a batcher for `model` (vision, text) updates.
+    pub fn batch_stats(&self, model: &str) -> BatchStats {
+        let l = ModelLabels {
+            model: model.to_string(),
+        };
+        BatchStats {
+            queue_depth: self.queue_depth.get_or_create(&l).clone(),
+            batch_rows: self.batch_rows.get_or_create(&l).clone(),
+            rejected: self.rejected.get_or_create(&l).clone(),
+        }
+    }
+
+    pub fn observe_db(&self, op: &str, d: Duration) {
+        self.db_seconds
+            .get_or_create(&OpLabels { op: op.to_string() })
+            .observe(d.as_secs_f64());
+    }
+
+    pub fn http_in_flight(&self) -> &Gauge {
+        &self.http_in_flight
     }
 
     pub fn observe_search(&self, kind: &str, d: Duration) {

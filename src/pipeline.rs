@@ -2,9 +2,10 @@
 //! projection, and tokenizer -> text graph. The HTTP handlers, `ingest` and `eval` all call this, so the
 //! numbers `eval` reports are the numbers the server gives.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use crate::{
+    batch::{BatchOptions, BatchStats},
     bundle::{Bundle, CropMode, Similarity},
     crops,
     decode::{self, DecodeError, DecodeLimits},
@@ -41,6 +42,13 @@ pub struct PipelineOptions {
     /// Upper bound of crops (images x crops per image) in one runtime call.
     pub max_batch_crops: usize,
     pub max_batch_texts: usize,
+    /// Most crops (or sentences) waiting for inference before requests are refused as overloaded.
+    pub queue: usize,
+    /// How long a non-full batch waits for concurrent requests to join it.
+    pub max_wait: Duration,
+    /// Instruments of the vision and text batchers.
+    pub vision_stats: BatchStats,
+    pub text_stats: BatchStats,
 }
 
 pub struct Pipeline {
@@ -72,12 +80,27 @@ impl Pipeline {
             vision: Vision::new(
                 backend.clone(),
                 &m.vision,
-                opts.max_batch_crops.max(crop_mode.crops()),
+                BatchOptions {
+                    max_rows: opts.max_batch_crops.max(crop_mode.crops()),
+                    // Whatever the setting, one full run must fit the queue.
+                    queue: opts.queue.max(opts.max_batch_crops),
+                    max_wait: opts.max_wait,
+                },
+                opts.vision_stats,
             ),
             fne: Fne::new(&bundle),
             projection: Projection::new(&bundle),
             tokenizer: TextTokenizer::new(&bundle, opts.max_text_chars)?,
-            text: TextEncoder::new(backend.clone(), &bundle, opts.max_batch_texts),
+            text: TextEncoder::new(
+                backend.clone(),
+                &bundle,
+                BatchOptions {
+                    max_rows: opts.max_batch_texts,
+                    queue: opts.queue.max(opts.max_batch_texts),
+                    max_wait: opts.max_wait,
+                },
+                opts.text_stats,
+            ),
             provider: backend.provider().to_string(),
             crop_mode,
             limits: opts.limits,

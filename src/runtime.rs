@@ -30,6 +30,10 @@ pub enum RuntimeError {
     Run(String),
     #[error("the inference worker has stopped")]
     Stopped,
+    #[error(
+        "the server is at capacity: the inference queue is full ({queue} crops or sentences waiting); retry shortly"
+    )]
+    Overloaded { queue: usize },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

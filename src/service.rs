@@ -319,7 +319,17 @@ impl Service {
 
     pub async fn collection(&self, name: &str) -> Result<CollectionRow> {
         validate_collection_name(name)?;
-        Ok(self.store.collection(name).await?)
+        Ok(self
+            .timed_db("collection", self.store.collection(name))
+            .await?)
+    }
+
+    /// Runs one database call and records its latency (`jointspace_db_duration_seconds{op}`).
+    async fn timed_db<T>(&self, op: &str, f: impl Future<Output = T>) -> T {
+        let t = std::time::Instant::now();
+        let r = f.await;
+        self.metrics.observe_db(op, t.elapsed());
+        r
     }
 
     /// The collection's id by name, without `collection`'s row counts: every request resolves its collection,
@@ -456,14 +466,16 @@ impl Service {
             .collect();
         let b = &self.pipeline.bundle;
         let ids = self
-            .store
-            .insert_images(
-                c.id,
-                &rows,
-                Provenance {
-                    bundle_id: &b.id,
-                    vision_id: &b.vision_id,
-                },
+            .timed_db(
+                "insert_images",
+                self.store.insert_images(
+                    c.id,
+                    &rows,
+                    Provenance {
+                        bundle_id: &b.id,
+                        vision_id: &b.vision_id,
+                    },
+                ),
             )
             .await?;
         // Committed: now make them searchable.
@@ -697,8 +709,7 @@ impl Service {
             .collect();
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         let mut rows: HashMap<i64, ImageRow> = self
-            .store
-            .images_by_ids(c.id, &ids)
+            .timed_db("fetch_hits", self.store.images_by_ids(c.id, &ids))
             .await?
             .into_iter()
             .map(|r| (r.id, r))
@@ -734,8 +745,7 @@ impl Service {
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         let mut rows: HashMap<i64, CaptionRow> = self
-            .store
-            .captions_by_ids(c.id, &ids)
+            .timed_db("fetch_hits", self.store.captions_by_ids(c.id, &ids))
             .await?
             .into_iter()
             .map(|r| (r.id, r))

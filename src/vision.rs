@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::{
-    batch::{Batcher, Job},
+    batch::{BatchOptions, BatchStats, Batcher, Job},
     bundle::VisionSpec,
     crops,
     runtime::{Backend, RuntimeError},
@@ -19,12 +19,20 @@ pub struct Vision {
 }
 
 impl Vision {
-    pub fn new(backend: Arc<dyn Backend>, spec: &VisionSpec, max_batch_crops: usize) -> Vision {
+    /// `opts.max_rows` is the most crops in one runtime call.
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        spec: &VisionSpec,
+        opts: BatchOptions,
+        stats: BatchStats,
+    ) -> Vision {
         let (side, crop_len, raw_dim) = (spec.input_size, crops::crop_len(spec), spec.raw_dim);
+        let max_batch_crops = opts.max_rows.max(1);
         let batcher = Batcher::spawn(
             "vision",
-            max_batch_crops.max(1),
+            opts,
             raw_dim,
+            stats,
             move |jobs: &[Job<Vec<f32>>]| {
                 let rows: usize = jobs.iter().map(|j| j.rows).sum();
                 if let [one] = jobs {
@@ -69,11 +77,11 @@ impl Vision {
                 chunk.iter().for_each(|c| all.extend_from_slice(c));
                 all
             };
-            runs.push(self.batcher.submit(input, rows));
+            runs.push((input, rows));
         }
         let mut raw = Vec::with_capacity(n * per * self.raw_dim);
-        for out in futures::future::join_all(runs).await {
-            raw.extend_from_slice(&out?);
+        for out in self.batcher.submit_all(runs).await? {
+            raw.extend_from_slice(&out);
         }
         Ok(raw)
     }

@@ -55,6 +55,7 @@ pub struct CaptionList {
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListCaptionsQuery {
     /// Only the captions of this image.

@@ -6,7 +6,7 @@ use axum::{
         FromRequest, FromRequestParts, Request,
         rejection::{JsonRejection, PathRejection, QueryRejection},
     },
-    http::{StatusCode, request::Parts},
+    http::{StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
 };
 use serde::{Serialize, de::DeserializeOwned};
@@ -38,6 +38,25 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds for the `Retry-After` header (429, 503).
+    pub retry_after: Option<u32>,
+}
+
+/// The request body limit, put in the request by the HTTP layer so the extractors can state it.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+fn body_too_large(limit: Option<BodyLimit>) -> ApiError {
+    let limit = limit
+        .map(|l| format!("the limit is {} bytes", l.0))
+        .unwrap_or_else(|| "see JOINTSPACE_MAX_REQUEST_BYTES".into());
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!(
+            "the request body is over the server's limit: {limit} (send fewer or smaller images per request)"
+        ),
+    )
 }
 
 impl ApiError {
@@ -46,6 +65,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -82,7 +102,11 @@ impl IntoResponse for ApiError {
                 message: self.message,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut r = (self.status, Json(body)).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut().insert(header::RETRY_AFTER, s.into());
+        }
+        r
     }
 }
 
@@ -141,11 +165,17 @@ impl From<StoreError> for ApiError {
 
 impl From<RuntimeError> for ApiError {
     fn from(e: RuntimeError) -> Self {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "inference_failed",
-            e.to_string(),
-        )
+        match e {
+            RuntimeError::Overloaded { .. } => ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "overloaded", e.to_string())
+            },
+            e => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "inference_failed",
+                e.to_string(),
+            ),
+        }
     }
 }
 
@@ -205,7 +235,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        Ok(ApiJson(Json::<T>::from_request(req, state).await?.0))
+        let limit = req.extensions().get::<BodyLimit>().copied();
+        match Json::<T>::from_request(req, state).await {
+            Ok(j) => Ok(ApiJson(j.0)),
+            Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(body_too_large(limit)),
+            Err(r) => Err(r.into()),
+        }
     }
 }
 
@@ -236,6 +271,18 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
                 .await?
                 .0,
         ))
+    }
+}
+
+/// A multipart error, with the body limit stated when that is what was hit.
+pub fn multipart_error(
+    e: axum::extract::multipart::MultipartError,
+    limit: Option<BodyLimit>,
+) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        body_too_large(limit)
+    } else {
+        ApiError::new(e.status(), "bad_request", e.body_text())
     }
 }
 

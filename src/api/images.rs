@@ -114,6 +114,7 @@ pub struct ImageList {
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListImagesQuery {
     /// Find the image with this external id.

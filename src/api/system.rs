@@ -73,7 +73,7 @@ pub fn openapi_yaml() -> String {
     ApiDoc::openapi().to_yaml().unwrap_or_default()
 }
 
-#[utoipa::path(get, path = "/openapi.yaml", tag = "system", responses((status = 200, description = "this API, OpenAPI 3.1", body = String)))]
+#[utoipa::path(get, path = "/openapi.yaml", tag = "system", responses((status = 200, description = "this API, OpenAPI 3.1", body = Object, content_type = "application/yaml")))]
 pub async fn openapi() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/yaml")], openapi_yaml())
 }

@@ -9,7 +9,7 @@ use base64::Engine;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
-use super::error::{ApiError, ApiJson};
+use super::error::{ApiError, ApiJson, BodyLimit, multipart_error};
 
 pub enum Body<T> {
     Json(T),
@@ -43,6 +43,7 @@ pub async fn read<T: DeserializeOwned>(req: Request) -> Result<Body<T>, ApiError
         return Ok(Body::Json(v));
     }
     if ct.starts_with("multipart/form-data") {
+        let limit = req.extensions().get::<BodyLimit>().copied();
         let mut mp = Multipart::from_request(req, &())
             .await
             .map_err(|e| ApiError::new(e.status(), "bad_request", e.body_text()))?;
@@ -52,10 +53,7 @@ pub async fn read<T: DeserializeOwned>(req: Request) -> Result<Body<T>, ApiError
                 Ok(Some(f)) => {
                     let name = f.name().unwrap_or("").to_string();
                     let file_name = f.file_name().map(str::to_string);
-                    let data = f
-                        .bytes()
-                        .await
-                        .map_err(|e| ApiError::new(e.status(), "bad_request", e.body_text()))?;
+                    let data = f.bytes().await.map_err(|e| multipart_error(e, limit))?;
                     parts.push(Part {
                         name,
                         file_name,
@@ -63,7 +61,7 @@ pub async fn read<T: DeserializeOwned>(req: Request) -> Result<Body<T>, ApiError
                     });
                 }
                 Ok(None) => break,
-                Err(e) => return Err(ApiError::new(e.status(), "bad_request", e.body_text())),
+                Err(e) => return Err(multipart_error(e, limit)),
             }
         }
         return Ok(Body::Multipart(parts));
