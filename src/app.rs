@@ -50,6 +50,7 @@ pub fn load_pipeline_with(model: &ModelArgs, metrics: &Metrics) -> anyhow::Resul
         max_batch_texts: 256,
         queue: model.inference_queue,
         max_wait: Duration::from_millis(model.batch_wait_ms),
+        max_queue_wait: Duration::from_millis(model.max_queue_wait_ms),
         vision_stats: metrics.batch_stats("vision"),
         text_stats: metrics.batch_stats("text"),
     };

@@ -2,14 +2,16 @@
 //! budget, holding a non-full batch open at most `max_wait` for more) and makes one runtime call for all of
 //! it. Concurrent requests thus share one `session.run`, which is what keeps a GPU busy.
 //!
-//! The queue is bounded in rows (crops, sentences) and never blocks: a request that does not fit is refused
-//! at once (`RuntimeError::Overloaded`, a 429 with Retry-After) instead of waiting an unbounded time behind
-//! the backlog. A request always fits an empty queue, so no single request is refused for its size alone.
+//! The queue is bounded in rows (crops, sentences) and in expected wait, and never blocks: a request that does
+//! not fit is refused at once (`RuntimeError::Overloaded`, a 429 with Retry-After) instead of waiting an
+//! unbounded time behind the backlog. The wait bound matters on a CPU, where a row of the vision model costs
+//! ~0.4 s: 256 queued crops would be minutes. A request always fits an empty queue, so no single request is
+//! refused for its size alone.
 
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         mpsc::{self, RecvTimeoutError, TryRecvError},
     },
     thread,
@@ -37,6 +39,9 @@ pub struct BatchOptions {
     pub queue: usize,
     /// How long the worker holds a non-full batch open for more requests (zero: take only what is waiting).
     pub max_wait: Duration,
+    /// Longest expected wait in the queue (rows ahead x the measured time per row) a request is admitted
+    /// to; zero: only the row bound applies.
+    pub max_queue_wait: Duration,
 }
 
 /// The batcher's instruments; clones share their values, so the registered metrics see them.
@@ -62,6 +67,9 @@ pub struct Batcher<I> {
     queue: usize,
     /// Rows sent and not yet taken by the worker.
     queued: Arc<AtomicUsize>,
+    /// Moving average of a runtime call's nanoseconds per row (0 until the first call).
+    row_nanos: Arc<AtomicU64>,
+    max_queue_wait: Duration,
     stats: BatchStats,
 }
 
@@ -71,6 +79,8 @@ impl<I> Clone for Batcher<I> {
             tx: self.tx.clone(),
             queue: self.queue,
             queued: self.queued.clone(),
+            row_nanos: self.row_nanos.clone(),
+            max_queue_wait: self.max_queue_wait,
             stats: self.stats.clone(),
         }
     }
@@ -92,6 +102,8 @@ impl<I: Send + 'static> Batcher<I> {
         let max_rows = opts.max_rows.max(1);
         let (tx, rx) = mpsc::channel::<Job<I>>();
         let queued = Arc::new(AtomicUsize::new(0));
+        let row_nanos = Arc::new(AtomicU64::new(0));
+        let per_row = row_nanos.clone();
         let (st, q) = (stats.clone(), queued.clone());
         let took = move |j: &Job<I>| {
             let left = q.fetch_sub(j.rows, Ordering::AcqRel) - j.rows;
@@ -141,7 +153,17 @@ impl<I: Send + 'static> Batcher<I> {
                         }
                     }
                     st.batch_rows.observe(rows as f64);
-                    match run(&jobs) {
+                    let started = Instant::now();
+                    let result = run(&jobs);
+                    let took_ns = started.elapsed().as_nanos() as u64 / rows.max(1) as u64;
+                    let old = per_row.load(Ordering::Relaxed);
+                    let avg = if old == 0 {
+                        took_ns
+                    } else {
+                        (old * 7 + took_ns) / 8
+                    };
+                    per_row.store(avg.max(1), Ordering::Relaxed);
+                    match result {
                         Ok(out) if out.len() == rows * dim => {
                             let mut rest = out.as_slice();
                             for job in jobs {
@@ -174,6 +196,8 @@ impl<I: Send + 'static> Batcher<I> {
             tx,
             queue,
             queued,
+            row_nanos,
+            max_queue_wait: opts.max_queue_wait,
             stats,
         }
     }
@@ -188,10 +212,16 @@ impl<I: Send + 'static> Batcher<I> {
     /// refused by its own runs), and waits for each one's rows.
     pub async fn submit_all(&self, runs: Vec<(I, usize)>) -> Result<Vec<Vec<f32>>, RuntimeError> {
         let (cap, total) = (self.queue, runs.iter().map(|r| r.1).sum::<usize>());
+        let (per_row, max_wait) = (
+            self.row_nanos.load(Ordering::Relaxed) as u128,
+            self.max_queue_wait.as_nanos(),
+        );
         let admitted = self
             .queued
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
-                (q == 0 || q + total <= cap).then_some(q + total)
+                let rows_fit = q + total <= cap;
+                let wait_fits = max_wait == 0 || per_row * (q + total) as u128 <= max_wait;
+                (q == 0 || (rows_fit && wait_fits)).then_some(q + total)
             });
         match admitted {
             Ok(before) => {
@@ -232,6 +262,7 @@ mod tests {
             max_rows: 8,
             queue,
             max_wait: Duration::from_millis(max_wait_ms),
+            max_queue_wait: Duration::ZERO,
         }
     }
 
@@ -309,5 +340,48 @@ mod tests {
         }
         // Four requests 20 ms apart all fall inside the 300 ms window: one runtime call.
         assert_eq!(*sizes.lock().unwrap(), vec![4]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_expected_wait_bounds_the_queue_once_a_row_has_been_timed() {
+        // 40 ms per runtime call of one row; a 50 ms bound admits one queued row, not two.
+        let run = |jobs: &[Job<f32>]| {
+            std::thread::sleep(Duration::from_millis(40));
+            Ok(jobs.iter().map(|j| j.input).collect())
+        };
+        for (bound_ms, expect_refusal) in [(50, true), (0, false)] {
+            let b: Batcher<f32> = Batcher::spawn(
+                "t",
+                BatchOptions {
+                    max_rows: 1,
+                    queue: 100,
+                    max_wait: Duration::ZERO,
+                    max_queue_wait: Duration::from_millis(bound_ms),
+                },
+                1,
+                BatchStats::default(),
+                run,
+            );
+            assert_eq!(b.submit(1.0, 1).await.unwrap(), vec![1.0]); // times a row
+            let tasks: Vec<_> = (0..3)
+                .map(|i| {
+                    let b = b.clone();
+                    tokio::spawn(async move { b.submit(i as f32, 1).await })
+                })
+                .collect();
+            let mut refused = 0;
+            for t in tasks {
+                match t.await.unwrap() {
+                    Ok(_) => {}
+                    Err(RuntimeError::Overloaded { .. }) => refused += 1,
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+            assert_eq!(
+                refused > 0,
+                expect_refusal,
+                "bound {bound_ms} ms: {refused} refused"
+            );
+        }
     }
 }

@@ -90,6 +90,10 @@ pub struct ModelArgs {
     /// Most crops (vision) or sentences (text) waiting for inference; requests beyond it get 429 at once.
     #[arg(long, env = "JOINTSPACE_INFERENCE_QUEUE", default_value_t = 256)]
     pub inference_queue: usize,
+    /// Longest expected wait for inference (rows queued x measured time per row) a request is admitted to,
+    /// in milliseconds; beyond it, 429 at once. 0: only --inference-queue bounds the queue.
+    #[arg(long, env = "JOINTSPACE_MAX_QUEUE_WAIT_MS", default_value_t = 2000)]
+    pub max_queue_wait_ms: u64,
     /// Largest accepted image file, bytes.
     #[arg(long, env = "JOINTSPACE_MAX_IMAGE_BYTES", default_value_t = 20 << 20)]
     pub max_image_bytes: usize,

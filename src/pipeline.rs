@@ -46,6 +46,8 @@ pub struct PipelineOptions {
     pub queue: usize,
     /// How long a non-full batch waits for concurrent requests to join it.
     pub max_wait: Duration,
+    /// Longest expected queueing time a request is admitted to (zero: only `queue` bounds it).
+    pub max_queue_wait: Duration,
     /// Instruments of the vision and text batchers.
     pub vision_stats: BatchStats,
     pub text_stats: BatchStats,
@@ -85,6 +87,7 @@ impl Pipeline {
                     // Whatever the setting, one full run must fit the queue.
                     queue: opts.queue.max(opts.max_batch_crops),
                     max_wait: opts.max_wait,
+                    max_queue_wait: opts.max_queue_wait,
                 },
                 opts.vision_stats,
             ),
@@ -98,6 +101,7 @@ impl Pipeline {
                     max_rows: opts.max_batch_texts,
                     queue: opts.queue.max(opts.max_batch_texts),
                     max_wait: opts.max_wait,
+                    max_queue_wait: opts.max_queue_wait,
                 },
                 opts.text_stats,
             ),

@@ -31,7 +31,7 @@ pub enum RuntimeError {
     #[error("the inference worker has stopped")]
     Stopped,
     #[error(
-        "the server is at capacity: the inference queue is full ({queue} crops or sentences waiting); retry shortly"
+        "the server is at capacity: its inference queue is full (at most {queue} crops or sentences, and no more than the wait it admits); retry shortly"
     )]
     Overloaded { queue: usize },
 }

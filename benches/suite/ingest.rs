@@ -91,9 +91,10 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
             max_text_chars: 1000,
             max_batch_crops: o.max_batch_crops,
             max_batch_texts: 256,
-            // The server's defaults (JOINTSPACE_INFERENCE_QUEUE, JOINTSPACE_BATCH_WAIT_MS).
+            // The server's defaults (JOINTSPACE_INFERENCE_QUEUE, _BATCH_WAIT_MS, _MAX_QUEUE_WAIT_MS).
             queue: 256,
             max_wait: std::time::Duration::from_millis(2),
+            max_queue_wait: std::time::Duration::from_millis(2000),
             vision_stats: Default::default(),
             text_stats: Default::default(),
         },
