@@ -15,8 +15,9 @@ use serde_json::json;
 use crate::{
     app::{load_pipeline, open_service},
     bundle::Bundle,
-    config::{EvalArgs, IngestArgs, ReindexArgs, RuntimeArgs, StoreArgs},
+    config::{EvalArgs, IngestArgs, ModelArgs, ReindexArgs, RuntimeArgs, StoreArgs},
     metrics::Metrics,
+    pipeline::Pipeline,
     runtime::{self, OrtBackend},
     service::{ImageInput, Service, ServiceError},
     store::{Modality, StoreError},
@@ -57,6 +58,16 @@ async fn ensure_collection(svc: &Service, name: &str) -> anyhow::Result<i64> {
         Err(ServiceError::Store(StoreError::Conflict(_))) => Ok(svc.collection(name).await?.id),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The pipeline of a batch job (ingest, eval, reindex): it queues as much as it is given and waits its turn.
+/// Refusing work with "overloaded" (the server's load shedding, `--max-queue-wait-ms`) protects interactive
+/// clients' latency; an offline job with a few requests in flight would only fail on it.
+fn offline_pipeline(model: &ModelArgs) -> anyhow::Result<Arc<Pipeline>> {
+    let mut model = model.clone();
+    model.max_queue_wait_ms = 0;
+    model.inference_queue = usize::MAX;
+    load_pipeline(&model)
 }
 
 /// Adds `names` from `dir` with their captions, `batch` images per request and `concurrency` requests in flight.
@@ -141,7 +152,7 @@ async fn add_all(
 }
 
 pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
-    let pipeline = load_pipeline(&args.model)?;
+    let pipeline = offline_pipeline(&args.model)?;
     let svc = open_service(pipeline, &args.store, Arc::new(Metrics::new())).await?;
     let captions = match &args.captions {
         Some(p) => read_captions(p)?,
@@ -244,7 +255,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         .map(|n| (n.clone(), captions[n].iter().take(5).cloned().collect()))
         .collect();
 
-    let pipeline = load_pipeline(&args.model)?;
+    let pipeline = offline_pipeline(&args.model)?;
     let store_args = StoreArgs {
         database_url: args.database_url.clone(),
         database_timeout: 5,
@@ -451,7 +462,7 @@ pub fn inspect(dir: PathBuf, graphs: bool, rt: RuntimeArgs) -> anyhow::Result<()
 }
 
 pub async fn reindex(args: ReindexArgs) -> anyhow::Result<()> {
-    let pipeline = load_pipeline(&args.model)?;
+    let pipeline = offline_pipeline(&args.model)?;
     let svc = open_service(pipeline, &args.store, Arc::new(Metrics::new())).await?;
     let (images, captions) = svc.reindex().await?;
     svc.snapshot().await?;
