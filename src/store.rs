@@ -356,13 +356,23 @@ impl Store {
 
     // ---- collections ----
 
+    /// A write transaction. On SQLite it takes the write lock at BEGIN (IMMEDIATE), where the busy timeout
+    /// applies: a deferred transaction that reads first fails with "database is locked" (SQLITE_BUSY_SNAPSHOT,
+    /// no busy wait) when another connection commits between its read and its first write.
+    async fn write_tx(&self) -> Result<Tx<'static>, StoreError> {
+        Ok(match self.engine {
+            Engine::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Engine::Postgres => self.pool.begin().await?,
+        })
+    }
+
     pub async fn create_collection(
         &self,
         name: &str,
         description: &str,
     ) -> Result<CollectionRow, StoreError> {
         let now = now_rfc3339();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let id: i64 = sqlx::query_scalar("INSERT INTO collections (name, description, created_at) VALUES ($1, $2, $3) RETURNING id")
             .bind(name)
             .bind(description)
@@ -440,7 +450,7 @@ impl Store {
     }
 
     pub async fn delete_collection(&self, name: &str) -> Result<i64, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let id: Option<i64> =
             sqlx::query_scalar("DELETE FROM collections WHERE name = $1 RETURNING id")
                 .bind(name)
@@ -464,7 +474,7 @@ impl Store {
         prov: Provenance<'_>,
     ) -> Result<Vec<(i64, Vec<i64>)>, StoreError> {
         let now = now_rfc3339();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let mut out = Vec::with_capacity(images.len());
         let sql = format!(
             "INSERT INTO images (collection_id, external_id, metadata, width, height, code, vector, bundle_id, vision_id, created_at) \
@@ -792,7 +802,7 @@ impl Store {
     }
 
     pub async fn delete_image(&self, collection_id: i64, id: i64) -> Result<Vec<i64>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let caps: Vec<i64> = sqlx::query_scalar("SELECT id FROM captions WHERE image_id = $1")
             .bind(id)
             .fetch_all(&mut *tx)
@@ -823,7 +833,7 @@ impl Store {
         bundle_id: &str,
     ) -> Result<Vec<i64>, StoreError> {
         let now = now_rfc3339();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let mut ids = Vec::with_capacity(caps.len());
         for (i, c) in caps.iter().enumerate() {
             if let Some(image_id) = c.image_id {
@@ -914,7 +924,7 @@ impl Store {
     }
 
     pub async fn delete_caption(&self, collection_id: i64, id: i64) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let n = sqlx::query("DELETE FROM captions WHERE collection_id = $1 AND id = $2")
             .bind(collection_id)
             .bind(id)
@@ -1020,7 +1030,7 @@ impl Store {
         rows: &[(i64, Vec<f32>)],
         bundle_id: &str,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let sql = format!(
             "UPDATE {} SET vector = $1, bundle_id = $2 WHERE id = $3",
             modality.as_str()
@@ -1072,7 +1082,7 @@ impl Store {
 
     /// Records that every vector may have changed (after a reindex): followers reload everything.
     pub async fn log_reload(&self) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         Self::log(&mut tx, 0, ChangeKind::All, false, &[0]).await?;
         tx.commit().await?;
         Ok(())
