@@ -114,12 +114,15 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
     proj = ImageProjection(train_split.images.shape[1], s.joint_dim, s.use_abs)
     text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs)
     params = list(proj.parameters()) + list(text.parameters())
-    if s.weight_decay:
-        # Only W: it is the part that over-fits 6,000 images (4.3 M weights); the text side has 30,000 captions.
-        opt = torch.optim.AdamW([{"params": list(proj.parameters()), "weight_decay": s.weight_decay},
-                                 {"params": list(text.parameters()), "weight_decay": 0.0}], lr=s.lr)
-    else:
-        opt = torch.optim.Adam(params, lr=s.lr)
+
+    def optimizer():
+        if s.weight_decay:
+            # Only W: it is the part that over-fits 6,000 images (4.3 M weights); the text side has 30,000 captions.
+            return torch.optim.AdamW([{"params": list(proj.parameters()), "weight_decay": s.weight_decay},
+                                      {"params": list(text.parameters()), "weight_decay": 0.0}], lr=s.lr)
+        return torch.optim.Adam(params, lr=s.lr)
+
+    opt = optimizer()
     # Everything an interrupted run needs to go on exactly where it stopped.
     st = {"epoch": 0, "phase_hardest": hardest and not curriculum, "best_rsum": -1.0, "best": None,
           "since_best": 0, "decayed": False, "done": False, "seconds": 0.0,
@@ -180,7 +183,7 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
             st["since_best"] = 0
             if curriculum and not st["phase_hardest"]:
                 st["phase_hardest"] = True
-                opt = torch.optim.Adam(params, lr=s.lr)
+                opt = optimizer()
                 log("curriculum: switching to the max-of-hinges loss from the best sum-loss model")
             elif not st["decayed"]:
                 st["decayed"] = True
