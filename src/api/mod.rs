@@ -122,7 +122,7 @@ impl utoipa::Modify for Operational {
             ),
             (
                 "Overloaded",
-                error("the inference queue is full; retry after Retry-After seconds")
+                error("the inference queue is full (in rows or in expected wait); retry after Retry-After seconds")
                     .header("Retry-After", retry_after.clone()),
             ),
             (
