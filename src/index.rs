@@ -1,21 +1,18 @@
-//! Step 8: one vector index per collection and modality: HNSW (hnsw_rs) for candidates, exact scores for
-//! the final order. hnsw_rs cannot delete, so deleted ids are hidden through its filtered search and the
-//! graph is rebuilt in the background once too many are hidden. Small or heavily filtered searches skip
-//! the graph and scan exactly (faster there, and exact).
+//! Step 8: one vector index per collection and modality: HNSW (USearch, bfloat16) for candidates, exact f32
+//! scores for the final order. Deletes leave holes that USearch skips; the graph is rebuilt in the background
+//! once too many accumulate. Small or heavily filtered searches skip the graph and scan exactly (faster
+//! there, and exact).
 
 use std::{
     collections::{HashMap, HashSet},
     path::{Path, PathBuf},
-    sync::{Arc, RwLock},
+    sync::{Arc, Condvar, Mutex, RwLock},
 };
 
-use hnsw_rs::prelude::{AnnT, DistL2, Hnsw, HnswIo};
 use serde::{Deserialize, Serialize};
+use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
 use crate::{bundle::Similarity, store::Modality};
-
-/// hnsw_rs' file_dump reloads only graphs made with its maximal layer count.
-const MAX_LAYER: usize = 16;
 
 #[derive(Debug, Clone, Copy)]
 pub struct IndexParams {
@@ -24,7 +21,8 @@ pub struct IndexParams {
     pub ef_search: usize,
     /// Below this many live vectors (or allowed ids, under a filter), search scans exactly.
     pub exact_below: usize,
-    /// Rebuild once hidden (deleted) points exceed this fraction of the graph (and at least 64 of them).
+    /// Rebuild once deleted points exceed this fraction of the graph (and at least 64 of them): USearch
+    /// unlinks a deleted point lazily, so a graph with many holes searches worse until rebuilt.
     pub rebuild_fraction: f32,
 }
 
@@ -40,14 +38,128 @@ impl Default for IndexParams {
     }
 }
 
-type Graph = Hnsw<'static, f32, DistL2>;
+/// Searches (and adds) that may run in one graph at once: USearch keeps a scratch context per concurrent
+/// caller and fails a call that finds none free, so callers beyond this wait on `Slots`.
+const CONTEXTS: usize = 64;
+
+/// A counting semaphore over the graph's scratch contexts (blocking: searches run on blocking threads).
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Slots {
+    fn new() -> Slots {
+        Slots {
+            free: Mutex::new(CONTEXTS),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn hold<T>(&self, f: impl FnOnce() -> T) -> T {
+        {
+            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            while *free == 0 {
+                free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+            }
+            *free -= 1;
+        }
+        struct Release<'a>(&'a Slots);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+                self.0.freed.notify_one();
+            }
+        }
+        let _release = Release(self);
+        f()
+    }
+}
+
+/// The HNSW graph (USearch). It stores vectors as bfloat16: half the memory traffic of f32 per distance,
+/// which is what a 1,024-d search at 100k points is bound by; the final order comes from the exact f32
+/// scores, so the rounding can only cost a candidate, never misorder the results.
+struct Graph {
+    index: Index,
+    slots: Slots,
+}
+
+impl Graph {
+    fn new(params: &IndexParams, dim: usize, capacity: usize) -> anyhow::Result<Graph> {
+        let index = usearch::new_index(&IndexOptions {
+            dimensions: dim,
+            metric: MetricKind::L2sq,
+            quantization: ScalarKind::BF16,
+            connectivity: params.max_connections,
+            expansion_add: params.ef_construction,
+            expansion_search: params.ef_search,
+            multi: false,
+        })?;
+        index.reserve_capacity_and_threads(capacity.max(1024), CONTEXTS)?;
+        Ok(Graph {
+            index,
+            slots: Slots::new(),
+        })
+    }
+
+    /// Adds from every core at once (the build at start and the background rebuild).
+    fn add_all(&self, items: &[(i64, Arc<[f32]>)]) -> anyhow::Result<()> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    s.spawn(move || -> anyhow::Result<()> {
+                        for (id, v) in items.iter().skip(t).step_by(threads) {
+                            self.add(*id, v)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().expect("index build thread panicked"))
+        })
+    }
+
+    /// Callers that may grow the graph hold the index's write lock: USearch's reserve must not race a search.
+    fn add(&self, id: i64, v: &[f32]) -> anyhow::Result<()> {
+        self.slots.hold(|| self.index.add(id as u64, v))?;
+        Ok(())
+    }
+
+    fn grow_for_one_more(&self) -> anyhow::Result<()> {
+        let (size, capacity) = (self.index.size(), self.index.capacity());
+        if size + 1 > capacity {
+            self.index
+                .reserve_capacity_and_threads((capacity * 2).max(1024), CONTEXTS)?;
+        }
+        Ok(())
+    }
+
+    fn search(
+        &self,
+        q: &[f32],
+        count: usize,
+        allowed: Option<&HashSet<i64>>,
+    ) -> anyhow::Result<Vec<i64>> {
+        let found = self.slots.hold(|| match allowed {
+            None => self.index.search(q, count),
+            Some(a) => self
+                .index
+                .filtered_search(q, count, |key| a.contains(&(key as i64))),
+        })?;
+        Ok(found.keys.into_iter().map(|k| k as i64).collect())
+    }
+}
 
 struct Inner {
-    graph: Arc<Graph>,
+    /// None until the first vector (its length is the graph's dimension).
+    graph: Option<Arc<Graph>>,
     /// Every live vector by database id: the exact scores and rebuilds read these.
     live: HashMap<i64, Arc<[f32]>>,
-    /// In the graph but deleted.
-    hidden: HashSet<usize>,
+    /// Deleted since the graph was built (removed from it, but still holes in it).
+    deleted: usize,
     rebuilding: bool,
 }
 
@@ -97,43 +209,41 @@ struct SnapshotMeta {
     generation: i64,
     bundle_id: String,
     points: usize,
-    hidden: Vec<usize>,
-    basename: String,
+    /// The graph's file, relative to the snapshot folder (absent from format 1, which is then stale).
+    #[serde(default)]
+    file: String,
 }
+
+/// Snapshot manifests of this format hold a USearch graph; format 1 (hnsw_rs) is rebuilt from the database.
+const SNAPSHOT_FORMAT: u32 = 2;
 
 pub struct VectorIndex {
     inner: RwLock<Inner>,
     params: IndexParams,
 }
 
-fn new_graph(params: &IndexParams, capacity: usize) -> Graph {
-    Hnsw::new(
-        params.max_connections,
-        capacity.max(1024),
-        MAX_LAYER,
-        params.ef_construction,
-        DistL2 {},
-    )
+fn build_graph(params: &IndexParams, items: &[(i64, Arc<[f32]>)]) -> Option<Arc<Graph>> {
+    let dim = items.first()?.1.len();
+    let graph = Graph::new(params, dim, items.len())
+        .and_then(|g| g.add_all(items).map(|()| g))
+        // Only out of memory gets here (the vectors are finite and of one length, the ids unique).
+        .unwrap_or_else(|e| panic!("building a {dim}-d graph of {} points: {e}", items.len()));
+    Some(Arc::new(graph))
 }
 
 impl VectorIndex {
-    /// Builds from (id, vector) pairs; the vectors must be finite (they are unit vectors here).
+    /// Builds from (id, vector) pairs; the vectors must be finite, of one length (unit vectors here).
     pub fn build(params: IndexParams, vectors: Vec<(i64, Vec<f32>)>) -> VectorIndex {
-        let graph = new_graph(&params, vectors.len());
-        let live: HashMap<i64, Arc<[f32]>> = vectors
+        let items: Vec<(i64, Arc<[f32]>)> = vectors
             .into_iter()
             .map(|(id, v)| (id, Arc::from(v)))
             .collect();
-        let items: Vec<(&[f32], usize)> =
-            live.iter().map(|(id, v)| (&v[..], *id as usize)).collect();
-        if !items.is_empty() {
-            graph.parallel_insert_slice(&items);
-        }
+        let graph = build_graph(&params, &items);
         VectorIndex {
             inner: RwLock::new(Inner {
-                graph: Arc::new(graph),
-                live,
-                hidden: HashSet::new(),
+                graph,
+                live: items.into_iter().collect(),
+                deleted: 0,
                 rebuilding: false,
             }),
             params,
@@ -156,8 +266,9 @@ impl VectorIndex {
         self.len() == 0
     }
 
-    pub fn hidden(&self) -> usize {
-        self.read().hidden.len()
+    /// Points deleted since the graph was built.
+    pub fn deleted(&self) -> usize {
+        self.read().deleted
     }
 
     pub fn vector(&self, id: i64) -> Option<Arc<[f32]>> {
@@ -172,20 +283,30 @@ impl VectorIndex {
             return;
         }
         let v: Arc<[f32]> = Arc::from(v);
-        inner.graph.insert_slice((&v[..], id as usize));
-        inner.hidden.remove(&(id as usize));
+        match &inner.graph {
+            Some(g) => g
+                .grow_for_one_more()
+                .and_then(|()| g.add(id, &v))
+                .unwrap_or_else(|e| panic!("adding point {id} to the graph: {e}")),
+            None => inner.graph = build_graph(&self.params, &[(id, v.clone())]),
+        }
         inner.live.insert(id, v);
     }
 
-    /// Hides a deleted id; returns true when the caller should start a rebuild.
+    /// Deletes an id; returns true when the caller should start a rebuild.
     pub fn remove(&self, id: i64) -> bool {
         let mut inner = self.write();
-        if inner.live.remove(&id).is_some() {
-            inner.hidden.insert(id as usize);
+        if inner.live.remove(&id).is_none() {
+            return false;
         }
-        let points = inner.graph.get_nb_point();
-        let due = inner.hidden.len() >= 64
-            && inner.hidden.len() as f32 > self.params.rebuild_fraction * points as f32;
+        if let Some(g) = &inner.graph {
+            // Fails only for an id the graph lacks, which `live` rules out.
+            let _ = g.slots.hold(|| g.index.remove(id as u64));
+        }
+        inner.deleted += 1;
+        let points = inner.live.len() + inner.deleted;
+        let due = inner.deleted >= 64
+            && inner.deleted as f32 > self.params.rebuild_fraction * points as f32;
         if due && !inner.rebuilding {
             inner.rebuilding = true;
             return true;
@@ -194,7 +315,7 @@ impl VectorIndex {
     }
 
     /// Rebuilds the graph from the live vectors without blocking searches or writes for long: the build runs
-    /// on a copy, then ids written meanwhile are replayed into the new graph before the swap.
+    /// on a copy, then what was written or deleted meanwhile is replayed into the new graph before the swap.
     pub fn rebuild(&self) {
         let snapshot: Vec<(i64, Arc<[f32]>)> = self
             .read()
@@ -202,27 +323,23 @@ impl VectorIndex {
             .iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect();
-        let graph = new_graph(&self.params, snapshot.len());
-        let items: Vec<(&[f32], usize)> = snapshot
-            .iter()
-            .map(|(id, v)| (&v[..], *id as usize))
-            .collect();
-        if !items.is_empty() {
-            graph.parallel_insert_slice(&items);
-        }
-        let built: HashSet<i64> = snapshot.iter().map(|(id, _)| *id).collect();
+        let graph = build_graph(&self.params, &snapshot);
         let mut inner = self.write();
-        for (id, v) in inner.live.iter() {
-            if !built.contains(id) {
-                graph.insert_slice((&v[..], *id as usize));
+        if let Some(g) = &graph {
+            let built: HashSet<i64> = snapshot.iter().map(|(id, _)| *id).collect();
+            for (id, v) in inner.live.iter() {
+                if !built.contains(id) {
+                    g.grow_for_one_more()
+                        .and_then(|()| g.add(*id, v))
+                        .unwrap_or_else(|e| panic!("adding point {id} to the graph: {e}"));
+                }
+            }
+            for id in built.iter().filter(|id| !inner.live.contains_key(id)) {
+                let _ = g.slots.hold(|| g.index.remove(*id as u64));
             }
         }
-        inner.hidden = built
-            .iter()
-            .filter(|id| !inner.live.contains_key(id))
-            .map(|id| *id as usize)
-            .collect();
-        inner.graph = Arc::new(graph);
+        inner.graph = graph;
+        inner.deleted = 0;
         inner.rebuilding = false;
         tracing::info!(points = inner.live.len(), "index rebuilt");
     }
@@ -239,7 +356,7 @@ impl VectorIndex {
         let want = offset + k;
         let inner = self.read();
         let pool = allowed.map_or(inner.live.len(), |a| a.len());
-        let mut hits: Vec<(i64, f32)> = if pool <= self.params.exact_below || want >= pool {
+        let exact = |inner: &Inner| -> Vec<(i64, f32)> {
             match allowed {
                 Some(a) => a
                     .iter()
@@ -251,30 +368,27 @@ impl VectorIndex {
                     .map(|(id, v)| (*id, score.eval(q, v)))
                     .collect(),
             }
-        } else {
-            // Candidates by L2 (equivalent to cosine on unit vectors); order similarity re-ranks more of them.
-            let cands = match score {
-                Score::Cosine => want,
-                _ => (want * 4).max(100),
-            };
-            let ef = self.params.ef_search.max(cands);
-            let hidden = &inner.hidden;
-            let filter = |id: &usize| {
-                !hidden.contains(id) && allowed.is_none_or(|a| a.contains(&(*id as i64)))
-            };
-            let found = inner.graph.search_filter(q, cands, ef, Some(&filter));
-            // An id is in a graph once (database ids are never reused), but stay safe against repeats.
-            let mut seen = HashSet::with_capacity(found.len());
-            found
-                .iter()
-                .filter_map(|n| {
-                    let id = n.d_id as i64;
-                    if !seen.insert(id) {
-                        return None;
+        };
+        let mut hits: Vec<(i64, f32)> = match &inner.graph {
+            Some(graph) if pool > self.params.exact_below && want < pool => {
+                // Candidates by L2 (equivalent to cosine on unit vectors) in bfloat16, then exact scores:
+                // twice the wanted count absorbs the rounding; order similarity re-ranks more of them.
+                let cands = match score {
+                    Score::Cosine => want * 2,
+                    _ => (want * 4).max(100),
+                };
+                match graph.search(q, cands, allowed) {
+                    Ok(ids) => ids
+                        .into_iter()
+                        .filter_map(|id| inner.live.get(&id).map(|v| (id, score.eval(q, v))))
+                        .collect(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "graph search failed; scanning exactly");
+                        exact(&inner)
                     }
-                    inner.live.get(&id).map(|v| (id, score.eval(q, v)))
-                })
-                .collect()
+                }
+            }
+            _ => exact(&inner),
         };
         let cmp = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if hits.len() > want {
@@ -285,7 +399,7 @@ impl VectorIndex {
         hits.into_iter().skip(offset).collect()
     }
 
-    /// Writes the graph and a small manifest; the manifest goes last, so a torn snapshot is never loaded.
+    /// Writes the graph, then a small manifest naming it: a torn snapshot is never loaded.
     pub fn save(
         &self,
         dir: &Path,
@@ -296,19 +410,27 @@ impl VectorIndex {
         std::fs::create_dir_all(dir)?;
         let meta_path = dir.join(format!("{basename}.json"));
         let _ = std::fs::remove_file(&meta_path);
+        let file = format!("{basename}.usearch");
+        // Under the read lock: no add or delete runs while the graph is written (searches go on).
         let inner = self.read();
-        let written = inner.graph.file_dump(dir, basename)?;
+        let tmp = dir.join(format!("{file}.tmp"));
+        match &inner.graph {
+            Some(g) => g.slots.hold(|| g.index.save(&tmp.to_string_lossy()))?,
+            None => std::fs::write(&tmp, b"")?,
+        }
+        std::fs::rename(&tmp, dir.join(&file))?;
         let meta = SnapshotMeta {
-            format: 1,
+            format: SNAPSHOT_FORMAT,
             generation,
             bundle_id: bundle_id.to_string(),
-            points: inner.graph.get_nb_point(),
-            hidden: inner.hidden.iter().copied().collect(),
-            basename: written,
+            points: inner.live.len(),
+            file,
         };
+        drop(inner);
         let tmp = dir.join(format!("{basename}.json.tmp"));
         std::fs::write(&tmp, serde_json::to_vec(&meta)?)?;
         std::fs::rename(tmp, meta_path)?;
+        remove_hnsw_rs_dumps(dir, basename);
         Ok(())
     }
 
@@ -328,51 +450,80 @@ impl VectorIndex {
             Some(m) => m,
             None => return Err(("no snapshot".into(), live)),
         };
-        if meta.format != 1 || meta.generation != generation || meta.bundle_id != bundle_id {
+        if meta.format != SNAPSHOT_FORMAT
+            || meta.generation != generation
+            || meta.bundle_id != bundle_id
+        {
             return Err(("snapshot is stale".into(), live));
         }
-        if meta.points != live.len() + meta.hidden.len() {
+        if meta.points != live.len() {
             return Err(("snapshot disagrees with the database".into(), live));
         }
-        // A reloaded hnsw_rs graph borrows its loader. The loader is small (paths and options; the graph
-        // data is copied, not mapped), and this happens once per index at start, so it is leaked on purpose
-        // to give the graph a 'static lifetime.
-        let loader: &'static mut HnswIo = Box::leak(Box::new(HnswIo::new(dir, &meta.basename)));
-        let graph: Graph = match loader.load_hnsw::<f32, DistL2>() {
+        let Some(dim) = live.first().map(|(_, v)| v.len()) else {
+            return Ok(VectorIndex::build(params, live));
+        };
+        let graph = match Graph::new(&params, dim, live.len()).and_then(|g| {
+            g.index.load(&dir.join(&meta.file).to_string_lossy())?;
+            // The file carries the build's search expansion; the server's setting wins.
+            g.index.change_expansion_search(params.ef_search);
+            Ok(g)
+        }) {
             Ok(g) => g,
             Err(e) => return Err((format!("snapshot unreadable: {e}"), live)),
         };
-        if graph.get_nb_point() != meta.points {
-            return Err(("snapshot point count differs".into(), live));
-        }
-        // The graph must hold exactly the live ids and the hidden ones: a snapshot taken between a commit and
-        // its index insert would otherwise miss a point forever.
-        let in_graph: HashSet<usize> = graph
-            .get_point_indexation()
-            .into_iter()
-            .map(|p| p.get_origin_id())
-            .collect();
-        let hidden: HashSet<usize> = meta.hidden.into_iter().collect();
-        let expected = live.len() + hidden.len();
-        if in_graph.len() != expected
-            || !hidden.iter().all(|h| in_graph.contains(h))
-            || !live
-                .iter()
-                .all(|(id, _)| in_graph.contains(&(*id as usize)))
+        // The graph must hold exactly the live ids: a snapshot taken between a commit and its index insert
+        // would otherwise miss a point forever.
+        if graph.index.size() != live.len()
+            || graph.index.dimensions() != dim
+            || !live.iter().all(|(id, _)| graph.index.contains(*id as u64))
         {
             return Err(("snapshot holds other ids than the database".into(), live));
         }
-        let live: HashMap<i64, Arc<[f32]>> =
-            live.into_iter().map(|(id, v)| (id, Arc::from(v))).collect();
         Ok(VectorIndex {
             inner: RwLock::new(Inner {
-                graph: Arc::new(graph),
-                live,
-                hidden,
+                graph: Some(Arc::new(graph)),
+                live: live.into_iter().map(|(id, v)| (id, Arc::from(v))).collect(),
+                deleted: 0,
                 rebuilding: false,
             }),
             params,
         })
+    }
+}
+
+/// Removes an index's snapshot (its collection was deleted).
+pub fn remove_snapshot(dir: &Path, basename: &str) {
+    for ext in ["json", "usearch"] {
+        let _ = std::fs::remove_file(dir.join(format!("{basename}.{ext}")));
+    }
+    remove_hnsw_rs_dumps(dir, basename);
+}
+
+/// Snapshots before format 2 were hnsw_rs dumps, which never overwrote a file (`<basename>.hnsw.*`, then
+/// `<basename>-<random>.hnsw.*` on every later save: 490 MB more per save at 100k). They are dead weight now.
+fn remove_hnsw_rs_dumps(dir: &Path, basename: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name
+            .strip_suffix(".hnsw.data")
+            .or_else(|| name.strip_suffix(".hnsw.graph"))
+        else {
+            continue;
+        };
+        let ours = stem == basename
+            || stem
+                .strip_prefix(basename)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if ours {
+            if let Err(e) = std::fs::remove_file(entry.path()) {
+                tracing::warn!(file = %entry.path().display(), error = %e, "could not remove an old index dump");
+            }
+        }
     }
 }
 
@@ -426,7 +577,7 @@ mod tests {
             assert_eq!(hits[0].0, *id);
             assert!(hits[0].1 > 0.999);
         }
-        // Delete a third: hidden from every search, then a rebuild drops them for good.
+        // Delete a third: gone from every search at once, and a rebuild drops their holes.
         let mut due = false;
         for (id, _) in data.iter().filter(|(id, _)| id % 3 == 0) {
             due |= idx.remove(*id);
@@ -440,9 +591,17 @@ mod tests {
             );
         }
         idx.insert(10_000, data[0].1.clone());
+        assert_eq!(idx.deleted(), 200);
         idx.rebuild();
-        assert_eq!(idx.hidden(), 0);
+        assert_eq!(idx.deleted(), 0);
         assert_eq!(idx.len(), 401);
+        let hits = idx.search(&data[0].1, Score::Cosine, 0, 2, None);
+        let got: HashSet<i64> = hits.iter().map(|h| h.0).collect();
+        assert_eq!(
+            got,
+            HashSet::from([1, 10_000]),
+            "the point added after the build is found"
+        );
         let hits = idx.search(&data[1].1, Score::Cosine, 0, 1, None);
         assert_eq!(hits[0].0, 2);
         // Filters and paging.
@@ -478,6 +637,40 @@ mod tests {
             VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@2", live.clone()).is_err(),
             "other bundle"
         );
+        // Saving replaces the last snapshot, clears the hnsw_rs dumps of earlier versions (which were never
+        // overwritten), and leaves other indexes' files alone.
+        for f in [
+            "t.hnsw.data",
+            "t.hnsw.graph",
+            "t-123.hnsw.data",
+            "t-123.hnsw.graph",
+            "t1.hnsw.data",
+        ] {
+            std::fs::write(dir.path().join(f), b"old dump").expect("write");
+        }
+        idx.save(dir.path(), "t", 42, "b@1").expect("save again");
+        let mut files: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+            .collect();
+        files.sort();
+        assert_eq!(files, ["t.json", "t.usearch", "t1.hnsw.data"]);
+        assert!(
+            VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", live.clone()).is_ok()
+        );
+        // A format-1 manifest (hnsw_rs) is stale, not an error.
+        std::fs::write(
+            dir.path().join("t.json"),
+            br#"{"format":1,"generation":42,"bundle_id":"b@1","points":299,"hidden":[5],"basename":"t"}"#,
+        )
+        .expect("write");
+        let (why, back) =
+            VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", live.clone())
+                .err()
+                .expect("an old snapshot is not loaded");
+        assert!(why.contains("stale"), "{why}");
+        assert_eq!(back.len(), 299, "the vectors come back for the build");
+        idx.save(dir.path(), "t", 42, "b@1").expect("save");
         let mut swapped = live;
         swapped[0].0 = 9_999;
         assert!(

@@ -350,10 +350,7 @@ impl Service {
             .remove(&id);
         if let Some(dir) = &self.opts.snapshot_dir {
             for m in [Modality::Images, Modality::Captions] {
-                let base = snapshot_name(id, m);
-                for ext in ["json", "hnsw.graph", "hnsw.data"] {
-                    let _ = std::fs::remove_file(dir.join(format!("{base}.{ext}")));
-                }
+                crate::index::remove_snapshot(dir, &snapshot_name(id, m));
             }
         }
         self.update_gauges();
