@@ -38,6 +38,11 @@ pub fn load_pipeline_with(model: &ModelArgs, metrics: &Metrics) -> anyhow::Resul
         bundle = %bundle.id, similarity = ?bundle.manifest.similarity, provider = backend.provider(),
         onnxruntime = %dylib.display(), "model bundle loaded"
     );
+    let default_batch_wait_ms = if backend.provider() == "CUDAExecutionProvider" {
+        2
+    } else {
+        0
+    };
     let opts = PipelineOptions {
         limits: DecodeLimits {
             max_bytes: model.max_image_bytes,
@@ -49,7 +54,7 @@ pub fn load_pipeline_with(model: &ModelArgs, metrics: &Metrics) -> anyhow::Resul
         max_batch_crops: model.max_batch_crops,
         max_batch_texts: 256,
         queue: model.inference_queue,
-        max_wait: Duration::from_millis(model.batch_wait_ms),
+        max_wait: Duration::from_millis(model.batch_wait_ms.unwrap_or(default_batch_wait_ms)),
         max_queue_wait: Duration::from_millis(model.max_queue_wait_ms),
         vision_stats: metrics.batch_stats("vision"),
         text_stats: metrics.batch_stats("text"),

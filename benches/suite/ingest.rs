@@ -93,7 +93,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
             max_batch_texts: 256,
             // The server's defaults (JOINTSPACE_INFERENCE_QUEUE, _BATCH_WAIT_MS, _MAX_QUEUE_WAIT_MS).
             queue: 256,
-            max_wait: std::time::Duration::from_millis(2),
+            max_wait: std::time::Duration::ZERO,
             max_queue_wait: std::time::Duration::from_millis(2000),
             vision_stats: Default::default(),
             text_stats: Default::default(),
