@@ -541,6 +541,8 @@ pub fn snapshot_dir(base: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
 
     fn vectors(n: usize, dim: usize, seed: u64) -> Vec<(i64, Vec<f32>)> {
@@ -612,6 +614,88 @@ mod tests {
         let all = idx.search(&data[1].1, Score::Cosine, 0, 6, None);
         let page = idx.search(&data[1].1, Score::Cosine, 3, 3, None);
         assert_eq!(&all[3..], &page[..]);
+    }
+
+    #[test]
+    fn grows_past_its_first_capacity_one_insert_at_a_time() {
+        let idx = VectorIndex::build(graph_params(), vec![]);
+        let data = vectors(2_500, 16, 11);
+        for (id, v) in &data {
+            idx.insert(*id, v.clone());
+        }
+        assert_eq!(idx.len(), 2_500);
+        for (id, v) in data.iter().step_by(97) {
+            let hits = idx.search(v, Score::Cosine, 0, 1, None);
+            assert_eq!(hits[0].0, *id);
+        }
+    }
+
+    #[test]
+    fn concurrent_searches_get_what_a_lone_search_gets() {
+        // On the graph itself (the index would hide a failed graph search behind its exact fallback): twice
+        // as many threads as scratch contexts, started at once, each get what a lone search gets.
+        let data = vectors(3_000, 16, 5);
+        let idx = VectorIndex::build(graph_params(), data.clone());
+        let graph = idx.read().graph.clone().expect("a graph");
+        let queries: Vec<Vec<f32>> = data.iter().step_by(13).map(|(_, v)| v.clone()).collect();
+        let alone: Vec<Vec<i64>> = queries
+            .iter()
+            .map(|q| graph.search(q, 5, None).expect("search"))
+            .collect();
+        let (queries, alone) = (Arc::new(queries), Arc::new(alone));
+        let start = Arc::new(std::sync::Barrier::new(CONTEXTS * 2));
+        let threads: Vec<_> = (0..CONTEXTS * 2)
+            .map(|t| {
+                let (graph, queries, alone, start) =
+                    (graph.clone(), queries.clone(), alone.clone(), start.clone());
+                std::thread::spawn(move || -> Result<(), String> {
+                    start.wait();
+                    for i in 0..queries.len() {
+                        let i = (i + t) % queries.len();
+                        let got = graph
+                            .search(&queries[i], 5, None)
+                            .map_err(|e| e.to_string())?;
+                        if got != alone[i] {
+                            return Err(format!("query {i}: {got:?}, alone {:?}", alone[i]));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join()
+                .expect("search thread")
+                .expect("every search succeeds");
+        }
+    }
+
+    #[test]
+    fn slots_admit_at_most_one_caller_per_graph_context() {
+        let slots = Arc::new(Slots::new());
+        let (inside, most) = (
+            Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        );
+        let threads: Vec<_> = (0..CONTEXTS * 3)
+            .map(|_| {
+                let (slots, inside, most) = (slots.clone(), inside.clone(), most.clone());
+                std::thread::spawn(move || {
+                    slots.hold(|| {
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    })
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("holder");
+        }
+        let most = most.load(Ordering::SeqCst);
+        assert!(most <= CONTEXTS, "{most} callers inside at once");
+        assert!(most > 1, "callers ran one at a time");
     }
 
     #[test]
