@@ -29,6 +29,14 @@ pub enum BundleError {
         file: String,
         hint: &'static str,
     },
+    #[error(
+        "bundle {dir}: cannot read {file}: {message} (if the server runs as another user than the one that wrote the bundle, check the file's permissions)"
+    )]
+    Unreadable {
+        dir: PathBuf,
+        file: String,
+        message: String,
+    },
     #[error("bundle {dir}: {file} has sha256 {found} but bundle.json says {expected}")]
     Checksum {
         dir: PathBuf,
@@ -300,7 +308,19 @@ impl Checker<'_> {
     }
 
     fn read(&self, file: &str) -> Result<Vec<u8>, BundleError> {
-        fs::read(self.dir.join(file)).map_err(|_| self.missing(file))
+        fs::read(self.dir.join(file)).map_err(|e| self.unopened(file, e))
+    }
+
+    /// Missing, or there and unreadable (permissions, a folder in its place): the fixes differ.
+    fn unopened(&self, file: &str, e: std::io::Error) -> BundleError {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return self.missing(file);
+        }
+        BundleError::Unreadable {
+            dir: self.dir.to_path_buf(),
+            file: file.to_string(),
+            message: e.to_string(),
+        }
     }
 
     fn missing(&self, file: &str) -> BundleError {
@@ -318,7 +338,7 @@ impl Checker<'_> {
 
     fn sha256(&self, file: &str, expected: &str) -> Result<(), BundleError> {
         use std::io::Read;
-        let mut f = fs::File::open(self.dir.join(file)).map_err(|_| self.missing(file))?;
+        let mut f = fs::File::open(self.dir.join(file)).map_err(|e| self.unopened(file, e))?;
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
         loop {

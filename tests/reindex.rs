@@ -121,6 +121,18 @@ async fn a_bundle_with_a_bad_checksum_or_shape_does_not_load() {
     std::fs::remove_file(bad.join("vision.onnx")).expect("rm");
     let e = jointspace::bundle::Bundle::load(&bad).expect_err("missing file");
     assert!(e.to_string().contains("vision.onnx is missing"), "{e}");
+    // There but unreadable is not "missing". A 0600 file of another user is what the server in a container
+    // meets; the tests may run as root, who reads anything, so a symlink to itself stands in (it fails to
+    // open for root too).
+    let bad = variant_bundle(&dir.path().join("unreadable"), |_| {}, None);
+    std::fs::remove_file(bad.join("fne.safetensors")).expect("rm");
+    std::os::unix::fs::symlink("fne.safetensors", bad.join("fne.safetensors")).expect("symlink");
+    let e = jointspace::bundle::Bundle::load(&bad).expect_err("unreadable file");
+    assert!(
+        e.to_string().contains("cannot read fne.safetensors")
+            && e.to_string().contains("permissions"),
+        "{e}"
+    );
     let bad = variant_bundle(&dir.path().join("format"), |m| m["format"] = 2.into(), None);
     assert!(
         jointspace::bundle::Bundle::load(&bad)

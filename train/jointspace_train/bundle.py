@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,12 +27,22 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def _shareable(path) -> None:
+    """safetensors writes owner-only files (0600); a bundle is read by a server that may run as another user
+    (the container's uid 10001), so its files get the usual mode the umask allows, as open() would."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def write_fne(path, mean: np.ndarray, std: np.ndarray) -> None:
     save_file({"mean": np.asarray(mean, np.float32), "std": np.asarray(std, np.float32)}, str(path))
+    _shareable(path)
 
 
 def write_projection(path, weight: np.ndarray, dtype=np.float16) -> None:
     save_file({"weight": np.ascontiguousarray(weight, dtype)}, str(path))
+    _shareable(path)
 
 
 def finish(directory: str | Path, manifest: dict) -> dict:

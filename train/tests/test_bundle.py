@@ -1,5 +1,7 @@
 import json
+import os
 import shutil
+import stat
 
 import numpy as np
 import pytest
@@ -62,3 +64,15 @@ def test_fixture_parity_file_is_what_the_trainer_computes(repo):
         np.testing.assert_allclose(vecs[0], case["vector"], atol=1e-6)
     texts = p.embed_texts([t["text"] for t in parity["texts"]])
     np.testing.assert_allclose(texts, [t["vector"] for t in parity["texts"]], atol=1e-6)
+
+
+def test_weight_files_are_readable_by_other_users(tmp_path):
+    # The server in the container runs as another user than the trainer; safetensors alone writes 0600.
+    old = os.umask(0o022)
+    try:
+        bundle.write_fne(tmp_path / "fne.safetensors", np.zeros(4), np.ones(4))
+        bundle.write_projection(tmp_path / "projection.safetensors", np.zeros((2, 4)))
+    finally:
+        os.umask(old)
+    for name in ("fne.safetensors", "projection.safetensors"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
