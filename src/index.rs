@@ -130,19 +130,27 @@ impl Graph {
         })
     }
 
-    /// Callers that may grow the graph hold the index's write lock: USearch's reserve must not race a search.
     fn add(&self, id: i64, v: &[f32]) -> anyhow::Result<()> {
         self.slots.hold(|| self.index.add(id as u64, v))?;
         Ok(())
     }
 
-    fn grow_for_one_more(&self) -> anyhow::Result<()> {
+    /// Adds one point after the build, growing the capacity when full. Callers hold the index's write lock:
+    /// USearch's reserve must not race a search.
+    fn push(&self, id: i64, v: &[f32]) {
         let (size, capacity) = (self.index.size(), self.index.capacity());
         if size + 1 > capacity {
             self.index
-                .reserve_capacity_and_threads((capacity * 2).max(1024), CONTEXTS)?;
+                .reserve_capacity_and_threads((capacity * 2).max(1024), CONTEXTS)
+                .unwrap_or_else(|e| panic!("growing the graph past {capacity} points: {e}"));
         }
-        Ok(())
+        self.add(id, v)
+            .unwrap_or_else(|e| panic!("adding point {id} to the graph: {e}"));
+    }
+
+    fn remove(&self, id: i64) {
+        // Fails only for an id the graph lacks, which the callers' `live` rules out.
+        let _ = self.slots.hold(|| self.index.remove(id as u64));
     }
 
     fn search(
@@ -292,10 +300,7 @@ impl VectorIndex {
         }
         let v: Arc<[f32]> = Arc::from(v);
         match &inner.graph {
-            Some(g) => g
-                .grow_for_one_more()
-                .and_then(|()| g.add(id, &v))
-                .unwrap_or_else(|e| panic!("adding point {id} to the graph: {e}")),
+            Some(g) => g.push(id, &v),
             None => inner.graph = build_graph(&self.params, &[(id, v.clone())]),
         }
         inner.live.insert(id, v);
@@ -308,8 +313,7 @@ impl VectorIndex {
             return false;
         }
         if let Some(g) = &inner.graph {
-            // Fails only for an id the graph lacks, which `live` rules out.
-            let _ = g.slots.hold(|| g.index.remove(id as u64));
+            g.remove(id);
         }
         inner.deleted += 1;
         let points = inner.live.len() + inner.deleted;
@@ -335,15 +339,11 @@ impl VectorIndex {
         let mut inner = self.write();
         if let Some(g) = &graph {
             let built: HashSet<i64> = snapshot.iter().map(|(id, _)| *id).collect();
-            for (id, v) in inner.live.iter() {
-                if !built.contains(id) {
-                    g.grow_for_one_more()
-                        .and_then(|()| g.add(*id, v))
-                        .unwrap_or_else(|e| panic!("adding point {id} to the graph: {e}"));
-                }
+            for (id, v) in inner.live.iter().filter(|(id, _)| !built.contains(id)) {
+                g.push(*id, v);
             }
             for id in built.iter().filter(|id| !inner.live.contains_key(id)) {
-                let _ = g.slots.hold(|| g.index.remove(*id as u64));
+                g.remove(*id);
             }
         }
         inner.graph = graph;
