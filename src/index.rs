@@ -170,7 +170,7 @@ impl Graph {
 }
 
 struct Inner {
-    /// None until the first vector (its length is the graph's dimension).
+    /// None only while no point is live (the first vector's length gives the graph its dimension).
     graph: Option<Arc<Graph>>,
     /// Every live vector by database id: the exact scores and rebuilds read these.
     live: HashMap<i64, Arc<[f32]>>,
@@ -301,6 +301,7 @@ impl VectorIndex {
         let v: Arc<[f32]> = Arc::from(v);
         match &inner.graph {
             Some(g) => g.push(id, &v),
+            // No graph means no live point (see `Inner::graph`): this one is the first.
             None => inner.graph = build_graph(&self.params, &[(id, v.clone())]),
         }
         inner.live.insert(id, v);
@@ -337,15 +338,24 @@ impl VectorIndex {
             .collect();
         let graph = build_graph(&self.params, &snapshot);
         let mut inner = self.write();
-        if let Some(g) = &graph {
-            let built: HashSet<i64> = snapshot.iter().map(|(id, _)| *id).collect();
-            for (id, v) in inner.live.iter().filter(|(id, _)| !built.contains(id)) {
-                g.push(*id, v);
+        let graph = match graph {
+            Some(g) => {
+                let built: HashSet<i64> = snapshot.iter().map(|(id, _)| *id).collect();
+                for (id, v) in inner.live.iter().filter(|(id, _)| !built.contains(id)) {
+                    g.push(*id, v);
+                }
+                for id in built.iter().filter(|id| !inner.live.contains_key(id)) {
+                    g.remove(*id);
+                }
+                Some(g)
             }
-            for id in built.iter().filter(|id| !inner.live.contains_key(id)) {
-                g.remove(*id);
+            // Nothing was live when the rebuild began; whatever was added since gets a graph now.
+            None => {
+                let added: Vec<(i64, Arc<[f32]>)> =
+                    inner.live.iter().map(|(k, v)| (*k, v.clone())).collect();
+                build_graph(&self.params, &added)
             }
-        }
+        };
         inner.graph = graph;
         inner.deleted = 0;
         inner.rebuilding = false;
