@@ -46,6 +46,8 @@ def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     init = {i.name: nh.to_array(i) for i in graph.initializer}
     x, w, r, b = gru.input[:4]
     h0 = gru.input[5] if len(gru.input) > 5 else ""
+    if not h0:
+        raise ValueError("the GRU node has no initial state input")
     W, R, B = init[w][0], init[r][0], init[b][0]
     hidden = R.shape[1]
     block = next((bs for bs in (32, 16) if hidden % bs == 0), None)
@@ -94,8 +96,6 @@ def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         nodes.append(h.make_node("Unsqueeze", [p + "all", p + "one"], [y]))  # GRU's Y: [T, 1, N, H]
     if y_h:
         nodes.append(h.make_node("Unsqueeze", [p + "hlast", p + "zero"], [y_h]))
-    if not h0:
-        raise ValueError("the GRU node has no initial state input")
     at = list(graph.node).index(gru)
     kept = [n for n in graph.node if n is not gru]
     del graph.node[:]

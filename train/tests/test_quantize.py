@@ -2,6 +2,7 @@ import json
 import shutil
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -21,10 +22,10 @@ def test_int8_text_graph_agrees_with_the_float_graph_and_ignores_padding(tmp_pat
     text = TextEncoder(50, 8, 32, use_abs=use_abs).eval()
     f32 = tmp_path / "f32.onnx"
     export.export_text(text, f32)
-    model, block = quantize.int8_text_graph(__import__("onnx").load(str(f32)))
+    model, block = quantize.int8_text_graph(onnx.load(str(f32)))
     assert block == 32 and not any(n.op_type == "GRU" for n in model.graph.node)
     q8 = tmp_path / "int8.onnx"
-    __import__("onnx").save(model, str(q8))
+    onnx.save(model, str(q8))
     rng = np.random.default_rng(1)
     lengths = rng.integers(1, 12, 40).astype(np.int64)
     ids = np.zeros((40, 13), np.int64)
