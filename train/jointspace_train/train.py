@@ -1,5 +1,6 @@
 """Train the joint space on cached FNE codes: one random caption per image per epoch, batches of 128 with the
-rest of the batch as negatives, Adam, gradient clipping, the best dev rsum kept.
+rest of the batch as negatives, Adam, gradient clipping, the best dev rsum kept. With crop augmentation the
+image side of each pair is one random crop of the ten (a regulariser, not in the paper).
 
 The learning rate drops tenfold when dev rsum stops improving for `patience` epochs, and training stops at
 the second plateau (or at `epochs`). The curriculum pipelines (PH, POE) run the sum loss to its plateau and
@@ -41,6 +42,7 @@ class Settings:
     bf16: bool = False                 # bfloat16 autocast for the training steps (about 2x on CPUs with AVX512-BF16)
     input_dropout: float = 0.0         # dropout on the image inputs while training (a regulariser; not in the paper)
     weight_decay: float = 0.0          # decoupled (AdamW) decay on the image projection only (a regulariser; not in the paper)
+    crop_augment: bool = False         # train on one random crop's input per image per epoch (dev, test: the crops' mean)
 
     def resolved(self) -> "Settings":
         s = copy.copy(self)
@@ -65,10 +67,18 @@ class Result:
 
 
 class Encoded:
-    """A split ready for the model: image inputs [N, D] float32 and tokenised captions (5 per image)."""
+    """A split ready for the model: image inputs [N, D] float32 and tokenised captions (5 per image).
 
-    def __init__(self, image_inputs: np.ndarray, captions: list[list[str]], tok, max_tokens: int):
+    `crops` ([N, n_crops, D], any dtype) are each crop's own inputs, for training with crop augmentation."""
+
+    def __init__(self, image_inputs: np.ndarray, captions: list[list[str]], tok, max_tokens: int,
+                 crops: np.ndarray | None = None):
         self.images = torch.from_numpy(np.ascontiguousarray(image_inputs, np.float32))
+        if crops is not None and (crops.ndim != 3 or crops.shape[0] != len(captions)
+                                  or crops.shape[2] != self.images.shape[1]):
+            raise ValueError(f"crops {crops.shape} do not match {self.images.shape[0]} images of "
+                             f"{self.images.shape[1]} features")
+        self.crops = crops
         flat = [c for cs in captions for c in cs]
         self.owner = np.repeat(np.arange(len(captions)), [len(cs) for cs in captions])
         self.ids, self.lengths = tokenizer.encode_batch(tok, flat, max_tokens)
@@ -107,9 +117,13 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
     the best sum-loss model, so training goes straight to the max-loss phase. With `checkpoint` (a path),
     the whole training state is saved after every epoch and an interrupted run resumes from it."""
     s = settings.resolved()
+    if s.crop_augment and train_split.crops is None:
+        raise ValueError("crop augmentation needs the training split's per-crop inputs")
     torch.manual_seed(s.seed)
     torch.set_num_threads(s.threads)
     rng = np.random.default_rng(s.seed)
+    # A stream of its own, so that the captions drawn are the same with and without crop augmentation.
+    crop_rng = np.random.default_rng([s.seed, 1])
     similarity, hardest, curriculum = losses.PIPELINES[s.loss]
     proj = ImageProjection(train_split.images.shape[1], s.joint_dim, s.use_abs)
     text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs)
@@ -134,6 +148,8 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         ck = torch.load(checkpoint, weights_only=False)
         proj.load_state_dict(ck["proj"]), text.load_state_dict(ck["text"]), opt.load_state_dict(ck["opt"])
         rng.bit_generator.state, st = ck["rng"], ck["state"]
+        if "crop_rng" in ck:  # checkpoints from before crop augmentation lack it
+            crop_rng.bit_generator.state = ck["crop_rng"]
         torch.set_rng_state(ck["torch_rng"])
         log(f"resuming after epoch {st['epoch']} from {checkpoint}")
     result = Result(**st["result"])
@@ -150,8 +166,12 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
             b_img, b_cap = perm[k : k + s.batch_size], cap_idx[k : k + s.batch_size]
             lengths = train_split.lengths[b_cap]
             ids = torch.from_numpy(train_split.ids[b_cap, : int(lengths.max())])
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=s.bf16):
+            if s.crop_augment:
+                pick = crop_rng.integers(train_split.crops.shape[1], size=len(b_img))
+                x = torch.from_numpy(train_split.crops[b_img, pick].astype(np.float32))
+            else:
                 x = train_split.images[b_img]
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=s.bf16):
                 if s.input_dropout:
                     x = torch.nn.functional.dropout(x, s.input_dropout)
                 im = proj(x)
@@ -197,7 +217,8 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         if checkpoint is not None:
             tmp = Path(str(checkpoint) + ".tmp")
             torch.save({"proj": proj.state_dict(), "text": text.state_dict(), "opt": opt.state_dict(),
-                        "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "state": st}, tmp)
+                        "rng": rng.bit_generator.state,
+                        "crop_rng": crop_rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "state": st}, tmp)
             os.replace(tmp, checkpoint)
     proj.load_state_dict(st["best"][0]), text.load_state_dict(st["best"][1])
     proj.eval(), text.eval()

@@ -1,6 +1,8 @@
 """The trainer end to end on a tiny generated dataset laid out like Flickr8k: features -> train -> bundle."""
 import json
 
+import numpy as np
+import pytest
 import torch
 
 from jointspace_train import bundle, fixture, vision
@@ -44,3 +46,31 @@ def test_features_train_bundle_and_reference_eval_agree(tmp_path):
     # the bundle, run from the images through its own graph, gives the trainer's test metrics
     assert reference_eval(out, data, "test") == result["test"]
     main(common + ["report", str(tmp_path / "run")])
+
+
+def test_ten_crop_features_keep_each_crop_and_train_with_crop_augmentation(tmp_path):
+    data = tmp_path / "flickr"
+    tiny_dataset(data)
+    torchvision_state_dict(tmp_path / "vgg.pth")
+    common = ["--cache", str(tmp_path / "cache")]
+    weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data), "--crop", "ten"]
+    main(common + ["features"] + weights)
+    [cache] = (tmp_path / "cache").glob("features-*-ten-*")
+    mean, crops = np.load(cache / "features.npy"), np.load(cache / "crops.npy")
+    assert crops.shape == (mean.shape[0], 10, mean.shape[1]) and crops.dtype == np.float16
+    # the kept crops are the ones averaged (up to float16 rounding), and they differ from crop to crop
+    np.testing.assert_allclose(crops.astype(np.float32).mean(axis=1), mean, rtol=2e-3, atol=1e-3)
+    assert np.abs(crops[:, 0] - crops[:, 5]).max() > 0
+    run = tmp_path / "run"
+    main(common + ["train"] + weights + ["--crop-augment", "--loss", "SH", "--joint-dim", "8", "--word-dim", "4",
+                                         "--batch-size", "4", "--epochs", "1", "--threads", "1",
+                                         "--run-dir", str(run), "--bundle-out", str(tmp_path / "bundle")])
+    result = json.loads((run / "result.json").read_text())
+    assert result["settings"]["crop_augment"] is True and result["features"]["crop"] == "ten"
+    m = bundle.read(tmp_path / "bundle").manifest
+    assert m["vision"]["crop_mode"] == "ten" and m["training"]["hyperparameters"]["crop_augment"] is True
+
+
+def test_crop_augmentation_needs_ten_crops(tmp_path):
+    with pytest.raises(SystemExit, match="needs --crop ten"):
+        main(["--cache", str(tmp_path), "train", "--crop-augment", "--run-dir", str(tmp_path / "run")])

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from jointspace_train import tokenizer
 from jointspace_train.train import Encoded, Settings, evaluate_split, train
@@ -48,9 +49,25 @@ def test_curriculum_from_a_sum_loss_model_starts_in_the_max_phase():
     assert [h["phase"] for h in r_ph.history] == ["max", "max"]
 
 
-def test_an_interrupted_run_resumes_to_the_same_result(tmp_path):
+def with_crops(enc: Encoded, crops: np.ndarray) -> Encoded:
+    enc.crops = crops
+    return enc
+
+
+def noisy_crops(enc: Encoded, n: int, seed: int) -> np.ndarray:
+    """[N, n, D] crops that differ from each other and from the images' own inputs."""
+    rng = np.random.default_rng(seed)
+    base = enc.images.numpy()[:, None]
+    return (base + rng.normal(0, 0.5, (base.shape[0], n, base.shape[2]))).astype(np.float32)
+
+
+@pytest.mark.parametrize("augment", [False, True])
+def test_an_interrupted_run_resumes_to_the_same_result(tmp_path, augment):
     enc_tr, enc_dv, vocab = toy(32, 8, 2)
-    base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, patience=9, threads=1)
+    if augment:
+        enc_tr = with_crops(enc_tr, noisy_crops(enc_tr, 4, 0))
+    base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, patience=9, threads=1,
+                crop_augment=augment)
     _, _, whole = train(Settings(epochs=4, **base), enc_tr, enc_dv, vocab, log=lambda m: None)
     ck = tmp_path / "checkpoint.pt"
     train(Settings(epochs=2, **base), enc_tr, enc_dv, vocab, log=lambda m: None, checkpoint=ck)
@@ -81,3 +98,26 @@ def test_weight_decay_shrinks_the_projection_only():
     # The text encoder's group has no decay: its embedding table keeps its scale.
     emb = lambda run: float(run[1].embed.weight.norm())
     assert abs(emb(decayed) - emb(plain)) < 0.05 * emb(plain)
+
+
+def test_crop_augmentation_trains_on_the_crops():
+    enc_tr, enc_dv, vocab = toy(32, 8, 4)
+    base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, epochs=2, threads=1)
+    plain = train(Settings(**base), enc_tr, enc_dv, vocab, log=lambda m: None)[2]
+    # Ten copies of each image's own input: whichever crop is drawn, training is the plain run's, so the
+    # augmented run must take each image's crops (not another image's) and draw the same captions.
+    same = with_crops(toy(32, 8, 4)[0], np.repeat(enc_tr.images.numpy()[:, None], 10, axis=1))
+    copied = train(Settings(crop_augment=True, **base), same, enc_dv, vocab, log=lambda m: None)[2]
+    assert [h["loss"] for h in copied.history] == [h["loss"] for h in plain.history]
+    noisy = with_crops(toy(32, 8, 4)[0], noisy_crops(enc_tr, 10, 1))
+    augmented = train(Settings(crop_augment=True, **base), noisy, enc_dv, vocab, log=lambda m: None)[2]
+    assert [h["loss"] for h in augmented.history] != [h["loss"] for h in plain.history]
+
+
+def test_crop_augmentation_without_crops_is_refused():
+    enc_tr, enc_dv, vocab = toy(16, 8, 5)
+    with pytest.raises(ValueError, match="per-crop"):
+        train(Settings(loss="SH", joint_dim=8, word_dim=4, batch_size=8, epochs=1, threads=1, crop_augment=True),
+              enc_tr, enc_dv, vocab, log=lambda m: None)
+    with pytest.raises(ValueError, match="do not match"):
+        Encoded(enc_tr.images.numpy(), [["a"]] * 16, tokenizer.build(["a"]), 4, crops=np.zeros((16, 10, 3)))
