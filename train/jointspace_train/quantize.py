@@ -6,6 +6,10 @@ out as a Loop whose step multiplies by an 8-bit copy of that matrix (com.microso
 along the input, one float32 scale each, int8 arithmetic: accuracy_level 4). Everything around the GRU node
 (embedding, the state at each sentence's last token, normalisation) stays as exported, so the graph keeps the
 bundle contract: ids [N,T] + lengths [N] -> embedding [N, joint_dim].
+
+The word table and the GRU's input matrix are stored in float16 and cast back to float32 (the table after the
+Gather, so only the sentence's rows; the matrix once, by ONNX Runtime's constant folding at load): at the
+paper's 1,024-d words they would be 42 MB in float32, which a committed bundle cannot afford.
 """
 from __future__ import annotations
 
@@ -21,7 +25,8 @@ from onnx import numpy_helper as nh
 from . import bundle as bundle_mod
 
 BITS = 8
-NOTE = "int8 recurrent matrix (MatMulNBits, 8 bits, block {block}, accuracy_level 4)"
+NOTE = ("int8 recurrent matrix (MatMulNBits, 8 bits, block {block}, accuracy_level 4); "
+        "float16 word table and input matrix")
 
 
 def _quantize(m: np.ndarray, block: int):
@@ -56,7 +61,7 @@ def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     codes, scales = _quantize(R, block)
     p = "q_"  # names of everything added here
     graph.initializer.extend([
-        nh.from_array(np.ascontiguousarray(W.T), p + "WT"), nh.from_array(B[:3 * hidden], p + "Wb"),
+        nh.from_array(np.ascontiguousarray(W.T).astype(np.float16), p + "WT16"), nh.from_array(B[:3 * hidden], p + "Wb"),
         nh.from_array(codes, p + "Rq"), nh.from_array(scales, p + "Rs"), nh.from_array(B[3 * hidden:], p + "Rb"),
         nh.from_array(np.array([hidden] * 3, np.int64), p + "split3"), nh.from_array(np.array(True), p + "true"),
         nh.from_array(np.array([0], np.int64), p + "zero"), nh.from_array(np.array([1], np.int64), p + "one"),
@@ -84,6 +89,7 @@ def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
          h.make_tensor_value_info(p + "scan", TP.FLOAT, ["N", hidden])])
     y, y_h = (list(gru.output) + ["", ""])[:2]
     nodes = [
+        h.make_node("Cast", [p + "WT16"], [p + "WT"], to=TP.FLOAT),
         h.make_node("MatMul", [x, p + "WT"], [p + "XW0"]),                   # [T, N, 3H], all steps at once
         h.make_node("Add", [p + "XW0", p + "Wb"], [p + "XW"]),
         h.make_node("Shape", [x], [p + "xshape"]),
@@ -103,10 +109,27 @@ def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     for name in (w, r, b):
         if not any(name in n.input for n in graph.node):
             graph.initializer.remove(next(i for i in graph.initializer if i.name == name))
+    _half_word_table(graph)
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(h.make_opsetid("com.microsoft", 1))
     onnx.checker.check_model(model)
     return model, block
+
+
+def _half_word_table(graph: onnx.GraphProto) -> None:
+    """Stores the embedding table (the float initializer a Gather reads ids from) as float16."""
+    tables = {i.name: i for i in graph.initializer if i.data_type == TP.FLOAT and len(i.dims) == 2}
+    gathers = [n for n in graph.node if n.op_type == "Gather" and n.input[0] in tables]
+    if len(gathers) != 1:
+        raise ValueError(f"expected one Gather from a word table, found {len(gathers)}")
+    gather = gathers[0]
+    table = tables[gather.input[0]]
+    half = nh.from_array(nh.to_array(table).astype(np.float16), table.name)
+    table.CopyFrom(half)
+    rows = gather.output[0]
+    gather.output[0] = "q_rows16"
+    at = list(graph.node).index(gather) + 1
+    graph.node.insert(at, h.make_node("Cast", ["q_rows16"], [rows], to=TP.FLOAT))
 
 
 def quantize_bundle(directory: str | Path) -> str:
