@@ -1,15 +1,16 @@
 """The text graph with an int8 recurrent matrix (`python -m jointspace_train quantize-text BUNDLE`).
 
 A sentence on the CPU is bound by memory: each GRU step reads the whole recurrent matrix (12 MB in float32 at
-1,024-d). ONNX Runtime's GRU op only takes float32, so the GRU node is replaced by the same recurrence written
-out as a Loop whose step multiplies by an 8-bit copy of that matrix (com.microsoft MatMulNBits, blocks of 32
-along the input, one float32 scale each, int8 arithmetic: accuracy_level 4). Everything around the GRU node
+1,024-d), and the input projection reads the input matrix (12 MB at the paper's 1,024-d words). ONNX Runtime's
+GRU op only takes float32, so the GRU node is replaced by the same recurrence written out as a Loop whose step
+multiplies by an 8-bit copy of the recurrent matrix, after one product of all steps' inputs with an 8-bit copy
+of the input matrix (com.microsoft MatMulNBits, blocks of 32 along the input, one float32 scale each, int8
+arithmetic: accuracy_level 4). Everything around the GRU node
 (embedding, the state at each sentence's last token, normalisation) stays as exported, so the graph keeps the
 bundle contract: ids [N,T] + lengths [N] -> embedding [N, joint_dim].
 
-The word table and the GRU's input matrix are stored in float16 and cast back to float32 (the table after the
-Gather, so only the sentence's rows; the matrix once, by ONNX Runtime's constant folding at load): at the
-paper's 1,024-d words they would be 42 MB in float32, which a committed bundle cannot afford.
+The word table is stored in float16 and cast back to float32 after the Gather (only the sentence's rows): at
+the paper's 1,024-d words it would be 30 MB in float32, which a committed bundle cannot afford.
 """
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ from onnx import numpy_helper as nh
 from . import bundle as bundle_mod
 
 BITS = 8
-NOTE = ("int8 recurrent matrix (MatMulNBits, 8 bits, block {block}, accuracy_level 4); "
-        "float16 word table and input matrix")
+NOTE = ("int8 recurrent matrix (MatMulNBits, 8 bits, block {block}, accuracy_level 4), "
+        "int8 input matrix (block 32), float16 word table")
 
 
 def _quantize(m: np.ndarray, block: int):
-    """m [N, K] -> (codes [N, K/block, block] uint8 with zero point 128, scales [N*K/block] float32)."""
+    """m [N, K] -> (codes [N, ceil(K/block), block] uint8 with zero point 128, scales [N*ceil(K/block)]
+    float32); a K that is not a multiple of the block is padded with zeros, as MatMulNBits expects."""
     n, k = m.shape
-    blocks = m.reshape(n, k // block, block)
+    m = np.pad(m, ((0, 0), (0, -k % block)))
+    blocks = m.reshape(n, -1, block)
     scale = np.maximum(np.abs(blocks).max(axis=2, keepdims=True), 1e-12) / 127.0
     q = np.clip(np.round(blocks / scale), -128, 127).astype(np.int32) + 128
     return q.astype(np.uint8), scale.reshape(-1).astype(np.float32)
@@ -59,9 +62,10 @@ def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     if block is None:
         raise ValueError(f"hidden size {hidden} is not a multiple of 16")
     codes, scales = _quantize(R, block)
+    wcodes, wscales = _quantize(W, 32)
     p = "q_"  # names of everything added here
     graph.initializer.extend([
-        nh.from_array(np.ascontiguousarray(W.T).astype(np.float16), p + "WT16"), nh.from_array(B[:3 * hidden], p + "Wb"),
+        nh.from_array(wcodes, p + "Wq"), nh.from_array(wscales, p + "Ws"), nh.from_array(B[:3 * hidden], p + "Wb"),
         nh.from_array(codes, p + "Rq"), nh.from_array(scales, p + "Rs"), nh.from_array(B[3 * hidden:], p + "Rb"),
         nh.from_array(np.array([hidden] * 3, np.int64), p + "split3"), nh.from_array(np.array(True), p + "true"),
         nh.from_array(np.array([0], np.int64), p + "zero"), nh.from_array(np.array([1], np.int64), p + "one"),
@@ -89,8 +93,8 @@ def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
          h.make_tensor_value_info(p + "scan", TP.FLOAT, ["N", hidden])])
     y, y_h = (list(gru.output) + ["", ""])[:2]
     nodes = [
-        h.make_node("Cast", [p + "WT16"], [p + "WT"], to=TP.FLOAT),
-        h.make_node("MatMul", [x, p + "WT"], [p + "XW0"]),                   # [T, N, 3H], all steps at once
+        h.make_node("MatMulNBits", [x, p + "Wq", p + "Ws"], [p + "XW0"], domain="com.microsoft",  # [T, N, 3H]:
+                    K=W.shape[1], N=3 * hidden, bits=BITS, block_size=32, accuracy_level=4),  # all steps at once
         h.make_node("Add", [p + "XW0", p + "Wb"], [p + "XW"]),
         h.make_node("Shape", [x], [p + "xshape"]),
         h.make_node("Gather", [p + "xshape", p + "zero"], [p + "T1"], axis=0),

@@ -25,7 +25,8 @@ def test_int8_text_graph_agrees_with_the_float_graph_and_ignores_padding(tmp_pat
     model, block = quantize.int8_text_graph(onnx.load(str(f32)))
     assert block == 32 and not any(n.op_type == "GRU" for n in model.graph.node)
     types = {i.name: i.data_type for i in model.graph.initializer}
-    assert types["embed.weight"] == types["q_WT16"] == onnx.TensorProto.FLOAT16, types
+    assert types["embed.weight"] == onnx.TensorProto.FLOAT16, types
+    assert types["q_Wq"] == types["q_Rq"] == onnx.TensorProto.UINT8, types  # word_dim 8: one padded block
     q8 = tmp_path / "int8.onnx"
     onnx.save(model, str(q8))
     rng = np.random.default_rng(1)
@@ -50,6 +51,6 @@ def test_quantize_bundle_rewrites_the_fixture_once_and_keeps_it_valid(repo, tmp_
     b = bundle.read(d)  # checksums verified
     assert b.manifest["files"]["text.onnx"] != before["files"]["text.onnx"]
     assert b.manifest["training"]["text_graph"] == note and "block 16" in note  # joint_dim 16
-    assert "float16 word table" in note
+    assert "int8 input matrix" in note and "float16 word table" in note
     with pytest.raises(ValueError, match="already quantized"):
         quantize.quantize_bundle(d)
