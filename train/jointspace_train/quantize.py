@@ -1,4 +1,4 @@
-"""The text graph with an int8 recurrent matrix (`python -m jointspace_train quantize-text BUNDLE`).
+"""The text graph with int8 GRU matrices (`python -m jointspace_train quantize-text BUNDLE`).
 
 A sentence on the CPU is bound by memory: each GRU step reads the whole recurrent matrix (12 MB in float32 at
 1,024-d), and the input projection reads the input matrix (12 MB at the paper's 1,024-d words). ONNX Runtime's
