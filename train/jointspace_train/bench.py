@@ -97,7 +97,7 @@ def ingest(args) -> dict:
     if v.get("tap_point", "post_relu") != "post_relu":
         raise SystemExit("the torch model taps after the ReLU; this bundle taps elsewhere")
     mode = args.crop or v["crop_mode"]
-    per = 10 if mode == "ten" else 1
+    per = images.N_CROPS[mode]
     graph = b.path("vision.onnx")
     if args.framework == "ort":
         sess = features.session(graph, args.threads)
@@ -214,7 +214,7 @@ def report(args) -> str:
             s_, o_, t_ = (by.get(f"ingest-{w}-{mode}-{rnd}") for w in ("server", "ort", "torch"))
             if not (s_ and o_ and t_):
                 continue
-            crops = 10 if mode == "ten" else 1
+            crops = images.N_CROPS[mode]
             gfs = flop * crops / (s_["profile"]["vision"]["ms_per_image"] / 1e3)
             peak = by.get(f"sgemm-{rnd}", {}).get("peak_gflops")
             out.append(f"| {rnd} | {mode} | {s_['images_per_s']:.3f} | {o_['images_per_s']:.3f} | "

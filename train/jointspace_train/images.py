@@ -11,8 +11,8 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image
 
-CROP_MODES = ("center", "ten")
-N_CROPS = {"center": 1, "ten": 10}
+N_CROPS = {"center": 1, "ten": 10}  # CNN passes per image
+CROP_MODES = tuple(N_CROPS)
 
 
 def decode(data: bytes | str) -> np.ndarray:
