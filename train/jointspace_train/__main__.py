@@ -330,7 +330,7 @@ def main(argv=None):
     p.add_argument("--loss", default="MH", choices=("SH", "MH", "SOE", "MOE", "PH", "POE"))
     for f in ("joint_dim", "word_dim", "batch_size", "epochs", "patience", "max_tokens", "min_count", "seed", "threads"):
         p.add_argument("--" + f.replace("_", "-"), type=int)
-    for f in ("lr", "grad_clip", "margin", "input_dropout", "weight_decay"):
+    for f in ("lr", "grad_clip", "margin", "input_dropout", "word_dropout", "weight_decay"):
         p.add_argument("--" + f.replace("_", "-"), type=float)
     p.add_argument("--bf16", action="store_true", default=None,
                    help="bfloat16 autocast for training steps (evaluation and export stay float32)")

@@ -12,15 +12,19 @@ def l2norm(x: torch.Tensor) -> torch.Tensor:
 class TextEncoder(nn.Module):
     """ids [N,T] + lengths [N] -> unit vectors [N, joint_dim] (|.| for order embeddings)."""
 
-    def __init__(self, vocab_size: int, word_dim: int, joint_dim: int, use_abs: bool = False):
+    def __init__(self, vocab_size: int, word_dim: int, joint_dim: int, use_abs: bool = False,
+                 word_dropout: float = 0.0):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
         self.gru = nn.GRU(word_dim, joint_dim, batch_first=True)
         self.use_abs = use_abs
+        # Dropout on the word vectors while training (a regulariser; not in the paper). No parameters, so
+        # the state dict and the exported graph are the same with or without it.
+        self.word_dropout = nn.Dropout(word_dropout)
         nn.init.uniform_(self.embed.weight, -0.1, 0.1)
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        x = self.embed(ids)
+        x = self.word_dropout(self.embed(ids))
         if torch.onnx.is_in_onnx_export():
             # The state after each sentence's last real token. The GRU runs left to right, so right padding
             # never reaches it; this gather exports to ONNX (pack_padded_sequence does not).

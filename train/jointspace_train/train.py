@@ -41,6 +41,7 @@ class Settings:
     image_input: str = "fne"           # "fne" (ternary codes) or "l2" (L2-normalised raw features, the baseline)
     bf16: bool = False                 # bfloat16 autocast for the training steps (about 2x on CPUs with AVX512-BF16)
     input_dropout: float = 0.0         # dropout on the image inputs while training (a regulariser; not in the paper)
+    word_dropout: float = 0.0          # dropout on the word vectors while training (a regulariser; not in the paper)
     weight_decay: float = 0.0          # decoupled (AdamW) decay on the image projection only (a regulariser; not in the paper)
     crop_augment: bool = False         # train on one random crop's input per image per epoch (dev, test: the crops' mean)
 
@@ -126,7 +127,7 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
     crop_rng = np.random.default_rng([s.seed, 1])
     similarity, hardest, curriculum = losses.PIPELINES[s.loss]
     proj = ImageProjection(train_split.images.shape[1], s.joint_dim, s.use_abs)
-    text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs)
+    text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs, s.word_dropout)
     params = list(proj.parameters()) + list(text.parameters())
 
     def optimizer():

@@ -1,7 +1,9 @@
 import numpy as np
 import pytest
+import torch
 
 from jointspace_train import tokenizer
+from jointspace_train.model import TextEncoder
 from jointspace_train.train import Encoded, Settings, evaluate_split, train
 
 WORDS = ["red", "green", "blue", "dog", "cat", "car", "tree", "boat"]
@@ -79,13 +81,24 @@ def test_an_interrupted_run_resumes_to_the_same_result(tmp_path, augment):
     assert [h["rsum"] for h in resumed.history] == [h["rsum"] for h in whole.history]
 
 
-def test_input_dropout_changes_training():
+@pytest.mark.parametrize("knob", ["input_dropout", "word_dropout"])
+def test_dropout_changes_training(knob):
     enc_tr, enc_dv, vocab = toy(32, 8, 3)
     base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, epochs=1, threads=1)
-    losses_ = [train(Settings(input_dropout=p, **base), enc_tr, enc_dv, vocab,
+    losses_ = [train(Settings(**{knob: p}, **base), enc_tr, enc_dv, vocab,
                      log=lambda m: None)[2].history[0]["loss"] for p in (0.0, 0.0, 0.5)]
     assert losses_[0] == losses_[1]  # deterministic without it
     assert losses_[2] != losses_[0]
+
+
+def test_word_dropout_is_off_outside_training():
+    text = TextEncoder(10, 4, 6, word_dropout=0.5)
+    ids, lengths = torch.tensor([[1, 2, 3], [4, 5, 0]]), torch.tensor([3, 2])
+    text.train()
+    assert not torch.equal(text(ids, lengths), text(ids, lengths))
+    text.eval()
+    assert torch.equal(text(ids, lengths), text(ids, lengths))
+    assert set(text.state_dict()) == set(TextEncoder(10, 4, 6).state_dict())
 
 
 def test_weight_decay_shrinks_the_projection_only():
