@@ -56,8 +56,9 @@ def similarities(images: np.ndarray, captions: np.ndarray, similarity: str) -> n
     """[N_img, N_cap] in the bundle's similarity."""
     if similarity == "cosine":
         return images @ captions.T
-    out = np.empty((len(images), len(captions)), np.float32)
-    for k in range(0, len(captions), 256):
-        d = np.maximum(captions[None, k : k + 256] - images[:, None], 0)
-        out[:, k : k + 256] = -(d * d).sum(-1)
-    return out
+    import torch
+
+    from .losses import order_scores_blocked
+
+    return order_scores_blocked(torch.from_numpy(np.ascontiguousarray(images, np.float32)),
+                                torch.from_numpy(np.ascontiguousarray(captions, np.float32))).numpy()

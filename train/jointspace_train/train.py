@@ -103,7 +103,7 @@ def sims(proj: ImageProjection, text: TextEncoder, split: Encoded, similarity: s
         im = proj(split.images)
         cap = encode_texts(text, split.ids, split.lengths)
         if similarity == "order":
-            return torch.cat([losses.order_scores(im, cap[k : k + 500]) for k in range(0, len(cap), 500)], 1).numpy()
+            return losses.order_scores_blocked(im, cap).numpy()
         return losses.cosine_scores(im, cap).numpy()
 
 

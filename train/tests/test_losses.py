@@ -1,3 +1,4 @@
+import numpy as np
 import torch
 
 from jointspace_train import losses
@@ -28,3 +29,14 @@ def test_order_similarity_by_hand():
     expected = torch.tensor([[-(0.4**2), -(0.5**2)], [-(0.2**2), -(1.0**2)]])
     assert torch.allclose(s, expected)
     assert losses.order_scores(im, im).diag().eq(0).all()  # an image is never "above" itself
+
+
+def test_blocked_order_scores_equal_the_plain_ones():
+    g = torch.Generator().manual_seed(0)
+    # Sizes that are not multiples of the blocks, so the ragged last blocks are covered.
+    im, cap = torch.rand(19, 7, generator=g), torch.rand(131, 7, generator=g)
+    assert torch.allclose(losses.order_scores_blocked(im, cap, block=(8, 64)), losses.order_scores(im, cap))
+    # The bundle-side reference (numpy in, numpy out) uses the same scores.
+    from jointspace_train.pipeline import similarities
+
+    assert np.allclose(similarities(im.numpy(), cap.numpy(), "order"), losses.order_scores(im, cap).numpy())
