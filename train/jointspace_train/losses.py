@@ -27,10 +27,8 @@ def order_scores_blocked(images: torch.Tensor, captions: torch.Tensor, block=(8,
     out = torch.empty(images.shape[0], captions.shape[0], dtype=images.dtype)
     with torch.no_grad():
         for a in range(0, images.shape[0], bi):
-            im = images[a : a + bi].unsqueeze(1)
             for b in range(0, captions.shape[0], bc):
-                d = (captions[b : b + bc].unsqueeze(0) - im).clamp_min_(0)
-                out[a : a + bi, b : b + bc] = d.mul_(d).sum(-1).neg_()
+                out[a : a + bi, b : b + bc] = order_scores(images[a : a + bi], captions[b : b + bc])
     return out
 
 
