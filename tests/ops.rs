@@ -370,6 +370,34 @@ async fn a_request_past_the_timeout_is_a_503_and_the_server_goes_on() {
 }
 
 #[tokio::test]
+async fn a_write_whose_body_stops_arriving_is_let_go_and_stores_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(&dir.path().join("js.db"), &["--request-timeout", "1"]).await;
+    let port: u16 = app.base.rsplit(':').next().unwrap().parse().unwrap();
+    // A write runs on past the 503 (it may be applying); one whose body never completes must not.
+    let mut s = start_slow_request(port, "/v1/collections", br#"{"name": "half-sent"}"#, 5).await;
+    let res = read_response(&mut s).await;
+    assert!(res.starts_with("HTTP/1.1 503"), "{res}");
+    // The client is still "sending": only the server ending the request's task closes the connection.
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the server still holds a write whose body stopped arriving"
+    );
+    let (st, _) = app.get_json("/v1/collections/half-sent").await;
+    assert_eq!(st, 404);
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn shutdown_drains_a_request_in_flight() {
     let dir = tempfile::tempdir().expect("tempdir");
     let app = TestApp::start(&dir.path().join("js.db"), &[]).await;

@@ -11,13 +11,17 @@ pub mod system;
 pub mod upload;
 
 use std::{
+    future::Future,
+    pin::Pin,
     sync::Arc,
+    task::{Context as TaskContext, Poll},
     time::{Duration, Instant},
 };
 
 use anyhow::Context;
 use axum::{
     Router,
+    body::{Body, Bytes, HttpBody},
     extract::{DefaultBodyLimit, MatchedPath, Request, State},
     http::{HeaderName, HeaderValue, Method, StatusCode, header},
     middleware::{self, Next},
@@ -381,6 +385,17 @@ async fn timeout(State(limit): State<Option<Duration>>, req: Request, next: Next
     };
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let write = auth::access(&method, &path) == Access::Admin;
+    let req = if write {
+        // The write's task outlives the 503, so its body gets a deadline of its own: a client that stops
+        // sending must not hold the task and its connection open for ever. Handlers read the whole body
+        // before they apply anything, so a body cut off here means nothing was stored. The grace keeps the
+        // 503 first.
+        let (parts, body) = req.into_parts();
+        let sleep = Box::pin(tokio::time::sleep(limit + BODY_GRACE));
+        Request::from_parts(parts, Body::new(Deadline { body, sleep }))
+    } else {
+        req
+    };
     let mut task = tokio::spawn(next.run(req));
     match tokio::time::timeout(limit, &mut task).await {
         Ok(Ok(res)) => res,
@@ -412,6 +427,44 @@ async fn timeout(State(limit): State<Option<Duration>>, req: Request, next: Next
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             r
         }
+    }
+}
+
+const BODY_GRACE: Duration = Duration::from_millis(200);
+
+/// A request body that fails when its deadline passes before it has fully arrived.
+struct Deadline {
+    body: Body,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl HttpBody for Deadline {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        // Polling the timer registers the waker, so a silent client still wakes the task at the deadline.
+        match this.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(
+                "the request body did not arrive before the server's timeout",
+            )))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
