@@ -153,6 +153,16 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
             crop_rng.bit_generator.state = ck["crop_rng"]
         torch.set_rng_state(ck["torch_rng"])
         log(f"resuming after epoch {st['epoch']} from {checkpoint}")
+        # Only the epoch cap may change on resume (a run that hit its cap still improving goes on; the run is
+        # then the same as one started with the higher cap). Anything else would be a different run.
+        was, now = st["result"]["settings"], asdict(s)
+        changed = sorted(k for k in was.keys() & now.keys() if k != "epochs" and was[k] != now[k])
+        if changed:
+            raise ValueError(f"{checkpoint} was trained with other settings ({', '.join(changed)}); "
+                             "use a new --run-dir")
+        if was["epochs"] != s.epochs:
+            log(f"epoch cap {was['epochs']} -> {s.epochs}")
+            was["epochs"] = s.epochs
     result = Result(**st["result"])
     t0 = time.time() - st["seconds"]
     n = train_split.images.shape[0]

@@ -79,6 +79,18 @@ def test_an_interrupted_run_resumes_to_the_same_result(tmp_path, augment):
     assert said[0].startswith("resuming after epoch 2")
     assert [h["epoch"] for h in resumed.history] == [1, 2, 3, 4]
     assert [h["rsum"] for h in resumed.history] == [h["rsum"] for h in whole.history]
+    # A run that stopped at its cap goes on under a higher one, and says so in the settings it records.
+    assert "epoch cap 2 -> 4" in said and resumed.settings == whole.settings
+
+
+def test_a_checkpoint_does_not_resume_under_other_settings(tmp_path):
+    enc_tr, enc_dv, vocab = toy(32, 8, 2)
+    base = dict(loss="SH", joint_dim=8, word_dim=4, batch_size=8, threads=1, epochs=2)
+    ck = tmp_path / "checkpoint.pt"
+    train(Settings(lr=5e-3, **base), enc_tr, enc_dv, vocab, log=lambda m: None, checkpoint=ck)
+    with pytest.raises(ValueError, match=r"other settings \(lr\)"):
+        train(Settings(lr=1e-3, **{**base, "epochs": 3}), enc_tr, enc_dv, vocab, log=lambda m: None,
+              checkpoint=ck)
 
 
 @pytest.mark.parametrize("knob", ["input_dropout", "word_dropout"])
