@@ -432,7 +432,9 @@ async fn timeout(State(limit): State<Option<Duration>>, req: Request, next: Next
 
 const BODY_GRACE: Duration = Duration::from_millis(200);
 
-/// A request body that fails when its deadline passes before it has fully arrived.
+/// A request body that fails when its deadline passes before it has fully arrived. A total deadline, not
+/// tower-http's `RequestBodyTimeoutLayer`: that one resets after every frame, so a client trickling a byte at a
+/// time would never reach it.
 struct Deadline {
     body: Body,
     sleep: Pin<Box<tokio::time::Sleep>>,
