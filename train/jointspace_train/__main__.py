@@ -162,13 +162,13 @@ def cmd_train(args):
     if args.init_from:
         init = torch.load(Path(args.init_from) / "model.pt", weights_only=True)
         say(f"starting from {args.init_from}")
+    feats = {"tap_point": args.tap_point, "input": args.input, "crop": args.crop, "weights": args.weights,
+             "init_from": args.init_from and Path(args.init_from).name}
     proj, text, result = train(settings, enc["train"], enc["dev"], d.tok.get_vocab_size(), log=say, init=init,
-                               checkpoint=run / "checkpoint.pt")
+                               checkpoint=run / "checkpoint.pt", features=feats)
     s = settings.resolved()
     result.test = evaluate_split(proj, text, enc["test"], similarity_of(s.loss))
     result.command = "python -m jointspace_train " + " ".join(args.argv)
-    result.features = {"tap_point": args.tap_point, "input": args.input, "crop": args.crop, "weights": args.weights,
-                       "init_from": args.init_from and Path(args.init_from).name}
     say(f"best epoch {result.best_epoch}: dev {result.dev}\ntest {result.test}")
     save_result(result, run / "result.json")
     torch.save({"proj": proj.state_dict(), "text": text.state_dict()}, run / "model.pt")
@@ -339,6 +339,9 @@ def main(argv=None):
         p.add_argument("--" + f.replace("_", "-"), type=int)
     for f in ("lr", "grad_clip", "margin", "input_dropout", "word_dropout", "weight_decay"):
         p.add_argument("--" + f.replace("_", "-"), type=float)
+    p.add_argument("--ema", type=float, help="keep, evaluate and export an exponential moving average of the "
+                                             "weights with this decay per update, e.g. 0.997 (the raw weights "
+                                             "are evaluated beside it)")
     p.add_argument("--bf16", action="store_true", default=None,
                    help="bfloat16 autocast for training steps (evaluation and export stay float32)")
     p.add_argument("--crop-augment", action="store_true", default=None,

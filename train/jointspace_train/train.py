@@ -1,6 +1,8 @@
 """Train the joint space on cached FNE codes: one random caption per image per epoch, batches of 128 with the
 rest of the batch as negatives, Adam, gradient clipping, the best dev rsum kept. With crop augmentation the
-image side of each pair is one random crop of the ten (a regulariser, not in the paper).
+image side of each pair is one random crop of the ten (a regulariser, not in the paper). With `ema` the model
+evaluated, kept and exported is an exponential moving average of the weights (not in the paper either); the
+raw weights are evaluated beside it, so every epoch shows what the average gains.
 
 The learning rate drops tenfold when dev rsum stops improving for `patience` epochs, and training stops at
 the second plateau (or at `epochs`). The curriculum pipelines (PH, POE) run the sum loss to its plateau and
@@ -44,6 +46,7 @@ class Settings:
     word_dropout: float = 0.0          # dropout on the word vectors while training (a regulariser; not in the paper)
     weight_decay: float = 0.0          # decoupled (AdamW) decay on the image projection only (a regulariser; not in the paper)
     crop_augment: bool = False         # train on one random crop's input per image per epoch (dev, test: the crops' mean)
+    ema: float = 0.0                   # decay of an exponential moving average of the weights, per update (0: off)
 
     def resolved(self) -> "Settings":
         s = copy.copy(self)
@@ -112,11 +115,20 @@ def evaluate_split(proj, text, split: Encoded, similarity: str) -> dict:
     return evaluate.metrics(sims(proj, text, split, similarity), split.owner)
 
 
+def ema_update(average: list[torch.Tensor], current: list[torch.Tensor], decay: float) -> None:
+    """average <- decay * average + (1 - decay) * current, in place."""
+    with torch.no_grad():
+        for a, c in zip(average, current):
+            a.lerp_(c, 1.0 - decay)
+
+
 def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_size: int, log=print,
-          init: dict | None = None, checkpoint=None):
+          init: dict | None = None, checkpoint=None, features: dict | None = None):
     """`init` ({"proj": state, "text": state}) starts from a trained model; for a curriculum pipeline it is
     the best sum-loss model, so training goes straight to the max-loss phase. With `checkpoint` (a path),
-    the whole training state is saved after every epoch and an interrupted run resumes from it."""
+    the whole training state is saved after every epoch and an interrupted run resumes from it. `features`
+    (what the inputs were made from: crop mode, tap point, ...) is recorded, and a checkpoint made from other
+    features is refused like one made with other settings."""
     s = settings.resolved()
     if s.crop_augment and train_split.crops is None:
         raise ValueError("crop augmentation needs the training split's per-crop inputs")
@@ -129,6 +141,14 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
     proj = ImageProjection(train_split.images.shape[1], s.joint_dim, s.use_abs)
     text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs, s.word_dropout)
     params = list(proj.parameters()) + list(text.parameters())
+    # The averaged model: a shadow that training never reads, so the raw trajectory is the same with or without
+    # it until a plateau restarts both from the best (averaged) model.
+    avg = (copy.deepcopy(proj), copy.deepcopy(text)) if s.ema else None
+    avg_params = [p for m in avg for p in m.parameters()] if avg else []
+
+    def load(state):
+        for m in ((proj, text),) + ((avg,) if avg else ()):
+            m[0].load_state_dict(state[0]), m[1].load_state_dict(state[1])
 
     def optimizer():
         if s.weight_decay:
@@ -141,13 +161,15 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
     # Everything an interrupted run needs to go on exactly where it stopped.
     st = {"epoch": 0, "phase_hardest": hardest and not curriculum, "best_rsum": -1.0, "best": None,
           "since_best": 0, "decayed": False, "done": False, "seconds": 0.0,
-          "result": asdict(Result(settings=asdict(s)))}
+          "result": asdict(Result(settings=asdict(s), features=dict(features or {})))}
     if init is not None:
-        proj.load_state_dict(init["proj"]), text.load_state_dict(init["text"])
+        load((init["proj"], init["text"]))
         st["phase_hardest"] = hardest or curriculum
     if checkpoint is not None and Path(checkpoint).exists():
         ck = torch.load(checkpoint, weights_only=False)
         proj.load_state_dict(ck["proj"]), text.load_state_dict(ck["text"]), opt.load_state_dict(ck["opt"])
+        if avg:
+            avg[0].load_state_dict(ck["avg"][0]), avg[1].load_state_dict(ck["avg"][1])
         rng.bit_generator.state, st = ck["rng"], ck["state"]
         if "crop_rng" in ck:  # checkpoints from before crop augmentation lack it
             crop_rng.bit_generator.state = ck["crop_rng"]
@@ -157,6 +179,9 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         # then the same as one started with the higher cap). Anything else would be a different run.
         was, now = st["result"]["settings"], asdict(s)
         changed = sorted(k for k in was.keys() & now.keys() if k != "epochs" and was[k] != now[k])
+        # Checkpoints from before the features were recorded have none to compare.
+        was_f, now_f = st["result"].get("features") or {}, features or {}
+        changed += sorted(k for k in was_f.keys() & now_f.keys() if was_f[k] != now_f[k])
         if changed:
             raise ValueError(f"{checkpoint} was trained with other settings ({', '.join(changed)}); "
                              "use a new --run-dir")
@@ -194,23 +219,28 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, s.grad_clip)
             opt.step()
+            if avg:
+                ema_update(avg_params, params, s.ema)
             total += loss.item()
-        dev = evaluate_split(proj, text, dev_split, similarity)
+        kept = avg or (proj, text)
+        dev = evaluate_split(*kept, dev_split, similarity)
+        raw = {f"raw_{k}": v for k, v in evaluate_split(proj, text, dev_split, similarity).items()} if avg else {}
         phase = "max" if st["phase_hardest"] else "sum"
         result.history.append({"epoch": epoch, "loss": round(total, 3), "phase": phase,
-                               "lr": opt.param_groups[0]["lr"], **dev})
+                               "lr": opt.param_groups[0]["lr"], **dev, **raw})
         log(f"epoch {epoch:3d} {phase} loss {total:9.2f} dev rsum {dev['rsum']:6.2f} "
-            f"i2t R@1 {dev['i2t_r1']:5.1f} t2i R@1 {dev['t2i_r1']:5.1f} ({time.time() - t0:.0f}s)")
+            f"i2t R@1 {dev['i2t_r1']:5.1f} t2i R@1 {dev['t2i_r1']:5.1f}"
+            + (f" (raw weights: rsum {raw['raw_rsum']:6.2f})" if avg else "") + f" ({time.time() - t0:.0f}s)")
         if dev["rsum"] > st["best_rsum"]:
             st["best_rsum"] = dev["rsum"]
-            st["best"] = (copy.deepcopy(proj.state_dict()), copy.deepcopy(text.state_dict()))
+            st["best"] = (copy.deepcopy(kept[0].state_dict()), copy.deepcopy(kept[1].state_dict()))
             result.best_epoch, result.dev = epoch, dev
             st["since_best"] = 0
         else:
             st["since_best"] += 1
         if st["since_best"] >= s.patience:
             # Plateau: the curriculum switches to the max loss from its best model; otherwise decay once, then stop.
-            proj.load_state_dict(st["best"][0]), text.load_state_dict(st["best"][1])
+            load(st["best"])
             st["since_best"] = 0
             if curriculum and not st["phase_hardest"]:
                 st["phase_hardest"] = True
@@ -228,6 +258,7 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         if checkpoint is not None:
             tmp = Path(str(checkpoint) + ".tmp")
             torch.save({"proj": proj.state_dict(), "text": text.state_dict(), "opt": opt.state_dict(),
+                        "avg": avg and (avg[0].state_dict(), avg[1].state_dict()),
                         "rng": rng.bit_generator.state,
                         "crop_rng": crop_rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "state": st}, tmp)
             os.replace(tmp, checkpoint)

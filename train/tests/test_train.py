@@ -4,7 +4,7 @@ import torch
 
 from jointspace_train import tokenizer
 from jointspace_train.model import TextEncoder
-from jointspace_train.train import Encoded, Settings, evaluate_split, train
+from jointspace_train.train import Encoded, Settings, ema_update, evaluate_split, train
 
 WORDS = ["red", "green", "blue", "dog", "cat", "car", "tree", "boat"]
 
@@ -63,13 +63,13 @@ def noisy_crops(enc: Encoded, n: int, seed: int) -> np.ndarray:
     return (base + rng.normal(0, 0.5, (base.shape[0], n, base.shape[2]))).astype(np.float32)
 
 
-@pytest.mark.parametrize("augment", [False, True])
-def test_an_interrupted_run_resumes_to_the_same_result(tmp_path, augment):
+@pytest.mark.parametrize("augment,ema", [(False, 0.0), (True, 0.0), (False, 0.9)])
+def test_an_interrupted_run_resumes_to_the_same_result(tmp_path, augment, ema):
     enc_tr, enc_dv, vocab = toy(32, 8, 2)
     if augment:
         enc_tr = with_crops(enc_tr, noisy_crops(enc_tr, 4, 0))
     base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, patience=9, threads=1,
-                crop_augment=augment)
+                crop_augment=augment, ema=ema)
     _, _, whole = train(Settings(epochs=4, **base), enc_tr, enc_dv, vocab, log=lambda m: None)
     ck = tmp_path / "checkpoint.pt"
     train(Settings(epochs=2, **base), enc_tr, enc_dv, vocab, log=lambda m: None, checkpoint=ck)
@@ -91,6 +91,22 @@ def test_a_checkpoint_does_not_resume_under_other_settings(tmp_path):
     with pytest.raises(ValueError, match=r"other settings \(lr\)"):
         train(Settings(lr=1e-3, **{**base, "epochs": 3}), enc_tr, enc_dv, vocab, log=lambda m: None,
               checkpoint=ck)
+
+
+def test_a_checkpoint_does_not_resume_on_other_features(tmp_path):
+    enc_tr, enc_dv, vocab = toy(32, 8, 2)
+    s = dict(loss="SH", joint_dim=8, word_dim=4, batch_size=8, threads=1, lr=5e-3)
+    ck = tmp_path / "checkpoint.pt"
+    center = {"crop": "center", "tap_point": "post_relu"}
+    _, _, r = train(Settings(epochs=1, **s), enc_tr, enc_dv, vocab, log=lambda m: None, checkpoint=ck,
+                    features=center)
+    assert r.features == center
+    with pytest.raises(ValueError, match=r"other settings \(crop\)"):
+        train(Settings(epochs=2, **s), enc_tr, enc_dv, vocab, log=lambda m: None, checkpoint=ck,
+              features={**center, "crop": "ten"})
+    said = []
+    train(Settings(epochs=2, **s), enc_tr, enc_dv, vocab, log=said.append, checkpoint=ck, features=center)
+    assert said[0].startswith("resuming after epoch 1")
 
 
 @pytest.mark.parametrize("knob", ["input_dropout", "word_dropout"])
@@ -146,3 +162,24 @@ def test_crop_augmentation_without_crops_is_refused():
               enc_tr, enc_dv, vocab, log=lambda m: None)
     with pytest.raises(ValueError, match="do not match"):
         Encoded(enc_tr.images.numpy(), [["a"]] * 16, tokenizer.build(["a"]), 4, crops=np.zeros((16, 10, 3)))
+
+
+def test_ema_update_is_an_exponential_average():
+    avg, cur = [torch.tensor([1.0, 2.0]), torch.tensor([[4.0]])], [torch.tensor([3.0, 2.0]), torch.tensor([[0.0]])]
+    ema_update(avg, cur, 0.75)
+    assert torch.equal(avg[0], torch.tensor([1.5, 2.0])) and torch.equal(avg[1], torch.tensor([[3.0]]))
+
+
+def test_the_average_is_what_is_kept_and_the_raw_trajectory_is_unchanged():
+    enc_tr, enc_dv, vocab = toy(32, 8, 6)
+    # patience above the epochs: no plateau, so nothing ever loads the averaged model into the raw one
+    base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, epochs=4, patience=9, threads=1)
+    plain = train(Settings(**base), enc_tr, enc_dv, vocab, log=lambda m: None)[2]
+    proj, text, averaged = train(Settings(ema=0.9, **base), enc_tr, enc_dv, vocab, log=lambda m: None)
+    assert [h["raw_rsum"] for h in averaged.history] == [h["rsum"] for h in plain.history]
+    assert [h["loss"] for h in averaged.history] == [h["loss"] for h in plain.history]
+    # the model returned (and exported) is the best averaged one, and it is not the raw one
+    assert evaluate_split(proj, text, enc_dv, "cosine") == averaged.dev
+    best = averaged.history[averaged.best_epoch - 1]
+    assert best["rsum"] == averaged.dev["rsum"]
+    assert [h["rsum"] for h in averaged.history] != [h["raw_rsum"] for h in averaged.history]
