@@ -234,6 +234,55 @@ def cmd_export(args):
     write_bundle(args, d, proj.eval(), text.eval(), result)
 
 
+def run_model(run: Path):
+    """A run's kept model ((proj state, text state)) and settings: a finished run's model.pt, otherwise the best
+    model so far in its checkpoint (so a run still training can be measured)."""
+    import torch
+
+    if (run / "model.pt").exists() and (run / "result.json").exists():
+        state = torch.load(run / "model.pt", weights_only=True)
+        return (state["proj"], state["text"]), json.loads((run / "result.json").read_text())["settings"]
+    if not (run / "checkpoint.pt").exists():
+        sys.exit(f"{run}: neither a finished run (model.pt) nor one in progress (checkpoint.pt)")
+    st = torch.load(run / "checkpoint.pt", weights_only=False)["state"]
+    if st["best"] is None:
+        sys.exit(f"{run}: no epoch finished yet")
+    return st["best"], st["result"]["settings"]
+
+
+def cmd_ensemble(args):
+    """Each run's metrics on a split, then those of the mean of their similarity matrices. The runs must share
+    what their inputs depend on (image input, vocabulary, similarity); --crop and --tap-point say which
+    features they were trained on."""
+    from .model import ImageProjection, TextEncoder
+    from .train import Encoded, sims
+
+    models = [(Path(r), *run_model(Path(r))) for r in args.runs]
+    shared = ("image_input", "min_count", "max_tokens", "use_abs")
+    s0 = models[0][2]
+    for run, _, s in models[1:]:
+        differ = [k for k in shared if s[k] != s0[k]]
+        if similarity_of(s["loss"]) != similarity_of(s0["loss"]):
+            differ.append("similarity")
+        if differ:
+            sys.exit(f"{run} differs from {models[0][0]} in {', '.join(differ)}: their scores cannot be averaged")
+    args.input = s0["image_input"]
+    d = prepare(args, s0["min_count"])
+    split = Encoded(d.inputs[args.split], d.splits[args.split].captions, d.tok, s0["max_tokens"])
+    similarity = similarity_of(s0["loss"])
+    total = None
+    for run, (proj_state, text_state), s in models:
+        proj = ImageProjection(split.images.shape[1], s["joint_dim"], s["use_abs"])
+        text = TextEncoder(d.tok.get_vocab_size(), s["word_dim"], s["joint_dim"], s["use_abs"])
+        proj.load_state_dict(proj_state), text.load_state_dict(text_state)
+        proj.eval(), text.eval()
+        m = sims(proj, text, split, similarity)
+        total = m if total is None else total + m
+        print(json.dumps({"run": str(run), args.split: evaluate.metrics(m, split.owner)}))
+    print(json.dumps({"ensemble": [str(r) for r, _, _ in models],
+                      args.split: evaluate.metrics(total / len(models), split.owner)}))
+
+
 def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mode: str | None = None) -> dict:
     """Metrics of a bundle computed from the images themselves, through `pipeline.Pipeline`; `crop_mode`
     overrides the bundle's (to measure what another mode would cost or gain with the same model)."""
@@ -370,6 +419,13 @@ def main(argv=None):
     p.add_argument("--split", default="test", choices=("dev", "test"))
     p.add_argument("--crop", choices=("center", "ten"), help="crop mode instead of the bundle's")
     p.set_defaults(fn=cmd_eval)
+
+    p = sub.add_parser("ensemble", help="metrics of runs and of their mean similarity, on dev or test")
+    data_args(p)
+    p.add_argument("--tap-point", default="post_relu", choices=("pre_relu", "post_relu"))
+    p.add_argument("--split", default="dev", choices=("dev", "test"))
+    p.add_argument("runs", nargs="+", help="run dirs (finished, or in progress: their best model so far)")
+    p.set_defaults(fn=cmd_ensemble)
 
     p = sub.add_parser("fixture", help="write the tiny random fixture bundle and its parity expectations")
     p.add_argument("--out", default="models/fixture-tiny")

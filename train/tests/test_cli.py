@@ -83,3 +83,33 @@ def test_ten_crop_features_keep_each_crop_and_train_with_crop_augmentation(tmp_p
 def test_crop_augmentation_needs_ten_crops(tmp_path):
     with pytest.raises(SystemExit, match="needs --crop ten"):
         main(["--cache", str(tmp_path), "train", "--crop-augment", "--run-dir", str(tmp_path / "run")])
+
+
+def test_ensemble_measures_each_run_and_their_mean_similarity(tmp_path, capsys):
+    data = tmp_path / "flickr"
+    tiny_dataset(data)
+    torchvision_state_dict(tmp_path / "vgg.pth")
+    common = ["--cache", str(tmp_path / "cache")]
+    weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data)]
+    runs = []
+    for seed in ("0", "1"):
+        runs.append(str(tmp_path / f"run{seed}"))
+        main(common + ["train"] + weights + ["--loss", "SH", "--joint-dim", "8", "--word-dim", "4", "--batch-size",
+                                             "4", "--epochs", "2", "--threads", "1", "--seed", seed,
+                                             "--run-dir", runs[-1]])
+    capsys.readouterr()
+    main(common + ["ensemble"] + weights + runs + [runs[0]])
+    *members, ens = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    # each member is measured as its run measured its kept model on dev
+    for m, run in zip(members, runs + [runs[0]]):
+        assert m["dev"] == json.loads((tmp_path / run / "result.json").read_text())["dev"]
+    assert ens["ensemble"] == runs + [runs[0]] and set(ens["dev"]) == set(members[0]["dev"])
+    # a run still in progress (no model.pt yet) is measured by the best model in its checkpoint
+    (tmp_path / "run1" / "model.pt").unlink()
+    main(common + ["ensemble"] + weights + [runs[1]])
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["dev"] == members[1]["dev"]
+    # a run averaged with itself is that run
+    main(common + ["ensemble"] + weights + [runs[0], runs[0]])
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["dev"] == members[0]["dev"]
+    with pytest.raises(SystemExit, match="neither a finished run"):
+        main(common + ["ensemble"] + weights + [str(tmp_path / "nothing")])
