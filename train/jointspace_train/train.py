@@ -197,7 +197,7 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         proj.train(), text.train()
         perm = rng.permutation(n)
         cap_idx = np.array([rng.choice(train_split.per_image[i]) for i in perm])
-        total = 0.0
+        total, t_epoch = 0.0, time.time()
         for k in range(0, n, s.batch_size):
             b_img, b_cap = perm[k : k + s.batch_size], cap_idx[k : k + s.batch_size]
             lengths = train_split.lengths[b_cap]
@@ -222,6 +222,7 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
             if avg:
                 ema_update(avg_params, params, s.ema)
             total += loss.item()
+        t_eval = time.time()
         kept = avg or (proj, text)
         dev = evaluate_split(*kept, dev_split, similarity)
         raw = {f"raw_{k}": v for k, v in evaluate_split(proj, text, dev_split, similarity).items()} if avg else {}
@@ -230,7 +231,8 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
                                "lr": opt.param_groups[0]["lr"], **dev, **raw})
         log(f"epoch {epoch:3d} {phase} loss {total:9.2f} dev rsum {dev['rsum']:6.2f} "
             f"i2t R@1 {dev['i2t_r1']:5.1f} t2i R@1 {dev['t2i_r1']:5.1f}"
-            + (f" (raw weights: rsum {raw['raw_rsum']:6.2f})" if avg else "") + f" ({time.time() - t0:.0f}s)")
+            + (f" (raw weights: rsum {raw['raw_rsum']:6.2f})" if avg else "")
+            + f" ({time.time() - t0:.0f}s; epoch {t_eval - t_epoch:.0f}s + dev {time.time() - t_eval:.0f}s)")
         if dev["rsum"] > st["best_rsum"]:
             st["best_rsum"] = dev["rsum"]
             st["best"] = (copy.deepcopy(kept[0].state_dict()), copy.deepcopy(kept[1].state_dict()))
