@@ -253,9 +253,16 @@ def run_model(run: Path):
 def cmd_ensemble(args):
     """Each run's metrics on a split, then those of the mean of their similarity matrices. The runs must share
     what their inputs depend on (image input, vocabulary, similarity); --crop and --tap-point say which
-    features they were trained on."""
-    from .model import ImageProjection, TextEncoder
-    from .train import Encoded, sims
+    features they were trained on.
+
+    For cosine runs it also measures them stacked as one bundle could hold them without a new contract: W is
+    the members' W one above the other (the joint vector is normalised as a whole, not per member) and the
+    text vector is the members' unit vectors side by side over sqrt(K). That is the mean of the cosines only
+    where the members' |W . code| agree, so it is measured, not assumed."""
+    import torch
+
+    from .model import ImageProjection, TextEncoder, l2norm
+    from .train import Encoded, encode_texts, sims
 
     models = [(Path(r), *run_model(Path(r))) for r in args.runs]
     shared = ("image_input", "min_count", "max_tokens", "use_abs")
@@ -270,7 +277,7 @@ def cmd_ensemble(args):
     d = prepare(args, s0["min_count"])
     split = Encoded(d.inputs[args.split], d.splits[args.split].captions, d.tok, s0["max_tokens"])
     similarity = similarity_of(s0["loss"])
-    total = None
+    total, stacked_im, stacked_cap = None, [], []
     for run, (proj_state, text_state), s in models:
         proj = ImageProjection(split.images.shape[1], s["joint_dim"], s["use_abs"])
         text = TextEncoder(d.tok.get_vocab_size(), s["word_dim"], s["joint_dim"], s["use_abs"])
@@ -279,8 +286,16 @@ def cmd_ensemble(args):
         m = sims(proj, text, split, similarity)
         total = m if total is None else total + m
         print(json.dumps({"run": str(run), args.split: evaluate.metrics(m, split.owner)}))
-    print(json.dumps({"ensemble": [str(r) for r, _, _ in models],
-                      args.split: evaluate.metrics(total / len(models), split.owner)}))
+        if similarity == "cosine":
+            with torch.inference_mode():
+                stacked_im.append(proj.fc(split.images))
+                stacked_cap.append(encode_texts(text, split.ids, split.lengths))
+    runs = [str(r) for r, _, _ in models]
+    print(json.dumps({"ensemble": runs, args.split: evaluate.metrics(total / len(models), split.owner)}))
+    if stacked_im:
+        im = l2norm(torch.cat(stacked_im, dim=1))
+        cap = torch.cat(stacked_cap, dim=1) / len(models) ** 0.5
+        print(json.dumps({"stacked": runs, args.split: evaluate.metrics((im @ cap.t()).numpy(), split.owner)}))
 
 
 def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mode: str | None = None) -> dict:

@@ -99,17 +99,19 @@ def test_ensemble_measures_each_run_and_their_mean_similarity(tmp_path, capsys):
                                              "--run-dir", runs[-1]])
     capsys.readouterr()
     main(common + ["ensemble"] + weights + runs + [runs[0]])
-    *members, ens = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    *members, ens, stacked = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     # each member is measured as its run measured its kept model on dev
     for m, run in zip(members, runs + [runs[0]]):
         assert m["dev"] == json.loads((tmp_path / run / "result.json").read_text())["dev"]
     assert ens["ensemble"] == runs + [runs[0]] and set(ens["dev"]) == set(members[0]["dev"])
+    assert stacked["stacked"] == ens["ensemble"] and set(stacked["dev"]) == set(ens["dev"])
     # a run still in progress (no model.pt yet) is measured by the best model in its checkpoint
     (tmp_path / "run1" / "model.pt").unlink()
     main(common + ["ensemble"] + weights + [runs[1]])
     assert json.loads(capsys.readouterr().out.splitlines()[0])["dev"] == members[1]["dev"]
-    # a run averaged with itself is that run
+    # a run averaged or stacked with itself is that run
     main(common + ["ensemble"] + weights + [runs[0], runs[0]])
-    assert json.loads(capsys.readouterr().out.splitlines()[-1])["dev"] == members[0]["dev"]
+    *_, ens, stacked = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert ens["dev"] == members[0]["dev"] and stacked["dev"] == members[0]["dev"]
     with pytest.raises(SystemExit, match="neither a finished run"):
         main(common + ["ensemble"] + weights + [str(tmp_path / "nothing")])
