@@ -136,16 +136,67 @@ def prepare(args, min_count: int, crop_augment: bool = False):
                            tok=tok)
 
 
+PACK_FEATURES = ("tap_point", "input", "crop", "weights")
+
+
+def cmd_pack(args):
+    """Every split's FNE codes (packed, 2 bits a feature) and captions in one folder of a few MB: what training
+    needs, for a machine that has neither the photos nor the feature cache (a GPU machine that only the
+    repository travels to). `train --pack DIR` trains from it; the bundle is exported here, where the features
+    are (`export RUN`)."""
+    from safetensors.numpy import save_file
+
+    args.input = "fne"
+    d = prepare(args, 1)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({s: fne.pack(x.astype(np.int8)) for s, x in d.inputs.items()}, str(out / "codes.safetensors"))
+    manifest = {"format": 1, "features": {k: getattr(args, k) for k in PACK_FEATURES},
+                "dim": int(d.inputs["train"].shape[1]),
+                "splits": {s: {"images": sp.images, "captions": sp.captions} for s, sp in d.splits.items()}}
+    (out / "pack.json").write_text(json.dumps(manifest))
+    size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
+    print(f"{out}: {', '.join(f'{s} {len(x)}' for s, x in d.inputs.items())} codes of {manifest['dim']} "
+          f"features ({args.crop}, {args.tap_point}), {size:.1f} MiB")
+
+
+def from_pack(directory, min_count: int):
+    """What `prepare` gives, read from a `pack` folder (no FNE statistics or weights: nothing to export with),
+    and the feature choices it was made with."""
+    from safetensors.numpy import load_file
+
+    from . import tokenizer
+
+    d = Path(directory)
+    m = json.loads((d / "pack.json").read_text())
+    if m.get("format") != 1:
+        sys.exit(f"{d}: pack format {m.get('format')!r}, this trainer reads 1")
+    codes = load_file(str(d / "codes.safetensors"))
+    splits = {s: data.Split(s, v["images"], v["captions"]) for s, v in m["splits"].items()}
+    inputs = {s: fne.unpack(codes[s], m["dim"]).astype(np.float32) for s in splits}
+    tok = tokenizer.build([c for cs in splits["train"].captions for c in cs], min_count)
+    return SimpleNamespace(weights=None, splits=splits, mean=None, std=None, inputs=inputs, train_crops=None,
+                           tok=tok), m["features"]
+
+
 def cmd_train(args):
     import torch
 
     from .train import Encoded, Settings, evaluate_split, save_result, train
 
-    if args.crop_augment and images.N_CROPS[args.crop] == 1:
-        sys.exit("--crop-augment draws one of each image's crops: it needs --crop ten")
     settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings) if getattr(args, f.name, None) is not None})
+    if args.pack:
+        if settings.crop_augment or args.bundle_out:
+            sys.exit("--pack holds each image's code, not each crop's, and no FNE statistics: train without "
+                     "--crop-augment and --bundle-out, then `export RUN` where the features are")
+        d, f = from_pack(args.pack, settings.min_count)
+        for k in PACK_FEATURES:
+            setattr(args, k, f[k])
+    elif args.crop_augment and images.N_CROPS[args.crop] == 1:
+        sys.exit("--crop-augment draws one of each image's crops: it needs --crop ten")
     settings.image_input = args.input
-    d = prepare(args, settings.min_count, settings.crop_augment)
+    if not args.pack:
+        d = prepare(args, settings.min_count, settings.crop_augment)
     enc = {s: Encoded(d.inputs[s], d.splits[s].captions, d.tok, settings.max_tokens,
                       crops=d.train_crops if s == "train" else None) for s in d.splits}
     run = Path(args.run_dir)
@@ -165,7 +216,7 @@ def cmd_train(args):
     feats = {"tap_point": args.tap_point, "input": args.input, "crop": args.crop, "weights": args.weights,
              "init_from": args.init_from and Path(args.init_from).name}
     proj, text, result = train(settings, enc["train"], enc["dev"], d.tok.get_vocab_size(), log=say, init=init,
-                               checkpoint=run / "checkpoint.pt", features=feats)
+                               checkpoint=run / "checkpoint.pt", features=feats, device=args.device)
     s = settings.resolved()
     result.test = evaluate_split(proj, text, enc["test"], similarity_of(s.loss))
     result.command = "python -m jointspace_train " + " ".join(args.argv)
@@ -411,6 +462,10 @@ def main(argv=None):
     p.add_argument("--crop-augment", action="store_true", default=None,
                    help="with --crop ten: train on one random crop per image per epoch instead of the crops' "
                         "mean (dev, test and the bundle still use the mean)")
+    p.add_argument("--device", default="cpu", help="where training runs: cpu, or cuda on a GPU machine (not a "
+                                                   "setting: a run may resume on another device)")
+    p.add_argument("--pack", help="train from a `pack` folder instead of the feature cache (its crop mode, "
+                                  "tap point and input replace the options)")
     p.add_argument("--run-dir", required=True, help="where the log, result.json and model.pt go")
     p.add_argument("--init-from", help="a run dir whose model.pt to start from (PH/POE: the sum-loss run; "
                                       "training then starts in the max-loss phase)")
@@ -441,6 +496,12 @@ def main(argv=None):
     p.add_argument("--split", default="dev", choices=("dev", "test"))
     p.add_argument("runs", nargs="+", help="run dirs (finished, or in progress: their best model so far)")
     p.set_defaults(fn=cmd_ensemble)
+
+    p = sub.add_parser("pack", help="every split's FNE codes and captions in a few MB, to train elsewhere")
+    data_args(p)
+    p.add_argument("--tap-point", default="post_relu", choices=("pre_relu", "post_relu"))
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_pack)
 
     p = sub.add_parser("fixture", help="write the tiny random fixture bundle and its parity expectations")
     p.add_argument("--out", default="models/fixture-tiny")

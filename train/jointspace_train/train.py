@@ -89,21 +89,27 @@ class Encoded:
         self.per_image = [np.flatnonzero(self.owner == i) for i in range(len(captions))]
 
 
+def device_of(module: torch.nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
 def encode_texts(text: TextEncoder, ids: np.ndarray, lengths: np.ndarray, batch: int = 256) -> torch.Tensor:
-    """Caption vectors, batched by similar length to waste little on padding."""
+    """Caption vectors (on the CPU), batched by similar length to waste little on padding."""
     order = np.argsort(lengths, kind="stable")
     out = torch.empty(len(lengths), text.gru.hidden_size)
+    dev = device_of(text)
     with torch.inference_mode():
         for k in range(0, len(order), batch):
             idx = order[k : k + batch]
             t = int(lengths[idx].max())
-            out[idx] = text(torch.from_numpy(ids[idx, :t]), torch.from_numpy(lengths[idx]))
+            # lengths stay on the CPU: pack_padded_sequence wants them there
+            out[idx] = text(torch.from_numpy(ids[idx, :t]).to(dev), torch.from_numpy(lengths[idx])).cpu()
     return out
 
 
 def sims(proj: ImageProjection, text: TextEncoder, split: Encoded, similarity: str) -> np.ndarray:
     with torch.inference_mode():
-        im = proj(split.images)
+        im = proj(split.images.to(device_of(proj))).cpu()
         cap = encode_texts(text, split.ids, split.lengths)
         if similarity == "order":
             return losses.order_scores_blocked(im, cap).numpy()
@@ -123,12 +129,13 @@ def ema_update(average: list[torch.Tensor], current: list[torch.Tensor], decay: 
 
 
 def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_size: int, log=print,
-          init: dict | None = None, checkpoint=None, features: dict | None = None):
+          init: dict | None = None, checkpoint=None, features: dict | None = None, device: str = "cpu"):
     """`init` ({"proj": state, "text": state}) starts from a trained model; for a curriculum pipeline it is
     the best sum-loss model, so training goes straight to the max-loss phase. With `checkpoint` (a path),
     the whole training state is saved after every epoch and an interrupted run resumes from it. `features`
     (what the inputs were made from: crop mode, tap point, ...) is recorded, and a checkpoint made from other
-    features is refused like one made with other settings."""
+    features is refused like one made with other settings. `device` ("cuda" on a GPU machine) is where the
+    steps and the dev evaluations run; the models come back on the CPU either way."""
     s = settings.resolved()
     if s.crop_augment and train_split.crops is None:
         raise ValueError("crop augmentation needs the training split's per-crop inputs")
@@ -138,8 +145,8 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
     # A stream of its own, so that the captions drawn are the same with and without crop augmentation.
     crop_rng = np.random.default_rng([s.seed, 1])
     similarity, hardest, curriculum = losses.PIPELINES[s.loss]
-    proj = ImageProjection(train_split.images.shape[1], s.joint_dim, s.use_abs)
-    text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs, s.word_dropout)
+    proj = ImageProjection(train_split.images.shape[1], s.joint_dim, s.use_abs).to(device)
+    text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs, s.word_dropout).to(device)
     params = list(proj.parameters()) + list(text.parameters())
     # The averaged model: a shadow that training never reads, so the raw trajectory is the same with or without
     # it until a plateau restarts both from the best (averaged) model.
@@ -166,7 +173,8 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         load((init["proj"], init["text"]))
         st["phase_hardest"] = hardest or curriculum
     if checkpoint is not None and Path(checkpoint).exists():
-        ck = torch.load(checkpoint, weights_only=False)
+        # On the CPU first: the RNG states must stay there, and load_state_dict moves the rest.
+        ck = torch.load(checkpoint, weights_only=False, map_location="cpu")
         proj.load_state_dict(ck["proj"]), text.load_state_dict(ck["text"]), opt.load_state_dict(ck["opt"])
         if avg:
             avg[0].load_state_dict(ck["avg"][0]), avg[1].load_state_dict(ck["avg"][1])
@@ -174,6 +182,8 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         if "crop_rng" in ck:  # checkpoints from before crop augmentation lack it
             crop_rng.bit_generator.state = ck["crop_rng"]
         torch.set_rng_state(ck["torch_rng"])
+        if ck.get("cuda_rng") is not None and torch.device(device).type == "cuda":
+            torch.cuda.set_rng_state(ck["cuda_rng"], torch.device(device))
         log(f"resuming after epoch {st['epoch']} from {checkpoint}")
         # Only the epoch cap may change on resume (a run that hit its cap still improving goes on; the run is
         # then the same as one started with the higher cap). Anything else would be a different run.
@@ -201,13 +211,14 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         for k in range(0, n, s.batch_size):
             b_img, b_cap = perm[k : k + s.batch_size], cap_idx[k : k + s.batch_size]
             lengths = train_split.lengths[b_cap]
-            ids = torch.from_numpy(train_split.ids[b_cap, : int(lengths.max())])
+            ids = torch.from_numpy(train_split.ids[b_cap, : int(lengths.max())]).to(device)
             if s.crop_augment:
                 pick = crop_rng.integers(train_split.crops.shape[1], size=len(b_img))
                 x = torch.from_numpy(train_split.crops[b_img, pick].astype(np.float32))
             else:
                 x = train_split.images[b_img]
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=s.bf16):
+            x = x.to(device)
+            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=s.bf16):
                 if s.input_dropout:
                     x = torch.nn.functional.dropout(x, s.input_dropout)
                 im = proj(x)
@@ -262,10 +273,13 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
             torch.save({"proj": proj.state_dict(), "text": text.state_dict(), "opt": opt.state_dict(),
                         "avg": avg and (avg[0].state_dict(), avg[1].state_dict()),
                         "rng": rng.bit_generator.state,
-                        "crop_rng": crop_rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "state": st}, tmp)
+                        "crop_rng": crop_rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                        # dropout on a GPU draws from the GPU's generator
+                        "cuda_rng": torch.cuda.get_rng_state(torch.device(device))
+                        if torch.device(device).type == "cuda" else None, "state": st}, tmp)
             os.replace(tmp, checkpoint)
     proj.load_state_dict(st["best"][0]), text.load_state_dict(st["best"][1])
-    proj.eval(), text.eval()
+    proj, text = proj.cpu().eval(), text.cpu().eval()
     result.seconds = round(time.time() - t0, 1)
     return proj, text, result
 

@@ -115,3 +115,32 @@ def test_ensemble_measures_each_run_and_their_mean_similarity(tmp_path, capsys):
     assert ens["dev"] == members[0]["dev"] and stacked["dev"] == members[0]["dev"]
     with pytest.raises(SystemExit, match="neither a finished run"):
         main(common + ["ensemble"] + weights + [str(tmp_path / "nothing")])
+
+
+def test_a_run_trained_from_a_pack_is_the_run_trained_from_the_features(tmp_path):
+    data = tmp_path / "flickr"
+    tiny_dataset(data)
+    torchvision_state_dict(tmp_path / "vgg.pth")
+    common = ["--cache", str(tmp_path / "cache")]
+    weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data)]
+    main(common + ["pack"] + weights + ["--out", str(tmp_path / "pack")])
+    manifest = json.loads((tmp_path / "pack" / "pack.json").read_text())
+    assert manifest["features"]["crop"] == "center" and len(manifest["splits"]["test"]["captions"][0]) == 5
+    settings = ["--loss", "SH", "--joint-dim", "8", "--word-dim", "4", "--batch-size", "4", "--epochs", "2",
+                "--threads", "1"]
+    main(common + ["train"] + weights + settings + ["--run-dir", str(tmp_path / "here")])
+    # the pack alone: no photos, no feature cache
+    (tmp_path / "flickr").rename(tmp_path / "gone")
+    main(["--cache", str(tmp_path / "empty"), "train", "--pack", str(tmp_path / "pack")] + settings
+         + ["--run-dir", str(tmp_path / "there")])
+    here, there = (json.loads((tmp_path / r / "result.json").read_text()) for r in ("here", "there"))
+    assert there["history"] == here["history"] and there["test"] == here["test"]
+    assert there["features"] == here["features"] and there["settings"] == here["settings"]
+    with pytest.raises(SystemExit, match="--pack holds each image's code"):
+        main(["--cache", str(tmp_path / "empty"), "train", "--pack", str(tmp_path / "pack"), "--crop-augment"]
+             + settings + ["--run-dir", str(tmp_path / "x")])
+    # the bundle of the pack-trained run is exported where the features are
+    (tmp_path / "gone").rename(tmp_path / "flickr")
+    main(common + ["export", str(tmp_path / "there"), "--bundle-out", str(tmp_path / "bundle"), "--data", str(data)])
+    assert bundle.read(tmp_path / "bundle").manifest["training"]["test_metrics"] == here["test"]
+
