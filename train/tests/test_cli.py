@@ -144,3 +144,22 @@ def test_a_run_trained_from_a_pack_is_the_run_trained_from_the_features(tmp_path
     main(common + ["export", str(tmp_path / "there"), "--bundle-out", str(tmp_path / "bundle"), "--data", str(data)])
     assert bundle.read(tmp_path / "bundle").manifest["training"]["test_metrics"] == here["test"]
 
+
+
+def test_ort_threads_reach_the_feature_sessions(tmp_path, monkeypatch):
+    data = tmp_path / "flickr"
+    tiny_dataset(data)
+    torchvision_state_dict(tmp_path / "vgg.pth")
+    from jointspace_train import features
+
+    made, real = [], features.session
+
+    def session(graph, threads=0):
+        s = real(graph, threads)
+        made.append(s.get_session_options().intra_op_num_threads)
+        return s
+
+    monkeypatch.setattr(features, "session", session)
+    main(["--cache", str(tmp_path / "cache"), "features", "--weights", str(tmp_path / "vgg.pth"), "--data",
+          str(data), "--ort-threads", "1"])
+    assert made == [1]
