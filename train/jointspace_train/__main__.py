@@ -215,8 +215,11 @@ def cmd_train(args):
         say(f"starting from {args.init_from}")
     feats = {"tap_point": args.tap_point, "input": args.input, "crop": args.crop, "weights": args.weights,
              "init_from": args.init_from and Path(args.init_from).name}
-    proj, text, result = train(settings, enc["train"], enc["dev"], d.tok.get_vocab_size(), log=say, init=init,
-                               checkpoint=run / "checkpoint.pt", features=feats, device=args.device)
+    try:
+        proj, text, result = train(settings, enc["train"], enc["dev"], d.tok.get_vocab_size(), log=say, init=init,
+                                   checkpoint=run / "checkpoint.pt", features=feats, device=args.device)
+    except ValueError as e:  # a refused run (settings, features, bf16 on this CPU): say why, no traceback
+        sys.exit(f"{run}: {e}")
     s = settings.resolved()
     result.test = evaluate_split(proj, text, enc["test"], similarity_of(s.loss))
     result.command = "python -m jointspace_train " + " ".join(args.argv)

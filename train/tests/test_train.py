@@ -183,3 +183,15 @@ def test_the_average_is_what_is_kept_and_the_raw_trajectory_is_unchanged():
     best = averaged.history[averaged.best_epoch - 1]
     assert best["rsum"] == averaged.dev["rsum"]
     assert [h["rsum"] for h in averaged.history] != [h["raw_rsum"] for h in averaged.history]
+
+
+def test_bf16_is_refused_on_a_cpu_without_fast_bf16(monkeypatch):
+    import jointspace_train.train as tr
+
+    enc_tr, enc_dv, vocab = toy(16, 8, 8)
+    s = Settings(loss="SH", joint_dim=8, word_dim=4, batch_size=8, epochs=1, threads=1, bf16=True)
+    monkeypatch.setattr(tr, "cpu_bf16_is_fast", lambda: False)
+    with pytest.raises(ValueError, match="without --bf16"):
+        train(s, enc_tr, enc_dv, vocab, log=lambda m: None)
+    monkeypatch.setattr(tr, "cpu_bf16_is_fast", lambda: True)
+    assert train(s, enc_tr, enc_dv, vocab, log=lambda m: None)[2].history[0]["epoch"] == 1
