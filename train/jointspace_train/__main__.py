@@ -236,9 +236,9 @@ def similarity_of(loss: str) -> str:
     return PIPELINES[loss][0]
 
 
-def write_bundle(args, d, proj, text, result, say=print) -> None:
+def write_bundle(args, d, proj, text, result, say=print, members: list | None = None) -> None:
     """The bundle of a trained model; with --reference-eval its test metrics are measured again from the
-    images, through the bundle's own graph."""
+    images, through the bundle's own graph. `members`: what each run of a stacked model was (its result)."""
     from . import export
 
     s = result.settings
@@ -251,6 +251,8 @@ def write_bundle(args, d, proj, text, result, say=print) -> None:
                 "hyperparameters": s, "best_epoch": result.best_epoch, "train_seconds": result.seconds,
                 "dev_metrics": result.dev, "test_metrics": result.test,
                 "test_metrics_source": "trainer, cached features of the training graph"}
+    if members:
+        training["members"] = members
     export.write(out, name=out.name, vision=vis, vision_onnx=g, fne_mean=d.mean, fne_std=d.std,
                  projection=proj.fc.weight.detach().numpy(), text=text, tok=d.tok,
                  max_tokens=s["max_tokens"], similarity=similarity_of(s["loss"]), use_abs=s["use_abs"],
@@ -265,27 +267,66 @@ def write_bundle(args, d, proj, text, result, say=print) -> None:
     print(f"bundle written to {out}")
 
 
-def cmd_export(args):
-    """The bundle of a finished run, from its model.pt and result.json (no training)."""
+def finished_run(run: Path):
+    """A finished run's Result and model state (model.pt)."""
     import torch
 
-    from .model import ImageProjection, TextEncoder
     from .train import Result
 
-    run = Path(args.run_dir)
     if not (run / "result.json").exists() or not (run / "model.pt").exists():
         sys.exit(f"{run}: not a finished run (result.json and model.pt are written when training ends)")
-    result = Result(**json.loads((run / "result.json").read_text()))
+    return Result(**json.loads((run / "result.json").read_text())), torch.load(run / "model.pt", weights_only=True)
+
+
+def models_of(d, states: list, settings: list):
+    """The (projection, text encoder) of each run, in eval mode."""
+    from .model import ImageProjection, TextEncoder
+
+    out = []
+    for (proj_state, text_state), s in zip(states, settings):
+        proj = ImageProjection(d.inputs["train"].shape[1], s["joint_dim"], s["use_abs"])
+        text = TextEncoder(d.tok.get_vocab_size(), s["word_dim"], s["joint_dim"], s["use_abs"])
+        proj.load_state_dict(proj_state), text.load_state_dict(text_state)
+        out.append((proj.eval(), text.eval()))
+    return out
+
+
+def cmd_export(args):
+    """The bundle of a finished run, from its model.pt and result.json (no training). Several runs make one
+    stacked bundle (`model.stack`): their W one above the other and their text encoders side by side, with the
+    stacked model's dev and test metrics measured here and each member's result recorded."""
+    from dataclasses import replace
+
+    from .model import stack
+    from .train import Encoded, evaluate_split
+
+    runs = [Path(r) for r in args.run_dirs]
+    done = [finished_run(r) for r in runs]
+    result = done[0][0]
     f, s = result.features, result.settings
     if f["input"] != "fne":
-        sys.exit(f"{run}: a {f['input']} run has no FNE code to put in a bundle")
+        sys.exit(f"{runs[0]}: a {f['input']} run has no FNE code to put in a bundle")
+    for run, (r, _) in zip(runs[1:], done[1:]):
+        differ = [k for k in ("tap_point", "crop", "input", "weights") if r.features[k] != f[k]]
+        differ += [k for k in ("min_count", "max_tokens") if r.settings[k] != s[k]]
+        if differ:
+            sys.exit(f"{run} differs from {runs[0]} in {', '.join(differ)}: they cannot share one bundle")
+    if len(runs) > 1 and any(similarity_of(r.settings["loss"]) != "cosine" for r, _ in done):
+        sys.exit("only cosine runs stack into one bundle")
     args.tap_point, args.crop, args.input, args.weights = f["tap_point"], f["crop"], f["input"], f["weights"]
     d = prepare(args, s["min_count"])
-    state = torch.load(run / "model.pt", weights_only=True)
-    proj = ImageProjection(d.inputs["train"].shape[1], s["joint_dim"], s["use_abs"])
-    text = TextEncoder(d.tok.get_vocab_size(), s["word_dim"], s["joint_dim"], s["use_abs"])
-    proj.load_state_dict(state["proj"]), text.load_state_dict(state["text"])
-    write_bundle(args, d, proj.eval(), text.eval(), result)
+    models = models_of(d, [(st["proj"], st["text"]) for _, st in done], [r.settings for r, _ in done])
+    if len(runs) == 1:
+        return write_bundle(args, d, *models[0], result)
+    proj, text = stack([p for p, _ in models], [t for _, t in models])
+    enc = {sp: Encoded(d.inputs[sp], d.splits[sp].captions, d.tok, s["max_tokens"]) for sp in ("dev", "test")}
+    stacked = replace(result, settings={**s, "joint_dim": text.joint_dim},
+                      dev=evaluate_split(proj, text, enc["dev"], "cosine"),
+                      test=evaluate_split(proj, text, enc["test"], "cosine"),
+                      seconds=sum(r.seconds for r, _ in done), best_epoch=0)
+    members = [{"run": run.name, "settings": r.settings, "best_epoch": r.best_epoch, "dev_metrics": r.dev,
+                "test_metrics": r.test} for run, (r, _) in zip(runs, done)]
+    write_bundle(args, d, proj, text, stacked, members=members)
 
 
 def run_model(run: Path):
@@ -313,10 +354,8 @@ def cmd_ensemble(args):
     the members' W one above the other (the joint vector is normalised as a whole, not per member) and the
     text vector is the members' unit vectors side by side over sqrt(K). That is the mean of the cosines only
     where the members' |W . code| agree, so it is measured, not assumed."""
-    import torch
-
-    from .model import ImageProjection, TextEncoder, l2norm
-    from .train import Encoded, encode_texts, sims
+    from .model import stack
+    from .train import Encoded, evaluate_split, sims
 
     models = [(Path(r), *run_model(Path(r))) for r in args.runs]
     shared = ("image_input", "min_count", "max_tokens", "use_abs")
@@ -331,25 +370,17 @@ def cmd_ensemble(args):
     d = prepare(args, s0["min_count"])
     split = Encoded(d.inputs[args.split], d.splits[args.split].captions, d.tok, s0["max_tokens"])
     similarity = similarity_of(s0["loss"])
-    total, stacked_im, stacked_cap = None, [], []
-    for run, (proj_state, text_state), s in models:
-        proj = ImageProjection(split.images.shape[1], s["joint_dim"], s["use_abs"])
-        text = TextEncoder(d.tok.get_vocab_size(), s["word_dim"], s["joint_dim"], s["use_abs"])
-        proj.load_state_dict(proj_state), text.load_state_dict(text_state)
-        proj.eval(), text.eval()
+    built = models_of(d, [m for _, m, _ in models], [s for _, _, s in models])
+    total = None
+    for (run, _, _), (proj, text) in zip(models, built):
         m = sims(proj, text, split, similarity)
         total = m if total is None else total + m
         print(json.dumps({"run": str(run), args.split: evaluate.metrics(m, split.owner)}))
-        if similarity == "cosine":
-            with torch.inference_mode():
-                stacked_im.append(proj.fc(split.images))
-                stacked_cap.append(encode_texts(text, split.ids, split.lengths))
     runs = [str(r) for r, _, _ in models]
     print(json.dumps({"ensemble": runs, args.split: evaluate.metrics(total / len(models), split.owner)}))
-    if stacked_im:
-        im = l2norm(torch.cat(stacked_im, dim=1))
-        cap = torch.cat(stacked_cap, dim=1) / len(models) ** 0.5
-        print(json.dumps({"stacked": runs, args.split: evaluate.metrics((im @ cap.t()).numpy(), split.owner)}))
+    if similarity == "cosine":
+        proj, text = stack([p for p, _ in built], [t for _, t in built])
+        print(json.dumps({"stacked": runs, args.split: evaluate_split(proj, text, split, "cosine")}))
 
 
 def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mode: str | None = None) -> dict:
@@ -477,8 +508,9 @@ def main(argv=None):
                    help="recompute the bundle's test metrics from the images through the bundle's own graph")
     p.set_defaults(fn=cmd_train)
 
-    p = sub.add_parser("export", help="write the bundle of a finished training run (no training)")
-    p.add_argument("run_dir")
+    p = sub.add_parser("export", help="write the bundle of a finished training run (no training); several runs "
+                                      "make one stacked bundle")
+    p.add_argument("run_dirs", nargs="+", metavar="run_dir")
     p.add_argument("--bundle-out", required=True)
     p.add_argument("--reference-eval", action="store_true",
                    help="recompute the bundle's test metrics from the images through the bundle's own graph")

@@ -11,10 +11,10 @@ import torch
 
 from . import bundle as bundle_mod
 from . import fne
-from .model import TextEncoder
+from .model import StackedText, TextEncoder
 
 
-def export_text(text: TextEncoder, path: str | Path) -> None:
+def export_text(text: TextEncoder | StackedText, path: str | Path) -> None:
     """ids [N,T] int64 + lengths [N] int64 -> embedding [N, joint_dim], dynamic N and T.
 
     The TorchScript exporter is used: it turns nn.GRU into one ONNX GRU node, which the dynamo exporter of
@@ -32,13 +32,13 @@ def export_text(text: TextEncoder, path: str | Path) -> None:
     model = onnx.load(str(path))
     dim = model.graph.output[0].type.tensor_type.shape.dim[1]
     dim.ClearField("dim_param")
-    dim.dim_value = text.gru.hidden_size
+    dim.dim_value = text.joint_dim
     onnx.save(model, str(path))
 
 
 def write(directory: str | Path, *, name: str, vision: dict, vision_onnx: str | Path, fne_mean, fne_std,
-          projection: np.ndarray, text: TextEncoder, tok, max_tokens: int, similarity: str, use_abs: bool,
-          training: dict, projection_dtype=np.float16) -> dict:
+          projection: np.ndarray, text: TextEncoder | StackedText, tok, max_tokens: int, similarity: str,
+          use_abs: bool, training: dict, projection_dtype=np.float16) -> dict:
     """Write every file and bundle.json; `vision` is the manifest's vision section (taps, colour order...)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,8 @@
 """The joint-space model: a GRU caption encoder and a bias-free linear projection of the FNE code."""
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -22,6 +24,10 @@ class TextEncoder(nn.Module):
         # the state dict and the exported graph are the same with or without it.
         self.word_dropout = nn.Dropout(word_dropout)
         nn.init.uniform_(self.embed.weight, -0.1, 0.1)
+
+    @property
+    def joint_dim(self) -> int:
+        return self.gru.hidden_size
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         x = self.word_dropout(self.embed(ids))
@@ -52,3 +58,32 @@ class ImageProjection(nn.Module):
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         v = l2norm(self.fc(codes))
         return v.abs() if self.use_abs else v
+
+
+class StackedText(nn.Module):
+    """K caption encoders side by side: each member's unit vector over sqrt(K), so the whole is a unit vector
+    whose dot product with a member-wise stack of image vectors is the mean of the members' cosines."""
+
+    def __init__(self, members: list[TextEncoder]):
+        super().__init__()
+        if any(m.use_abs for m in members):
+            raise ValueError("stacking is for cosine members (order embeddings do not add up this way)")
+        self.members = nn.ModuleList(members)
+
+    @property
+    def joint_dim(self) -> int:
+        return sum(m.joint_dim for m in self.members)
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return torch.cat([m(ids, lengths) for m in self.members], dim=1) / math.sqrt(len(self.members))
+
+
+def stack(projs: list[ImageProjection], texts: list[TextEncoder]) -> tuple[ImageProjection, StackedText]:
+    """One bundle-shaped model of K cosine models: W is the members' W one above the other (so the image
+    vector is normalised as a whole, as the server does; it is the members' mean cosine only where their
+    |W . code| agree) and the text vector is `StackedText`'s."""
+    w = torch.cat([p.fc.weight.detach() for p in projs], dim=0)
+    proj = ImageProjection(w.shape[1], w.shape[0])
+    with torch.no_grad():
+        proj.fc.weight.copy_(w)
+    return proj.eval(), StackedText(texts).eval()

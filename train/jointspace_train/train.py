@@ -96,7 +96,7 @@ def device_of(module: torch.nn.Module) -> torch.device:
 def encode_texts(text: TextEncoder, ids: np.ndarray, lengths: np.ndarray, batch: int = 256) -> torch.Tensor:
     """Caption vectors (on the CPU), batched by similar length to waste little on padding."""
     order = np.argsort(lengths, kind="stable")
-    out = torch.empty(len(lengths), text.gru.hidden_size)
+    out = torch.empty(len(lengths), text.joint_dim)
     dev = device_of(text)
     with torch.inference_mode():
         for k in range(0, len(order), batch):

@@ -163,3 +163,29 @@ def test_ort_threads_reach_the_feature_sessions(tmp_path, monkeypatch):
     main(["--cache", str(tmp_path / "cache"), "features", "--weights", str(tmp_path / "vgg.pth"), "--data",
           str(data), "--ort-threads", "1"])
     assert made == [1]
+
+
+def test_several_runs_export_one_stacked_bundle_that_scores_as_measured(tmp_path, capsys):
+    data = tmp_path / "flickr"
+    tiny_dataset(data)
+    torchvision_state_dict(tmp_path / "vgg.pth")
+    common = ["--cache", str(tmp_path / "cache")]
+    weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data)]
+    runs = [str(tmp_path / f"run{seed}") for seed in (0, 1)]
+    for seed, run in enumerate(runs):
+        main(common + ["train"] + weights + ["--loss", "SH", "--joint-dim", "8", "--word-dim", "4", "--batch-size",
+                                             "4", "--epochs", "2", "--threads", "1", "--seed", str(seed),
+                                             "--run-dir", run])
+    capsys.readouterr()
+    main(common + ["ensemble", "--split", "test"] + weights + runs)
+    stacked = json.loads(capsys.readouterr().out.splitlines()[-1])
+    out = tmp_path / "bundle"
+    main(common + ["export"] + runs + ["--bundle-out", str(out), "--data", str(data)])
+    m = bundle.read(out).manifest
+    assert m["projection"]["joint_dim"] == 16 and bundle.read(out).projection.shape == (16, m["fne"]["dim"])
+    assert [x["run"] for x in m["training"]["members"]] == ["run0", "run1"]
+    assert m["training"]["test_metrics"] == stacked["test"]
+    # through the bundle's own graphs, from the photos: the server's path scores what the trainer measured
+    assert reference_eval(out, data, "test") == stacked["test"]
+    with pytest.raises(SystemExit, match="not a finished run"):
+        main(common + ["export", runs[0], str(tmp_path / "nothing"), "--bundle-out", str(tmp_path / "b2")])
