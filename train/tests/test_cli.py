@@ -85,18 +85,23 @@ def test_crop_augmentation_needs_ten_crops(tmp_path):
         main(["--cache", str(tmp_path), "train", "--crop-augment", "--run-dir", str(tmp_path / "run")])
 
 
-def test_ensemble_measures_each_run_and_their_mean_similarity(tmp_path, capsys):
+def two_seeds(tmp_path):
+    """The tiny dataset and two finished SH runs on it (seeds 0 and 1): (data, common args, weight args, runs)."""
     data = tmp_path / "flickr"
     tiny_dataset(data)
     torchvision_state_dict(tmp_path / "vgg.pth")
     common = ["--cache", str(tmp_path / "cache")]
     weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data)]
-    runs = []
-    for seed in ("0", "1"):
-        runs.append(str(tmp_path / f"run{seed}"))
+    runs = [str(tmp_path / f"run{seed}") for seed in (0, 1)]
+    for seed, run in enumerate(runs):
         main(common + ["train"] + weights + ["--loss", "SH", "--joint-dim", "8", "--word-dim", "4", "--batch-size",
-                                             "4", "--epochs", "2", "--threads", "1", "--seed", seed,
-                                             "--run-dir", runs[-1]])
+                                             "4", "--epochs", "2", "--threads", "1", "--seed", str(seed),
+                                             "--run-dir", run])
+    return data, common, weights, runs
+
+
+def test_ensemble_measures_each_run_and_their_mean_similarity(tmp_path, capsys):
+    data, common, weights, runs = two_seeds(tmp_path)
     capsys.readouterr()
     main(common + ["ensemble"] + weights + runs + [runs[0]])
     *members, ens, stacked = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -166,16 +171,7 @@ def test_ort_threads_reach_the_feature_sessions(tmp_path, monkeypatch):
 
 
 def test_several_runs_export_one_stacked_bundle_that_scores_as_measured(tmp_path, capsys):
-    data = tmp_path / "flickr"
-    tiny_dataset(data)
-    torchvision_state_dict(tmp_path / "vgg.pth")
-    common = ["--cache", str(tmp_path / "cache")]
-    weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data)]
-    runs = [str(tmp_path / f"run{seed}") for seed in (0, 1)]
-    for seed, run in enumerate(runs):
-        main(common + ["train"] + weights + ["--loss", "SH", "--joint-dim", "8", "--word-dim", "4", "--batch-size",
-                                             "4", "--epochs", "2", "--threads", "1", "--seed", str(seed),
-                                             "--run-dir", run])
+    data, common, weights, runs = two_seeds(tmp_path)
     capsys.readouterr()
     main(common + ["ensemble", "--split", "test"] + weights + runs)
     stacked = json.loads(capsys.readouterr().out.splitlines()[-1])
