@@ -41,13 +41,26 @@ def _quantize(m: np.ndarray, block: int):
     return q.astype(np.uint8), scale.reshape(-1).astype(np.float32)
 
 
-def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    """The exported text graph with its GRU node rewritten; returns the model and the block size."""
+def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[int]]:
+    """The exported text graph with each GRU node rewritten (one, or one per member of a stacked model);
+    returns the model and each GRU's block size."""
     graph = model.graph
-    grus = [n for n in graph.node if n.op_type == "GRU"]
-    if len(grus) != 1:
-        raise ValueError(f"expected one GRU node, found {len(grus)}")
-    gru = grus[0]
+    blocks = []
+    # One at a time, found afresh: rewriting one re-lays the node list. The first GRU's names are the ones
+    # a single-GRU graph always had.
+    while gru := next((n for n in graph.node if n.op_type == "GRU"), None):
+        blocks.append(_int8_gru(graph, gru, "q_" if not blocks else f"q{len(blocks)}_"))
+    if not blocks:
+        raise ValueError("no GRU node in the text graph")
+    _half_word_tables(graph)
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(h.make_opsetid("com.microsoft", 1))
+    onnx.checker.check_model(model)
+    return model, blocks
+
+
+def _int8_gru(graph: onnx.GraphProto, gru: onnx.NodeProto, p: str) -> int:
+    """Replaces one GRU node by the int8 Loop, its additions named with prefix `p`; returns its block size."""
     attrs = {a.name: h.get_attribute_value(a) for a in gru.attribute}
     if attrs.get("linear_before_reset") != 1 or attrs.get("direction", b"forward") not in (b"forward", "forward"):
         raise ValueError(f"only a forward GRU with linear_before_reset=1 (PyTorch's) is handled: {attrs}")
@@ -63,7 +76,6 @@ def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         raise ValueError(f"hidden size {hidden} is not a multiple of 16")
     codes, scales = _quantize(R, block)
     wcodes, wscales = _quantize(W, 32)
-    p = "q_"  # names of everything added here
     graph.initializer.extend([
         nh.from_array(wcodes, p + "Wq"), nh.from_array(wscales, p + "Ws"), nh.from_array(B[:3 * hidden], p + "Wb"),
         nh.from_array(codes, p + "Rq"), nh.from_array(scales, p + "Rs"), nh.from_array(B[3 * hidden:], p + "Rb"),
@@ -86,7 +98,7 @@ def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         h.make_node("Add", [p + "n", p + "zd"], [p + "hn"]),
         h.make_node("Identity", [p + "hn"], [p + "scan"]),
         h.make_node("Identity", [p + "cond"], [p + "cond_out"]),
-    ], "gru_step",
+    ], "gru_step" if p == "q_" else p + "gru_step",
         [h.make_tensor_value_info(p + "i", TP.INT64, []), h.make_tensor_value_info(p + "cond", TP.BOOL, []),
          h.make_tensor_value_info(p + "h", TP.FLOAT, ["N", hidden])],
         [h.make_tensor_value_info(p + "cond_out", TP.BOOL, []), h.make_tensor_value_info(p + "hn", TP.FLOAT, ["N", hidden]),
@@ -106,34 +118,30 @@ def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         nodes.append(h.make_node("Unsqueeze", [p + "all", p + "one"], [y]))  # GRU's Y: [T, 1, N, H]
     if y_h:
         nodes.append(h.make_node("Unsqueeze", [p + "hlast", p + "zero"], [y_h]))
-    at = list(graph.node).index(gru)
-    kept = [n for n in graph.node if n is not gru]
+    kept = list(graph.node)
+    at = kept.index(gru)
+    del kept[at]
     del graph.node[:]
     graph.node.extend(kept[:at] + nodes + kept[at:])
     for name in (w, r, b):
         if not any(name in n.input for n in graph.node):
             graph.initializer.remove(next(i for i in graph.initializer if i.name == name))
-    _half_word_table(graph)
-    if not any(o.domain == "com.microsoft" for o in model.opset_import):
-        model.opset_import.append(h.make_opsetid("com.microsoft", 1))
-    onnx.checker.check_model(model)
-    return model, block
+    return block
 
 
-def _half_word_table(graph: onnx.GraphProto) -> None:
-    """Stores the embedding table (the float initializer a Gather reads ids from) as float16."""
+def _half_word_tables(graph: onnx.GraphProto) -> None:
+    """Stores each embedding table (a float initializer a Gather reads ids from) as float16."""
     tables = {i.name: i for i in graph.initializer if i.data_type == TP.FLOAT and len(i.dims) == 2}
     gathers = [n for n in graph.node if n.op_type == "Gather" and n.input[0] in tables]
-    if len(gathers) != 1:
-        raise ValueError(f"expected one Gather from a word table, found {len(gathers)}")
-    gather = gathers[0]
-    table = tables[gather.input[0]]
-    half = nh.from_array(nh.to_array(table).astype(np.float16), table.name)
-    table.CopyFrom(half)
-    rows = gather.output[0]
-    gather.output[0] = "q_rows16"
-    at = list(graph.node).index(gather) + 1
-    graph.node.insert(at, h.make_node("Cast", ["q_rows16"], [rows], to=TP.FLOAT))
+    if not gathers:
+        raise ValueError("no Gather from a word table in the text graph")
+    for k, gather in enumerate(gathers):
+        table = tables[gather.input[0]]
+        table.CopyFrom(nh.from_array(nh.to_array(table).astype(np.float16), table.name))
+        rows, half = gather.output[0], "q_rows16" if k == 0 else f"q{k}_rows16"
+        gather.output[0] = half
+        at = list(graph.node).index(gather) + 1
+        graph.node.insert(at, h.make_node("Cast", [half], [rows], to=TP.FLOAT))
 
 
 def quantize_bundle(directory: str | Path) -> str:
@@ -144,9 +152,11 @@ def quantize_bundle(directory: str | Path) -> str:
     model = onnx.load(str(path))
     if any(n.op_type == "Loop" for n in model.graph.node):
         raise ValueError(f"{path} is already quantized")
-    model, block = int8_text_graph(model)
+    model, blocks = int8_text_graph(model)
     onnx.save(model, str(path))
-    note = NOTE.format(block=block)
+    note = NOTE.format(block="/".join(map(str, sorted(set(blocks)))))
+    if len(blocks) > 1:
+        note = f"{len(blocks)} stacked GRUs, each: {note}"
     manifest.setdefault("training", {})["text_graph"] = note
     bundle_mod.finish(directory, {k: v for k, v in manifest.items() if k != "files"})
     return note

@@ -86,7 +86,8 @@ def test_crop_augmentation_needs_ten_crops(tmp_path):
 
 
 def two_seeds(tmp_path):
-    """The tiny dataset and two finished SH runs on it (seeds 0 and 1): (data, common args, weight args, runs)."""
+    """The tiny dataset and two finished SH runs on it (seeds 0 and 1; 16-d, the smallest joint space
+    quantize-text takes): (data, common args, weight args, runs)."""
     data = tmp_path / "flickr"
     tiny_dataset(data)
     torchvision_state_dict(tmp_path / "vgg.pth")
@@ -94,7 +95,7 @@ def two_seeds(tmp_path):
     weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data)]
     runs = [str(tmp_path / f"run{seed}") for seed in (0, 1)]
     for seed, run in enumerate(runs):
-        main(common + ["train"] + weights + ["--loss", "SH", "--joint-dim", "8", "--word-dim", "4", "--batch-size",
+        main(common + ["train"] + weights + ["--loss", "SH", "--joint-dim", "16", "--word-dim", "4", "--batch-size",
                                              "4", "--epochs", "2", "--threads", "1", "--seed", str(seed),
                                              "--run-dir", run])
     return data, common, weights, runs
@@ -178,10 +179,13 @@ def test_several_runs_export_one_stacked_bundle_that_scores_as_measured(tmp_path
     out = tmp_path / "bundle"
     main(common + ["export"] + runs + ["--bundle-out", str(out), "--data", str(data)])
     m = bundle.read(out).manifest
-    assert m["projection"]["joint_dim"] == 16 and bundle.read(out).projection.shape == (16, m["fne"]["dim"])
+    assert m["projection"]["joint_dim"] == 32 and bundle.read(out).projection.shape == (32, m["fne"]["dim"])
     assert [x["run"] for x in m["training"]["members"]] == ["run0", "run1"]
     assert m["training"]["test_metrics"] == stacked["test"]
     # through the bundle's own graphs, from the photos: the server's path scores what the trainer measured
     assert reference_eval(out, data, "test") == stacked["test"]
     with pytest.raises(SystemExit, match="not a finished run"):
         main(common + ["export", runs[0], str(tmp_path / "nothing"), "--bundle-out", str(tmp_path / "b2")])
+    # both members' GRUs go to int8, and the bundle stays valid
+    main(common + ["quantize-text", str(out)])
+    assert bundle.read(out).manifest["training"]["text_graph"].startswith("2 stacked GRUs, each: int8")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from jointspace_train import bundle, export, quantize
-from jointspace_train.model import TextEncoder
+from jointspace_train.model import StackedText, TextEncoder
 
 
 def _run(path, ids, lengths):
@@ -22,8 +22,8 @@ def test_int8_text_graph_agrees_with_the_float_graph_and_ignores_padding(tmp_pat
     text = TextEncoder(50, 8, 32, use_abs=use_abs).eval()
     f32 = tmp_path / "f32.onnx"
     export.export_text(text, f32)
-    model, block = quantize.int8_text_graph(onnx.load(str(f32)))
-    assert block == 32 and not any(n.op_type == "GRU" for n in model.graph.node)
+    model, blocks = quantize.int8_text_graph(onnx.load(str(f32)))
+    assert blocks == [32] and not any(n.op_type == "GRU" for n in model.graph.node)
     types = {i.name: i.data_type for i in model.graph.initializer}
     assert types["embed.weight"] == onnx.TensorProto.FLOAT16, types
     assert types["q_Wq"] == types["q_Rq"] == onnx.TensorProto.UINT8, types  # word_dim 8: one padded block
@@ -41,6 +41,40 @@ def test_int8_text_graph_agrees_with_the_float_graph_and_ignores_padding(tmp_pat
     # One sentence at a time, unpadded, gives the batch's rows.
     alone = np.concatenate([_run(q8, ids[i:i + 1, :lengths[i]], lengths[i:i + 1]) for i in range(8)])
     np.testing.assert_allclose(alone, b[:8], atol=1e-6)
+
+
+def padded_batch(seed, vocab, n=40, width=13):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, width - 1, n).astype(np.int64)
+    ids = np.zeros((n, width), np.int64)
+    for row, k in zip(ids, lengths):
+        row[:k] = rng.integers(1, vocab, k)
+    return ids, lengths
+
+
+def test_a_stacked_text_graph_has_each_gru_and_word_table_quantized(tmp_path):
+    torch.manual_seed(2)
+    stacked = StackedText([TextEncoder(50, 8, 32).eval(), TextEncoder(50, 8, 16).eval()]).eval()
+    f32 = tmp_path / "f32.onnx"
+    export.export_text(stacked, f32)
+    model, blocks = quantize.int8_text_graph(onnx.load(str(f32)))
+    assert blocks == [32, 16] and not any(n.op_type == "GRU" for n in model.graph.node)
+    assert sum(n.op_type == "Loop" for n in model.graph.node) == 2
+    halves = [i for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT16]
+    assert len(halves) == 2  # both word tables
+    q8 = tmp_path / "int8.onnx"
+    onnx.save(model, str(q8))
+    ids, lengths = padded_batch(3, 50)
+    a, b = _run(f32, ids, lengths), _run(q8, ids, lengths)
+    assert a.shape == (40, 48)
+    np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
+    # each member's part is its own encoder's unit vector over sqrt(2)
+    for part, n in ((slice(0, 32), 32), (slice(32, 48), 16)):
+        cos = (a[:, part] * b[:, part]).sum(1) / np.linalg.norm(a[:, part], axis=1) / np.linalg.norm(b[:, part], axis=1)
+        assert cos.min() > 0.999, (n, cos.min())
+    with torch.no_grad():
+        want = stacked.members[1](torch.from_numpy(ids), torch.from_numpy(lengths)).numpy() / np.sqrt(2)
+    np.testing.assert_allclose(a[:, 32:], want, atol=1e-5)
 
 
 def test_quantize_bundle_rewrites_the_fixture_once_and_keeps_it_valid(repo, tmp_path):
