@@ -27,7 +27,8 @@ from . import bundle as bundle_mod
 
 BITS = 8
 NOTE = ("int8 recurrent matrix (MatMulNBits, 8 bits, block {block}, accuracy_level 4), "
-        "int8 input matrix (block 32), float16 word table")
+        "int8 input matrix (block 32), {table} word table")
+WORD_TABLES = ("float16", "int8")
 
 
 def _quantize(m: np.ndarray, block: int):
@@ -41,9 +42,10 @@ def _quantize(m: np.ndarray, block: int):
     return q.astype(np.uint8), scale.reshape(-1).astype(np.float32)
 
 
-def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[int]]:
-    """The exported text graph with each GRU node rewritten (one, or one per member of a stacked model);
-    returns the model and each GRU's block size."""
+def int8_text_graph(model: onnx.ModelProto, word_table: str = "float16") -> tuple[onnx.ModelProto, list[int]]:
+    """The exported text graph with each GRU node rewritten (one, or one per member of a stacked model) and
+    each word table stored in `word_table` ("float16", or "int8" with a float32 scale per word, which a
+    stacked bundle needs to stay within the committed budget); returns the model and each GRU's block size."""
     graph = model.graph
     blocks = []
     # One at a time, found afresh: rewriting one re-lays the node list. The first GRU's names are the ones
@@ -52,7 +54,7 @@ def int8_text_graph(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[int]]
         blocks.append(_int8_gru(graph, gru, "q_" if not blocks else f"q{len(blocks)}_"))
     if not blocks:
         raise ValueError("no GRU node in the text graph")
-    _half_word_tables(graph)
+    _small_word_tables(graph, word_table)
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(h.make_opsetid("com.microsoft", 1))
     onnx.checker.check_model(model)
@@ -129,22 +131,39 @@ def _int8_gru(graph: onnx.GraphProto, gru: onnx.NodeProto, p: str) -> int:
     return block
 
 
-def _half_word_tables(graph: onnx.GraphProto) -> None:
-    """Stores each embedding table (a float initializer a Gather reads ids from) as float16."""
+def _small_word_tables(graph: onnx.GraphProto, kind: str) -> None:
+    """Stores each embedding table (a float initializer a Gather reads ids from) as float16, or as int8 rows
+    with a float32 scale each; only the sentence's rows are turned back into float32, after the lookup."""
+    if kind not in WORD_TABLES:
+        raise ValueError(f"word table {kind!r}: one of {', '.join(WORD_TABLES)}")
     tables = {i.name: i for i in graph.initializer if i.data_type == TP.FLOAT and len(i.dims) == 2}
     gathers = [n for n in graph.node if n.op_type == "Gather" and n.input[0] in tables]
     if not gathers:
         raise ValueError("no Gather from a word table in the text graph")
     for k, gather in enumerate(gathers):
-        table = tables[gather.input[0]]
-        table.CopyFrom(nh.from_array(nh.to_array(table).astype(np.float16), table.name))
-        rows, half = gather.output[0], "q_rows16" if k == 0 else f"q{k}_rows16"
-        gather.output[0] = half
+        table, p = tables[gather.input[0]], "q_" if k == 0 else f"q{k}_"
+        rows, small = gather.output[0], p + ("rows16" if kind == "float16" else "rows8")
+        gather.output[0] = small
         at = list(graph.node).index(gather) + 1
-        graph.node.insert(at, h.make_node("Cast", [half], [rows], to=TP.FLOAT))
+        t = nh.to_array(table)
+        if kind == "float16":
+            table.CopyFrom(nh.from_array(t.astype(np.float16), table.name))
+            graph.node.insert(at, h.make_node("Cast", [small], [rows], to=TP.FLOAT))
+            continue
+        scale = np.maximum(np.abs(t).max(axis=1), 1e-12) / 127.0
+        table.CopyFrom(nh.from_array(np.clip(np.round(t / scale[:, None]), -127, 127).astype(np.int8), table.name))
+        graph.initializer.append(nh.from_array(scale.astype(np.float32), p + "row_scale"))
+        graph.initializer.append(nh.from_array(np.array([-1], np.int64), p + "last_axis"))
+        for j, node in enumerate([
+            h.make_node("Cast", [small], [p + "rows8f"], to=TP.FLOAT),
+            h.make_node("Gather", [p + "row_scale", gather.input[1]], [p + "scales"], axis=0),
+            h.make_node("Unsqueeze", [p + "scales", p + "last_axis"], [p + "scales1"]),
+            h.make_node("Mul", [p + "rows8f", p + "scales1"], [rows]),
+        ]):
+            graph.node.insert(at + j, node)
 
 
-def quantize_bundle(directory: str | Path) -> str:
+def quantize_bundle(directory: str | Path, word_table: str = "float16") -> str:
     """Rewrites a bundle's text graph in place and its manifest's checksums; returns what was done."""
     directory = Path(directory)
     manifest = json.loads((directory / "bundle.json").read_text())
@@ -152,9 +171,9 @@ def quantize_bundle(directory: str | Path) -> str:
     model = onnx.load(str(path))
     if any(n.op_type == "Loop" for n in model.graph.node):
         raise ValueError(f"{path} is already quantized")
-    model, blocks = int8_text_graph(model)
+    model, blocks = int8_text_graph(model, word_table)
     onnx.save(model, str(path))
-    note = NOTE.format(block="/".join(map(str, sorted(set(blocks)))))
+    note = NOTE.format(block="/".join(map(str, sorted(set(blocks)))), table=word_table)
     if len(blocks) > 1:
         note = f"{len(blocks)} stacked GRUs, each: {note}"
     manifest.setdefault("training", {})["text_graph"] = note

@@ -186,6 +186,7 @@ def test_several_runs_export_one_stacked_bundle_that_scores_as_measured(tmp_path
     assert reference_eval(out, data, "test") == stacked["test"]
     with pytest.raises(SystemExit, match="not a finished run"):
         main(common + ["export", runs[0], str(tmp_path / "nothing"), "--bundle-out", str(tmp_path / "b2")])
-    # both members' GRUs go to int8, and the bundle stays valid
-    main(common + ["quantize-text", str(out)])
-    assert bundle.read(out).manifest["training"]["text_graph"].startswith("2 stacked GRUs, each: int8")
+    # both members' GRUs and word tables go to int8, and the bundle stays valid
+    main(common + ["quantize-text", "--word-table", "int8", str(out)])
+    note = bundle.read(out).manifest["training"]["text_graph"]
+    assert note.startswith("2 stacked GRUs, each: int8") and note.endswith("int8 word table")

@@ -16,16 +16,17 @@ def _run(path, ids, lengths):
     return sess.run(["embedding"], {"ids": ids, "lengths": lengths})[0]
 
 
-@pytest.mark.parametrize("use_abs", [False, True])
-def test_int8_text_graph_agrees_with_the_float_graph_and_ignores_padding(tmp_path, use_abs):
+@pytest.mark.parametrize("use_abs,table", [(False, "float16"), (True, "float16"), (False, "int8")])
+def test_int8_text_graph_agrees_with_the_float_graph_and_ignores_padding(tmp_path, use_abs, table):
     torch.manual_seed(0)
     text = TextEncoder(50, 8, 32, use_abs=use_abs).eval()
     f32 = tmp_path / "f32.onnx"
     export.export_text(text, f32)
-    model, blocks = quantize.int8_text_graph(onnx.load(str(f32)))
+    model, blocks = quantize.int8_text_graph(onnx.load(str(f32)), table)
     assert blocks == [32] and not any(n.op_type == "GRU" for n in model.graph.node)
     types = {i.name: i.data_type for i in model.graph.initializer}
-    assert types["embed.weight"] == onnx.TensorProto.FLOAT16, types
+    want = onnx.TensorProto.FLOAT16 if table == "float16" else onnx.TensorProto.INT8
+    assert types["embed.weight"] == want, types
     assert types["q_Wq"] == types["q_Rq"] == onnx.TensorProto.UINT8, types  # word_dim 8: one padded block
     q8 = tmp_path / "int8.onnx"
     onnx.save(model, str(q8))
