@@ -149,7 +149,7 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         raise ValueError("crop augmentation needs the training split's per-crop inputs")
     if s.bf16 and torch.device(device).type == "cpu" and not cpu_bf16_is_fast():
         raise ValueError("this CPU has no fast bfloat16 matrix products (no AVX-512): bf16 autocast would run "
-                         "about 50x slower than float32; train without --bf16 (a run started with it resumes "
+                         "about 58x slower than float32; train without --bf16 (a run started with it resumes "
                          "only on a CPU that has them, or on a GPU)")
     torch.manual_seed(s.seed)
     torch.set_num_threads(s.threads)
@@ -188,8 +188,6 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         # On the CPU first: the RNG states must stay there, and load_state_dict moves the rest.
         ck = torch.load(checkpoint, weights_only=False, map_location="cpu")
         proj.load_state_dict(ck["proj"]), text.load_state_dict(ck["text"]), opt.load_state_dict(ck["opt"])
-        if avg:
-            avg[0].load_state_dict(ck["avg"][0]), avg[1].load_state_dict(ck["avg"][1])
         rng.bit_generator.state, st = ck["rng"], ck["state"]
         if "crop_rng" in ck:  # checkpoints from before crop augmentation lack it
             crop_rng.bit_generator.state = ck["crop_rng"]
@@ -199,17 +197,20 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         log(f"resuming after epoch {st['epoch']} from {checkpoint}")
         # Only the epoch cap may change on resume (a run that hit its cap still improving goes on; the run is
         # then the same as one started with the higher cap). Anything else would be a different run.
-        was, now = st["result"]["settings"], asdict(s)
-        changed = sorted(k for k in was.keys() & now.keys() if k != "epochs" and was[k] != now[k])
+        # A setting newer than the checkpoint was at its default there.
+        was, now = {**asdict(Settings()), **st["result"]["settings"]}, asdict(s)
+        changed = sorted(k for k in now if k != "epochs" and was[k] != now[k])
         # Checkpoints from before the features were recorded have none to compare.
         was_f, now_f = st["result"].get("features") or {}, features or {}
         changed += sorted(k for k in was_f.keys() & now_f.keys() if was_f[k] != now_f[k])
         if changed:
             raise ValueError(f"{checkpoint} was trained with other settings ({', '.join(changed)}); "
                              "use a new --run-dir")
+        if avg:  # after the check: a run without the average has none to load
+            avg[0].load_state_dict(ck["avg"][0]), avg[1].load_state_dict(ck["avg"][1])
         if was["epochs"] != s.epochs:
             log(f"epoch cap {was['epochs']} -> {s.epochs}")
-            was["epochs"] = s.epochs
+            st["result"]["settings"]["epochs"] = s.epochs
     result = Result(**st["result"])
     t0 = time.time() - st["seconds"]
     n = train_split.images.shape[0]

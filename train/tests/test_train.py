@@ -93,6 +93,21 @@ def test_a_checkpoint_does_not_resume_under_other_settings(tmp_path):
               checkpoint=ck)
 
 
+def test_a_checkpoint_from_before_a_setting_existed_counts_it_at_its_default(tmp_path):
+    enc_tr, enc_dv, vocab = toy(32, 8, 2)
+    base = dict(loss="SH", joint_dim=8, word_dim=4, batch_size=8, threads=1, lr=5e-3)
+    ck = tmp_path / "checkpoint.pt"
+    train(Settings(epochs=1, **base), enc_tr, enc_dv, vocab, log=lambda m: None, checkpoint=ck)
+    state = torch.load(ck, weights_only=False)
+    del state["state"]["result"]["settings"]["ema"]  # as written before --ema existed
+    torch.save(state, ck)
+    with pytest.raises(ValueError, match=r"other settings \(ema\)"):
+        train(Settings(epochs=2, ema=0.9, **base), enc_tr, enc_dv, vocab, log=lambda m: None, checkpoint=ck)
+    said = []
+    train(Settings(epochs=2, **base), enc_tr, enc_dv, vocab, log=said.append, checkpoint=ck)
+    assert said[0].startswith("resuming after epoch 1")
+
+
 def test_a_checkpoint_does_not_resume_on_other_features(tmp_path):
     enc_tr, enc_dv, vocab = toy(32, 8, 2)
     s = dict(loss="SH", joint_dim=8, word_dim=4, batch_size=8, threads=1, lr=5e-3)
