@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from . import bundle as bundle_mod
-from . import data, evaluate, features, fne, images, vision
+from . import data, evaluate, features, fne, images, quantize, vision
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "flickr8k"
 
@@ -192,11 +192,11 @@ def cmd_train(args):
         d, f = from_pack(args.pack, settings.min_count)
         for k in PACK_FEATURES:
             setattr(args, k, f[k])
-    elif args.crop_augment and images.N_CROPS[args.crop] == 1:
-        sys.exit("--crop-augment draws one of each image's crops: it needs --crop ten")
-    settings.image_input = args.input
-    if not args.pack:
+    else:
+        if args.crop_augment and images.N_CROPS[args.crop] == 1:
+            sys.exit("--crop-augment draws one of each image's crops: it needs --crop ten")
         d = prepare(args, settings.min_count, settings.crop_augment)
+    settings.image_input = args.input
     enc = {s: Encoded(d.inputs[s], d.splits[s].captions, d.tok, settings.max_tokens,
                       crops=d.train_crops if s == "train" else None) for s in d.splits}
     run = Path(args.run_dir)
@@ -335,8 +335,8 @@ def run_model(run: Path):
     import torch
 
     if (run / "model.pt").exists() and (run / "result.json").exists():
-        state = torch.load(run / "model.pt", weights_only=True)
-        return (state["proj"], state["text"]), json.loads((run / "result.json").read_text())["settings"]
+        result, state = finished_run(run)
+        return (state["proj"], state["text"]), result.settings
     if not (run / "checkpoint.pt").exists():
         sys.exit(f"{run}: neither a finished run (model.pt) nor one in progress (checkpoint.pt)")
     st = torch.load(run / "checkpoint.pt", weights_only=False)["state"]
@@ -427,8 +427,6 @@ def cmd_fixture(args):
 
 
 def cmd_quantize_text(args):
-    from . import quantize
-
     note = quantize.quantize_bundle(args.bundle, args.word_table)
     print(f"{args.bundle}: text graph rewritten ({note}); bundle.json checksums updated")
 
@@ -469,6 +467,9 @@ def main(argv=None):
         p.add_argument("--ort-threads", type=int, default=0,
                        help="ONNX Runtime threads for feature extraction (0: one per core)")
 
+    def tap_point_arg(p):
+        p.add_argument("--tap-point", default="post_relu", choices=("pre_relu", "post_relu"))
+
     def data_args(p):
         weights_args(p)
         extraction_args(p)
@@ -480,7 +481,7 @@ def main(argv=None):
 
     p = sub.add_parser("train", help="train one pipeline; optionally write a bundle")
     data_args(p)
-    p.add_argument("--tap-point", default="post_relu", choices=("pre_relu", "post_relu"))
+    tap_point_arg(p)
     p.add_argument("--input", default="fne", choices=("fne", "l2-last"),
                    help="FNE codes, or the single-layer baseline (L2-normalised last-layer means)")
     p.add_argument("--loss", default="MH", choices=("SH", "MH", "SOE", "MOE", "PH", "POE"))
@@ -527,14 +528,14 @@ def main(argv=None):
 
     p = sub.add_parser("ensemble", help="metrics of runs and of their mean similarity, on dev or test")
     data_args(p)
-    p.add_argument("--tap-point", default="post_relu", choices=("pre_relu", "post_relu"))
+    tap_point_arg(p)
     p.add_argument("--split", default="dev", choices=("dev", "test"))
     p.add_argument("runs", nargs="+", help="run dirs (finished, or in progress: their best model so far)")
     p.set_defaults(fn=cmd_ensemble)
 
     p = sub.add_parser("pack", help="every split's FNE codes and captions in a few MB, to train elsewhere")
     data_args(p)
-    p.add_argument("--tap-point", default="post_relu", choices=("pre_relu", "post_relu"))
+    tap_point_arg(p)
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_pack)
 
@@ -549,7 +550,7 @@ def main(argv=None):
 
     p = sub.add_parser("quantize-text", help="rewrite a bundle's text graph with an int8 recurrent matrix "
                                              "(about 2.5x faster per sentence on a CPU)")
-    p.add_argument("--word-table", default="float16", choices=("float16", "int8"),
+    p.add_argument("--word-table", default="float16", choices=quantize.WORD_TABLES,
                    help="how to store the word table(s): int8 (a scale per word) halves them again, which a "
                         "stacked bundle needs to stay within the committed budget")
     p.add_argument("bundle")
