@@ -217,7 +217,8 @@ def cmd_train(args):
              "init_from": args.init_from and Path(args.init_from).name}
     try:
         proj, text, result = train(settings, enc["train"], enc["dev"], d.tok.get_vocab_size(), log=say, init=init,
-                                   checkpoint=run / "checkpoint.pt", features=feats, device=args.device)
+                                   checkpoint=run / "checkpoint.pt", features=feats, device=args.device,
+                                   raw_eval=not args.no_raw_eval)
     except ValueError as e:  # a refused run (settings, features, bf16 on this CPU): say why, no traceback
         sys.exit(f"{run}: {e}")
     s = settings.resolved()
@@ -492,6 +493,9 @@ def main(argv=None):
     p.add_argument("--ema", type=float, help="keep, evaluate and export an exponential moving average of the "
                                              "weights with this decay per update, e.g. 0.997 (the raw weights "
                                              "are evaluated beside it)")
+    p.add_argument("--no-raw-eval", action="store_true",
+                   help="with --ema: do not also evaluate the raw weights every epoch (saves a dev evaluation "
+                        "per epoch; not a setting: it changes nothing the run keeps)")
     p.add_argument("--bf16", action="store_true", default=None,
                    help="bfloat16 autocast for training steps (evaluation and export stay float32)")
     p.add_argument("--crop-augment", action="store_true", default=None,

@@ -137,13 +137,16 @@ def cpu_bf16_is_fast() -> bool:
 
 
 def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_size: int, log=print,
-          init: dict | None = None, checkpoint=None, features: dict | None = None, device: str = "cpu"):
+          init: dict | None = None, checkpoint=None, features: dict | None = None, device: str = "cpu",
+          raw_eval: bool = True):
     """`init` ({"proj": state, "text": state}) starts from a trained model; for a curriculum pipeline it is
     the best sum-loss model, so training goes straight to the max-loss phase. With `checkpoint` (a path),
     the whole training state is saved after every epoch and an interrupted run resumes from it. `features`
     (what the inputs were made from: crop mode, tap point, ...) is recorded, and a checkpoint made from other
     features is refused like one made with other settings. `device` ("cuda" on a GPU machine) is where the
-    steps and the dev evaluations run; the models come back on the CPU either way."""
+    steps and the dev evaluations run; the models come back on the CPU either way. With `raw_eval` off, a run
+    with a moving average does not also evaluate its raw weights (a sixth of a CPU epoch; it changes nothing
+    the run keeps)."""
     s = settings.resolved()
     if s.crop_augment and train_split.crops is None:
         raise ValueError("crop augmentation needs the training split's per-crop inputs")
@@ -249,13 +252,15 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         t_eval = time.time()
         kept = avg or (proj, text)
         dev = evaluate_split(*kept, dev_split, similarity)
-        raw = {f"raw_{k}": v for k, v in evaluate_split(proj, text, dev_split, similarity).items()} if avg else {}
+        raw = {}
+        if avg and raw_eval:
+            raw = {f"raw_{k}": v for k, v in evaluate_split(proj, text, dev_split, similarity).items()}
         phase = "max" if st["phase_hardest"] else "sum"
         result.history.append({"epoch": epoch, "loss": round(total, 3), "phase": phase,
                                "lr": opt.param_groups[0]["lr"], **dev, **raw})
         log(f"epoch {epoch:3d} {phase} loss {total:9.2f} dev rsum {dev['rsum']:6.2f} "
             f"i2t R@1 {dev['i2t_r1']:5.1f} t2i R@1 {dev['t2i_r1']:5.1f}"
-            + (f" (raw weights: rsum {raw['raw_rsum']:6.2f})" if avg else "")
+            + (f" (raw weights: rsum {raw['raw_rsum']:6.2f})" if raw else "")
             + f" ({time.time() - t0:.0f}s; epoch {t_eval - t_epoch:.0f}s + dev {time.time() - t_eval:.0f}s)")
         if dev["rsum"] > st["best_rsum"]:
             st["best_rsum"] = dev["rsum"]

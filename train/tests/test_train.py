@@ -200,6 +200,16 @@ def test_the_average_is_what_is_kept_and_the_raw_trajectory_is_unchanged():
     assert [h["rsum"] for h in averaged.history] != [h["raw_rsum"] for h in averaged.history]
 
 
+def test_without_raw_eval_the_run_keeps_the_same_models():
+    enc_tr, enc_dv, vocab = toy(32, 8, 6)
+    base = dict(loss="PH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, epochs=6, patience=1, threads=1, ema=0.9)
+    both = train(Settings(**base), enc_tr, enc_dv, vocab, log=lambda m: None)[2]
+    kept = train(Settings(**base), enc_tr, enc_dv, vocab, log=lambda m: None, raw_eval=False)[2]
+    assert all("raw_rsum" in h for h in both.history) and not any("raw_rsum" in h for h in kept.history)
+    strip = [{k: v for k, v in h.items() if not k.startswith("raw_")} for h in both.history]
+    assert strip == kept.history and (kept.best_epoch, kept.dev) == (both.best_epoch, both.dev)
+
+
 def test_bf16_is_refused_on_a_cpu_without_fast_bf16(monkeypatch):
     import jointspace_train.train as tr
 
