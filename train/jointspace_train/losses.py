@@ -2,6 +2,8 @@
 
 SH sums the hinges over all negatives (Kiros et al.); MH keeps only the hardest negative per anchor
 (VSE++, Faghri et al.). The order variants use Vendrov et al.'s S(c, i) = -||max(0, c - i)||^2.
+CE is not in the paper: the symmetric cross-entropy of the batch's cosines over a temperature (InfoNCE,
+as CLIP trains), which weighs every negative by how close it comes instead of cutting at a margin.
 """
 from __future__ import annotations
 
@@ -47,6 +49,19 @@ def contrastive(s: torch.Tensor, margin: float, hardest: bool) -> torch.Tensor:
     return cost_cap.sum() + cost_img.sum()
 
 
+def infonce(s: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Each image's own caption among the batch's, and each caption's own image, as a softmax over s / T
+    (summed over anchors, like the hinge losses)."""
+    logits = s / temperature
+    target = torch.arange(s.shape[0], device=s.device)
+    ce = torch.nn.functional.cross_entropy
+    return ce(logits, target, reduction="sum") + ce(logits.t(), target, reduction="sum")
+
+
+def batch_loss(loss: str, s: torch.Tensor, margin: float, temperature: float, hardest: bool) -> torch.Tensor:
+    return infonce(s, temperature) if loss == "CE" else contrastive(s, margin, hardest)
+
+
 # loss name -> (similarity, hardest negatives?, curriculum?)
 PIPELINES = {
     "SH": ("cosine", False, False),
@@ -55,4 +70,5 @@ PIPELINES = {
     "MOE": ("order", True, False),
     "PH": ("cosine", None, True),
     "POE": ("order", None, True),
+    "CE": ("cosine", False, False),
 }

@@ -21,6 +21,18 @@ def test_perfect_separation_costs_nothing():
     assert losses.contrastive(s, 0.2, hardest=False) == 0
 
 
+def test_infonce_by_hand():
+    s = torch.tensor([[0.5, 0.1], [0.3, 0.2]])
+    t = 0.1
+    e = torch.exp(s / t)
+    rows = -torch.log(e[0, 0] / e[0].sum()) - torch.log(e[1, 1] / e[1].sum())
+    cols = -torch.log(e[0, 0] / e[:, 0].sum()) - torch.log(e[1, 1] / e[:, 1].sum())
+    assert torch.isclose(losses.infonce(s, t), rows + cols)
+    assert torch.isclose(losses.batch_loss("CE", s, 0.2, t, hardest=True), rows + cols)
+    # well separated pairs under a sharp temperature cost (almost) nothing
+    assert losses.infonce(torch.eye(3), 0.01) < 1e-6
+
+
 def test_order_similarity_by_hand():
     im = torch.tensor([[0.5, 0.5], [0.0, 1.0]])
     cap = torch.tensor([[0.2, 0.9], [1.0, 0.0]])
