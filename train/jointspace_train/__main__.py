@@ -286,7 +286,8 @@ def models_of(d, states: list, settings: list):
     out = []
     for (proj_state, text_state), s in zip(states, settings):
         proj = ImageProjection(d.inputs["train"].shape[1], s["joint_dim"], s["use_abs"])
-        text = TextEncoder(d.tok.get_vocab_size(), s["word_dim"], s["joint_dim"], s["use_abs"])
+        text = TextEncoder(d.tok.get_vocab_size(), s["word_dim"], s["joint_dim"], s["use_abs"],
+                           layers=s.get("gru_layers", 1))
         proj.load_state_dict(proj_state), text.load_state_dict(text_state)
         out.append((proj.eval(), text.eval()))
     return out
@@ -485,10 +486,11 @@ def main(argv=None):
     tap_point_arg(p)
     p.add_argument("--input", default="fne", choices=("fne", "l2-last"),
                    help="FNE codes, or the single-layer baseline (L2-normalised last-layer means)")
-    p.add_argument("--loss", default="MH", choices=("SH", "MH", "SOE", "MOE", "PH", "POE"))
-    for f in ("joint_dim", "word_dim", "batch_size", "epochs", "patience", "max_tokens", "min_count", "seed", "threads"):
+    p.add_argument("--loss", default="MH", choices=("SH", "MH", "SOE", "MOE", "PH", "POE", "CE"))
+    for f in ("joint_dim", "word_dim", "batch_size", "epochs", "patience", "max_tokens", "min_count", "seed", "threads",
+              "gru_layers"):
         p.add_argument("--" + f.replace("_", "-"), type=int)
-    for f in ("lr", "grad_clip", "margin", "input_dropout", "word_dropout", "weight_decay"):
+    for f in ("lr", "grad_clip", "margin", "temperature", "input_dropout", "word_dropout", "weight_decay"):
         p.add_argument("--" + f.replace("_", "-"), type=float)
     p.add_argument("--ema", type=float, help="keep, evaluate and export an exponential moving average of the "
                                              "weights with this decay per update, e.g. 0.997 (the raw weights "

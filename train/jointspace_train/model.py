@@ -15,10 +15,10 @@ class TextEncoder(nn.Module):
     """ids [N,T] + lengths [N] -> unit vectors [N, joint_dim] (|.| for order embeddings)."""
 
     def __init__(self, vocab_size: int, word_dim: int, joint_dim: int, use_abs: bool = False,
-                 word_dropout: float = 0.0):
+                 word_dropout: float = 0.0, layers: int = 1):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
-        self.gru = nn.GRU(word_dim, joint_dim, batch_first=True)
+        self.gru = nn.GRU(word_dim, joint_dim, num_layers=layers, batch_first=True)
         self.use_abs = use_abs
         # Dropout on the word vectors while training (a regulariser; not in the paper). No parameters, so
         # the state dict and the exported graph are the same with or without it.
@@ -41,7 +41,7 @@ class TextEncoder(nn.Module):
             # Same state, but the GRU skips the padding: training batches are random, so padding to the
             # longest caption would about double the work on CPU.
             packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-            h = self.gru(packed)[1][0]
+            h = self.gru(packed)[1][-1]  # the top layer's
         h = l2norm(h)
         return h.abs() if self.use_abs else h
 

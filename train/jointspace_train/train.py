@@ -33,6 +33,7 @@ class Settings:
     batch_size: int = 128
     grad_clip: float = 2.0
     margin: float | None = None        # 0.2 for cosine, 0.05 for order when not given
+    temperature: float = 0.05          # of the CE loss (the hinge losses have a margin instead)
     use_abs: bool | None = None        # True for order embeddings when not given
     epochs: int = 200
     patience: int = 6
@@ -47,6 +48,7 @@ class Settings:
     weight_decay: float = 0.0          # decoupled (AdamW) decay on the image projection only (a regulariser; not in the paper)
     crop_augment: bool = False         # train on one random crop's input per image per epoch (dev, test: the crops' mean)
     ema: float = 0.0                   # decay of an exponential moving average of the weights, per update (0: off)
+    gru_layers: int = 1                # stacked GRU layers in the caption encoder (the paper: one)
 
     def resolved(self) -> "Settings":
         s = copy.copy(self)
@@ -161,7 +163,7 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
     crop_rng = np.random.default_rng([s.seed, 1])
     similarity, hardest, curriculum = losses.PIPELINES[s.loss]
     proj = ImageProjection(train_split.images.shape[1], s.joint_dim, s.use_abs).to(device)
-    text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs, s.word_dropout).to(device)
+    text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs, s.word_dropout, s.gru_layers).to(device)
     params = list(proj.parameters()) + list(text.parameters())
     # The averaged model: a shadow that training never reads, so the raw trajectory is the same with or without
     # it until a plateau restarts both from the best (averaged) model.
@@ -241,7 +243,7 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
                 cap = text(ids, torch.from_numpy(lengths))
             # The scores and the loss in float32: hinge differences are small next to bf16's resolution.
             s_ = losses.scores(im.float(), cap.float(), similarity)
-            loss = losses.contrastive(s_, s.margin, st["phase_hardest"])
+            loss = losses.batch_loss(s.loss, s_, s.margin, s.temperature, st["phase_hardest"])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, s.grad_clip)

@@ -1,14 +1,17 @@
 import numpy as np
 import onnxruntime as ort
+import pytest
 import torch
 
 from jointspace_train import export, tokenizer
 from jointspace_train.model import TextEncoder
 
 
-def test_text_onnx_matches_torch_and_padding_changes_nothing(tmp_path):
+@pytest.mark.parametrize("layers", [1, 2])
+def test_text_onnx_matches_torch_and_padding_changes_nothing(tmp_path, layers):
+    # Two layers: training reads the top layer's final state, the graph the top layer's output at the last token.
     torch.manual_seed(0)
-    text = TextEncoder(30, 6, 12, use_abs=False).eval()
+    text = TextEncoder(30, 6, 12, use_abs=False, layers=layers).eval()
     path = tmp_path / "text.onnx"
     export.export_text(text, path)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

@@ -39,6 +39,15 @@ def test_training_learns_a_toy_task():
     assert evaluate_split(proj, text, enc_dv, "cosine") == result.dev
 
 
+@pytest.mark.parametrize("knobs", [dict(loss="CE", temperature=0.1), dict(loss="PH", gru_layers=2)])
+def test_other_losses_and_encoders_learn_the_toy_task(knobs):
+    enc_tr, enc_dv, vocab = toy(64, 16, 0)
+    s = Settings(joint_dim=16, word_dim=8, lr=5e-3, batch_size=16, epochs=12, patience=3, threads=1, **knobs)
+    proj, text, result = train(s, enc_tr, enc_dv, vocab, log=lambda m: None)
+    assert text.gru.num_layers == s.gru_layers
+    assert result.dev["t2i_r5"] > 60, result.dev
+
+
 def test_curriculum_from_a_sum_loss_model_starts_in_the_max_phase():
     enc_tr, enc_dv, vocab = toy(32, 8, 1)
     base = dict(joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, patience=2, threads=1)
