@@ -421,6 +421,25 @@ def cmd_report(args):
               f"| {r['seconds'] / 60:.0f} min | `{r['command']}` |")
 
 
+def cmd_split_run(args):
+    from . import transfer
+
+    try:
+        parts = transfer.split_run(args.run, args.out, int(args.part_mib * 2**20))
+    except ValueError as e:
+        sys.exit(str(e))
+    print(f"{args.out}: result.json and {len(parts)} parts, {sum(p.stat().st_size for p in parts) / 2**20:.1f} MiB")
+
+
+def cmd_join_run(args):
+    from . import transfer
+
+    try:
+        print(f"{transfer.join_run(args.parts, args.run_dir)}: written")
+    except ValueError as e:
+        sys.exit(str(e))
+
+
 def cmd_fixture(args):
     from . import fixture
 
@@ -544,6 +563,18 @@ def main(argv=None):
     tap_point_arg(p)
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_pack)
+
+    p = sub.add_parser("split-run", help="a finished run's weights (float16, int8 word table) and result.json "
+                                         "in parts of a few MiB, to bring back over a capped channel")
+    p.add_argument("run")
+    p.add_argument("--out", required=True)
+    p.add_argument("--part-mib", type=float, default=15.0)
+    p.set_defaults(fn=cmd_split_run)
+
+    p = sub.add_parser("join-run", help="rebuild a run dir (model.pt, result.json) from split-run's parts")
+    p.add_argument("parts")
+    p.add_argument("--run-dir", required=True)
+    p.set_defaults(fn=cmd_join_run)
 
     p = sub.add_parser("fixture", help="write the tiny random fixture bundle and its parity expectations")
     p.add_argument("--out", default="models/fixture-tiny")
