@@ -131,6 +131,12 @@ def _int8_gru(graph: onnx.GraphProto, gru: onnx.NodeProto, p: str) -> int:
     return block
 
 
+def int8_rows(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A word table's int8 form: per row, scale = max|row| / 127 (float32) and the row rounded to int8 steps."""
+    scale = (np.maximum(np.abs(t).max(axis=1), 1e-12) / 127.0).astype(np.float32)
+    return np.clip(np.round(t / scale[:, None]), -127, 127).astype(np.int8), scale
+
+
 def _small_word_tables(graph: onnx.GraphProto, kind: str) -> None:
     """Stores each embedding table (a float initializer a Gather reads ids from) as float16, or as int8 rows
     with a float32 scale each; only the sentence's rows are turned back into float32, after the lookup."""
@@ -150,9 +156,9 @@ def _small_word_tables(graph: onnx.GraphProto, kind: str) -> None:
             table.CopyFrom(nh.from_array(t.astype(np.float16), table.name))
             graph.node.insert(at, h.make_node("Cast", [small], [rows], to=TP.FLOAT))
             continue
-        scale = np.maximum(np.abs(t).max(axis=1), 1e-12) / 127.0
-        table.CopyFrom(nh.from_array(np.clip(np.round(t / scale[:, None]), -127, 127).astype(np.int8), table.name))
-        graph.initializer.append(nh.from_array(scale.astype(np.float32), p + "row_scale"))
+        q, scale = int8_rows(t)
+        table.CopyFrom(nh.from_array(q, table.name))
+        graph.initializer.append(nh.from_array(scale, p + "row_scale"))
         graph.initializer.append(nh.from_array(np.array([-1], np.int64), p + "last_axis"))
         for j, node in enumerate([
             h.make_node("Cast", [small], [p + "rows8f"], to=TP.FLOAT),

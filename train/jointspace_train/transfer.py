@@ -9,22 +9,17 @@ run's result.json travels beside them unchanged; `join-run` writes a float32 mod
 """
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, save
+
+from .quantize import int8_rows
 
 PART_PREFIX = "weights.safetensors.part-"
 TABLE = "text.embed.weight"
 SCALE = "text.embed.row_scale"
-
-
-def int8_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """quantize.py's word-table rounding: per row, scale = max|row| / 127, values rounded to int8."""
-    scale = t.abs().amax(dim=1).clamp_min(1e-12) / 127.0
-    return (t / scale[:, None]).round().clamp(-127, 127).to(torch.int8), scale
 
 
 def split_run(run: str | Path, out: str | Path, part_bytes: int = 15 * 2**20) -> list[Path]:
@@ -34,12 +29,9 @@ def split_run(run: str | Path, out: str | Path, part_bytes: int = 15 * 2**20) ->
         raise ValueError(f"{run}: not a finished run (result.json and model.pt are written when training ends)")
     model = torch.load(run / "model.pt", weights_only=True)
     flat = {f"{part}.{name}": v.half().contiguous() for part, sd in model.items() for name, v in sd.items()}
-    flat[TABLE], flat[SCALE] = int8_rows(model["text"]["embed.weight"].float())
+    flat[TABLE], flat[SCALE] = map(torch.from_numpy, int8_rows(model["text"]["embed.weight"].float().numpy()))
     out.mkdir(parents=True, exist_ok=True)
-    blob = out / "weights.safetensors"
-    save_file(flat, str(blob))
-    data = blob.read_bytes()
-    blob.unlink()
+    data = save(flat)
     parts = []
     for k in range(0, len(data), part_bytes):
         p = out / f"{PART_PREFIX}{k // part_bytes:03d}"
@@ -56,12 +48,7 @@ def join_run(src: str | Path, run: str | Path) -> Path:
     if not parts or not (src / "result.json").exists():
         raise ValueError(f"{src}: no {PART_PREFIX}* parts and result.json (split-run's output)")
     run.mkdir(parents=True, exist_ok=True)
-    blob = run / "weights.safetensors"
-    with open(blob, "wb") as f:
-        for p in parts:
-            f.write(p.read_bytes())
-    flat = load_file(str(blob))
-    blob.unlink()
+    flat = load(b"".join(p.read_bytes() for p in parts))
     model: dict = {"proj": {}, "text": {}}
     for key, v in flat.items():
         if key == SCALE:
@@ -69,6 +56,5 @@ def join_run(src: str | Path, run: str | Path) -> Path:
         part, name = key.split(".", 1)
         model[part][name] = (v.float() * flat[SCALE][:, None]) if key == TABLE else v.float()
     torch.save(model, run / "model.pt")
-    result = json.loads((src / "result.json").read_text())
-    (run / "result.json").write_text(json.dumps(result, indent=1))
+    shutil.copyfile(src / "result.json", run / "result.json")
     return run / "model.pt"
