@@ -356,8 +356,10 @@ def cmd_ensemble(args):
     the members' W one above the other (the joint vector is normalised as a whole, not per member) and the
     text vector is the members' unit vectors side by side over sqrt(K). That is the mean of the cosines only
     where the members' |W . code| agree, so it is measured, not assumed."""
+    import torch
+
     from .model import stack
-    from .train import Encoded, evaluate_split, sims
+    from .train import Encoded, device_of, encode_texts, sims
 
     models = [(Path(r), *run_model(Path(r))) for r in args.runs]
     shared = ("image_input", "min_count", "max_tokens", "use_abs")
@@ -368,21 +370,53 @@ def cmd_ensemble(args):
             differ.append("similarity")
         if differ:
             sys.exit(f"{run} differs from {models[0][0]} in {', '.join(differ)}: their scores cannot be averaged")
+    similarity = similarity_of(s0["loss"])
+    hubs = args.hub or []
+    if hubs and similarity != "cosine":
+        sys.exit("--hub offsets cosine scores; these runs use the order similarity")
     args.input = s0["image_input"]
     d = prepare(args, s0["min_count"])
     split = Encoded(d.inputs[args.split], d.splits[args.split].captions, d.tok, s0["max_tokens"])
-    similarity = similarity_of(s0["loss"])
+    # the hub correction's bank: the training captions, which no dev or test image owns
+    bank = Encoded(d.inputs["train"], d.splits["train"].captions, d.tok, s0["max_tokens"]) if hubs else None
     built = models_of(d, [m for _, m, _ in models], [s for _, _, s in models])
-    total = None
+
+    def scores(proj, text):
+        """The split's [images, captions] similarities and, with --hub, its images' against the bank."""
+        proj.eval(), text.eval()
+        s = sims(proj, text, split, similarity)
+        if not hubs:
+            return s, None
+        with torch.inference_mode():
+            im = proj(split.images.to(device_of(proj))).cpu()
+        return s, (im @ encode_texts(text, bank.ids, bank.lengths).t()).numpy()
+
+    def line(key, value, s, b):
+        out = {key: value, args.split: evaluate.metrics(s, split.owner)}
+        if hubs:
+            out["hub"] = [{"k": k, "alpha": a, args.split: evaluate.metrics(s + evaluate.hub_bias(b, k, a)[:, None],
+                                                                            split.owner)} for k, a in hubs]
+        print(json.dumps(out))
+
+    total = total_bank = None
     for (run, _, _), (proj, text) in zip(models, built):
-        m = sims(proj, text, split, similarity)
-        total = m if total is None else total + m
-        print(json.dumps({"run": str(run), args.split: evaluate.metrics(m, split.owner)}))
+        s, b = scores(proj, text)
+        total = s if total is None else total + s
+        if hubs:
+            total_bank = b if total_bank is None else total_bank + b
+        line("run", str(run), s, b)
     runs = [str(r) for r, _, _ in models]
-    print(json.dumps({"ensemble": runs, args.split: evaluate.metrics(total / len(models), split.owner)}))
+    line("ensemble", runs, total / len(models), None if total_bank is None else total_bank / len(models))
     if similarity == "cosine":
-        proj, text = stack([p for p, _ in built], [t for _, t in built])
-        print(json.dumps({"stacked": runs, args.split: evaluate_split(proj, text, split, "cosine")}))
+        line("stacked", runs, *scores(*stack([p for p, _ in built], [t for _, t in built])))
+
+
+def hub_setting(text: str) -> tuple[int, float]:
+    try:
+        k, alpha = text.split(":")
+        return int(k), float(alpha)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not K:ALPHA, e.g. 200:0.5") from None
 
 
 def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mode: str | None = None) -> dict:
@@ -555,6 +589,9 @@ def main(argv=None):
     data_args(p)
     tap_point_arg(p)
     p.add_argument("--split", default="dev", choices=("dev", "test"))
+    p.add_argument("--hub", action="append", type=hub_setting, metavar="K:ALPHA",
+                   help="also measure search with each image's score offset by -ALPHA x the mean of its K highest "
+                        "cosines to the training captions (a hubness correction; repeatable)")
     p.add_argument("runs", nargs="+", help="run dirs (finished, or in progress: their best model so far)")
     p.set_defaults(fn=cmd_ensemble)
 

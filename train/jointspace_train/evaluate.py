@@ -37,3 +37,16 @@ def metrics(sims: np.ndarray, owner) -> dict[str, float]:
     m = dict(zip(KEYS[:4], i)) | dict(zip(KEYS[4:8], t))
     m["rsum"] = i[0] + i[1] + i[2] + t[0] + t[1] + t[2]
     return {k: round(float(v), 2) for k, v in m.items()}
+
+
+def hub_bias(bank_sims: np.ndarray, k: int, alpha: float) -> np.ndarray:
+    """A per-image score offset for search (caption -> image) that demotes hubs, images that come out near the
+    top for many unrelated captions: -alpha times the mean of each image's k highest similarities to a bank of
+    captions it does not belong to (the training captions). CSLS (Conneau et al. 2018) without its query-side
+    term, which is a constant for one query's ranking. Annotation is unchanged by it (one image's captions all
+    move by the same offset). bank_sims: [N_img, N_bank]."""
+    if not 0 < k <= bank_sims.shape[1]:
+        raise ValueError(f"k={k} must be between 1 and the bank's {bank_sims.shape[1]} captions")
+    top = np.partition(bank_sims, -k, axis=1)[:, -k:]
+    return -alpha * top.mean(axis=1)
+

@@ -121,6 +121,19 @@ def test_ensemble_measures_each_run_and_their_mean_similarity(tmp_path, capsys):
     assert ens["dev"] == members[0]["dev"] and stacked["dev"] == members[0]["dev"]
     with pytest.raises(SystemExit, match="neither a finished run"):
         main(common + ["ensemble"] + weights + [str(tmp_path / "nothing")])
+    # --hub adds search with each image offset by its training-caption bank scores, to every line
+    main(common + ["ensemble", "--hub", "2:0.5", "--hub", "3:0"] + weights + runs)
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [next(iter(x)) for x in lines] == ["run", "run", "ensemble", "stacked"]
+    assert lines[0]["dev"] == members[0]["dev"]  # the plain figures do not change
+    for line in lines:
+        half, none = line["hub"]
+        assert (half["k"], half["alpha"], none["k"], none["alpha"]) == (2, 0.5, 3, 0.0)
+        assert none["dev"] == line["dev"]  # alpha 0 offsets nothing
+        assert {k: v for k, v in half["dev"].items() if k.startswith("i2t")} == \
+            {k: v for k, v in line["dev"].items() if k.startswith("i2t")}  # annotation is untouched
+    with pytest.raises(SystemExit):
+        main(common + ["ensemble", "--hub", "2"] + weights + runs)
 
 
 def test_a_run_trained_from_a_pack_is_the_run_trained_from_the_features(tmp_path):

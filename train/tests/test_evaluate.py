@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from jointspace_train import evaluate
 
@@ -25,3 +26,29 @@ def test_constructed_rankings():
 def test_median_rank_floors_like_the_papers():
     assert evaluate.summarise(np.array([1, 2, 3, 10]))[3] == 2.0  # median 2.5 -> 2
     assert evaluate.summarise(np.array([4]))[:3] == (0.0, 100.0, 100.0)
+
+
+def test_hub_bias_is_minus_alpha_times_the_mean_of_the_top_k_bank_scores():
+    bank = np.array([[0.9, 0.1, 0.5],
+                     [0.2, 0.3, 0.4]])
+    # image 0: top 2 are 0.9 and 0.5 -> mean 0.7; image 1: 0.4 and 0.3 -> 0.35
+    assert np.allclose(evaluate.hub_bias(bank, 2, 0.5), [-0.35, -0.175])
+    assert np.allclose(evaluate.hub_bias(bank, 1, 1.0), [-0.9, -0.4])
+    for k in (0, 4):
+        with pytest.raises(ValueError, match="between 1 and the bank's 3"):
+            evaluate.hub_bias(bank, k, 0.5)
+
+
+def test_hub_bias_returns_a_hubs_stolen_queries_and_leaves_annotation_alone():
+    # image 0 is a hub: it outscores image 1 on image 1's own caption (caption 1)
+    owner = np.array([0, 1])
+    sims = np.array([[0.8, 0.7],
+                     [0.1, 0.65]])
+    assert evaluate.metrics(sims, owner)["t2i_r1"] == 50.0
+    # ... and it is close to every caption of a bank; image 1 is not
+    bias = evaluate.hub_bias(np.array([[0.7, 0.6, 0.6], [0.1, 0.2, 0.0]]), 2, 0.5)
+    fixed = evaluate.metrics(sims + bias[:, None], owner)
+    assert fixed["t2i_r1"] == 100.0
+    plain = evaluate.metrics(sims, owner)
+    assert {k: v for k, v in fixed.items() if k.startswith("i2t")} == \
+        {k: v for k, v in plain.items() if k.startswith("i2t")}
