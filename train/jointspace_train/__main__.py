@@ -356,10 +356,8 @@ def cmd_ensemble(args):
     the members' W one above the other (the joint vector is normalised as a whole, not per member) and the
     text vector is the members' unit vectors side by side over sqrt(K). That is the mean of the cosines only
     where the members' |W . code| agree, so it is measured, not assumed."""
-    import torch
-
     from .model import stack
-    from .train import Encoded, device_of, encode_texts, sims
+    from .train import Encoded, encode_texts, image_vectors, sims
 
     models = [(Path(r), *run_model(Path(r))) for r in args.runs]
     shared = ("image_input", "min_count", "max_tokens", "use_abs")
@@ -384,11 +382,10 @@ def cmd_ensemble(args):
     def scores(proj, text):
         """The split's [images, captions] similarities and, with --hub, its images' against the bank."""
         proj.eval(), text.eval()
-        s = sims(proj, text, split, similarity)
+        im = image_vectors(proj, split)
+        s = sims(proj, text, split, similarity, images=im)
         if not hubs:
             return s, None
-        with torch.inference_mode():
-            im = proj(split.images.to(device_of(proj))).cpu()
         return s, (im @ encode_texts(text, bank.ids, bank.lengths).t()).numpy()
 
     def line(key, value, s, b):

@@ -49,4 +49,3 @@ def hub_bias(bank_sims: np.ndarray, k: int, alpha: float) -> np.ndarray:
         raise ValueError(f"k={k} must be between 1 and the bank's {bank_sims.shape[1]} captions")
     top = np.partition(bank_sims, -k, axis=1)[:, -k:]
     return -alpha * top.mean(axis=1)
-

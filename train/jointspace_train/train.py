@@ -109,9 +109,17 @@ def encode_texts(text: TextEncoder, ids: np.ndarray, lengths: np.ndarray, batch:
     return out
 
 
-def sims(proj: ImageProjection, text: TextEncoder, split: Encoded, similarity: str) -> np.ndarray:
+def image_vectors(proj: ImageProjection, split: Encoded) -> torch.Tensor:
+    """The split's image vectors (on the CPU)."""
     with torch.inference_mode():
-        im = proj(split.images.to(device_of(proj))).cpu()
+        return proj(split.images.to(device_of(proj))).cpu()
+
+
+def sims(proj: ImageProjection, text: TextEncoder, split: Encoded, similarity: str,
+         images: torch.Tensor | None = None) -> np.ndarray:
+    """[N_img, N_cap] scores of the split; `images` are its image vectors if the caller already has them."""
+    im = image_vectors(proj, split) if images is None else images
+    with torch.inference_mode():
         cap = encode_texts(text, split.ids, split.lengths)
         if similarity == "order":
             return losses.order_scores_blocked(im, cap).numpy()
