@@ -1,4 +1,4 @@
-"""python -m jointspace_train <command>: vision-export, features, train, export, eval, fixture, check, ..."""
+"""python -m jointspace_train <command>: vision-export, features, train, export, hubness, eval, fixture, check, ..."""
 from __future__ import annotations
 
 import argparse
@@ -426,10 +426,55 @@ def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mod
     v = p.m["vision"]
     raw = features.extract(p.bundle.path("vision.onnx"), v, Path(data_root) / "images", sp.images,
                            crop_mode or v["crop_mode"])
-    vecs = p.project(p.codes(raw))
     caps, owner = sp.flat_captions()
-    cvecs = np.concatenate([p.embed_texts(caps[k : k + 256]) for k in range(0, len(caps), 256)])
-    return evaluate.metrics(pipeline.similarities(vecs, cvecs, p.m["similarity"]), owner)
+    return evaluate.metrics(p.scores(p.project(p.codes(raw)), p.embed_texts(caps)), owner)
+
+
+def cmd_hubness(args):
+    """Gives a cosine bundle a hubness bank (docs/bundle.md, "Search scores"): --captions training captions drawn
+    by --seed, embedded by the bundle's own text graph; k and alpha as given (choose them on dev with `ensemble
+    --hub`, scaling k with the bank's size). Then the bundle is measured on dev and test through its own files
+    (FNE statistics, W, text graph, bank) on the cached features of its vision graph, with the offset and without,
+    and `training.test_metrics` becomes the figure with it: what `jointspace eval` must reproduce."""
+    from . import hubness, pipeline
+
+    d = Path(args.bundle)
+    p = pipeline.Pipeline(d)
+    m = p.m
+    if m["similarity"] != "cosine":
+        sys.exit(f"{d}: hubness offsets cosine scores; this bundle's similarity is {m['similarity']!r}")
+    caps, _ = data.load_split(args.data, "train").flat_captions()
+    chosen = hubness.choose(caps, args.captions, args.seed)
+    try:
+        section = hubness.section(len(chosen), args.k, args.alpha, args.seed,
+                                  f"{len(chosen)} of the {len(caps)} training captions ({m['training']['dataset']}), "
+                                  f"drawn with seed {args.seed}, embedded by this bundle's text graph")
+    except ValueError as e:
+        sys.exit(f"{d}: {e}")
+    hubness.write(d / hubness.FILE, p.embed_texts(chosen))
+    manifest = {k: v for k, v in m.items() if k != "files"}
+    manifest["hubness"] = section
+    bundle_mod.finish(d, manifest)
+
+    p = pipeline.Pipeline(d)
+    w = load_weights(args)
+    index, raw, _ = dataset_features(args, w, m["vision"]["crop_mode"])
+    measured = {}
+    for split in ("dev", "test"):
+        sp = data.load_split(args.data, split)
+        vecs = p.project(p.codes(select(raw[[index[n] for n in sp.images]], w, m["vision"]["tap_point"], "all")))
+        caps, owner = sp.flat_captions()
+        cvecs = p.embed_texts(caps)
+        measured[split] = {"plain": evaluate.metrics(pipeline.similarities(vecs, cvecs, "cosine"), owner),
+                           "hubness": evaluate.metrics(p.scores(vecs, cvecs), owner)}
+    manifest["hubness"]["dev_metrics"] = measured["dev"]["hubness"]
+    manifest["hubness"]["dev_metrics_without"] = measured["dev"]["plain"]
+    manifest["training"]["test_metrics"] = measured["test"]["hubness"]
+    manifest["training"]["test_metrics_without_hubness"] = measured["test"]["plain"]
+    manifest["training"]["test_metrics_source"] = ("trainer: the bundle's own files (FNE statistics, W, text graph, "
+                                                   "hubness bank) on the cached features of its vision graph")
+    bundle_mod.finish(d, manifest)
+    print(json.dumps(measured))
 
 
 def cmd_eval(args):
@@ -591,6 +636,17 @@ def main(argv=None):
                         "cosines to the training captions (a hubness correction; repeatable)")
     p.add_argument("runs", nargs="+", help="run dirs (finished, or in progress: their best model so far)")
     p.set_defaults(fn=cmd_ensemble)
+
+    p = sub.add_parser("hubness", help="give a cosine bundle a hubness bank (a search-score offset per image) "
+                                       "and record its dev and test metrics with it")
+    weights_args(p)
+    extraction_args(p)
+    p.add_argument("--captions", type=int, default=10000, help="training captions in the bank")
+    p.add_argument("--k", type=int, required=True, help="each image's offset is the mean of its K best bank cosines")
+    p.add_argument("--alpha", type=float, required=True, help="... times -ALPHA")
+    p.add_argument("--seed", type=int, default=0, help="which captions are drawn")
+    p.add_argument("bundle")
+    p.set_defaults(fn=cmd_hubness)
 
     p = sub.add_parser("pack", help="every split's FNE codes and captions in a few MB, to train elsewhere")
     data_args(p)

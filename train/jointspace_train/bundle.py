@@ -51,6 +51,8 @@ def finish(directory: str | Path, manifest: dict) -> dict:
     manifest = {"format": FORMAT, "created": manifest.get("created") or now(), **manifest}
     named = [manifest["vision"]["onnx"], manifest["fne"]["stats"], manifest["projection"]["weights"],
              manifest["text"]["onnx"], manifest["text"]["tokenizer"]]
+    if "hubness" in manifest:
+        named.append(manifest["hubness"]["bank"])
     manifest["files"] = {n: sha256_file(directory / n) for n in named}
     (directory / "bundle.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
@@ -63,6 +65,7 @@ class Bundle:
     fne_mean: np.ndarray
     fne_std: np.ndarray
     projection: np.ndarray  # [joint_dim, fne_dim] float32
+    hubness: np.ndarray | None = None  # the search-offset bank, float32 [captions, joint_dim], if the bundle has one
 
     @property
     def vision(self) -> dict:
@@ -119,4 +122,25 @@ def read(directory: str | Path) -> Bundle:
                           f"[{pr['joint_dim']}, {f['dim']}], found {None if w is None else (w.dtype, w.shape)}")
     if m["similarity"] not in ("cosine", "order"):
         raise BundleError(f"{mf}: similarity must be 'cosine' or 'order'")
-    return Bundle(directory, m, stats["mean"], stats["std"], w.astype(np.float32))
+    return Bundle(directory, m, stats["mean"], stats["std"], w.astype(np.float32), _hubness(directory, m))
+
+
+def _hubness(directory: Path, m: dict) -> np.ndarray | None:
+    """The optional hubness section (docs/bundle.md): checked as strictly as the rest."""
+    from . import hubness
+
+    hb = m.get("hubness")
+    if hb is None:
+        return None
+    mf = directory / "bundle.json"
+    if m["similarity"] != "cosine":
+        raise BundleError(f"{mf}: hubness offsets cosine scores; this bundle's similarity is {m['similarity']!r}")
+    if hb.get("bank") not in m["files"]:
+        raise BundleError(f"{mf}: hubness.bank {hb.get('bank')!r} has no sha256 in files")
+    try:
+        hubness.section(hb["captions"], hb["k"], hb["alpha"], hb.get("seed", 0), "")
+        return hubness.read(directory / hb["bank"], hb["captions"], m["projection"]["joint_dim"])
+    except (KeyError, TypeError) as e:
+        raise BundleError(f"{mf}: hubness needs bank, captions, k and alpha ({e!r})") from None
+    except ValueError as e:
+        raise BundleError(f"{directory / hb['bank']}: {e}") from None

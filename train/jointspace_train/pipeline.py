@@ -2,13 +2,14 @@
 
 Images: crops -> vision graph -> mean over crops -> FNE code -> W . code -> unit vector.
 Captions: tokenizer.json -> text graph -> unit vector.
+Search scores: similarity + each image's hubness offset, when the bundle has a bank.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import bundle as bundle_mod
-from . import features, fne, tokenizer
+from . import features, fne, hubness, tokenizer
 
 
 class Pipeline:
@@ -46,10 +47,25 @@ class Pipeline:
         c = self.codes(self.raw_features(paths, crop_mode))
         return c, self.project(c)
 
-    def embed_texts(self, texts: list[str]) -> np.ndarray:
+    def embed_texts(self, texts: list[str], batch: int = 256) -> np.ndarray:
         t = self.m["text"]
-        ids, lengths = tokenizer.encode_batch(self.tok, texts, t["max_tokens"])
-        return self.text_session.run([t["output_name"]], {t["ids_name"]: ids, t["lengths_name"]: lengths})[0]
+        out = []
+        for k in range(0, len(texts), batch):
+            ids, lengths = tokenizer.encode_batch(self.tok, texts[k : k + batch], t["max_tokens"])
+            out.append(self.text_session.run([t["output_name"]], {t["ids_name"]: ids, t["lengths_name"]: lengths})[0])
+        return np.concatenate(out) if out else np.zeros((0, self.m["projection"]["joint_dim"]), np.float32)
+
+    def offsets(self, images: np.ndarray) -> np.ndarray:
+        """Each image's search offset (docs/bundle.md, "Search scores"); zeros without a hubness bank."""
+        hb = self.m.get("hubness")
+        if hb is None:
+            return np.zeros(len(images), np.float32)
+        return hubness.offsets(images, self.bundle.hubness, hb["k"], hb["alpha"])
+
+    def scores(self, images: np.ndarray, captions: np.ndarray) -> np.ndarray:
+        """[N_img, N_cap] as the server ranks: the similarity plus each image's offset. Annotation is unchanged
+        by the offset (one image's captions all move by it), so both directions' metrics come from this."""
+        return similarities(images, captions, self.m["similarity"]) + self.offsets(images)[:, None]
 
 
 def similarities(images: np.ndarray, captions: np.ndarray, similarity: str) -> np.ndarray:

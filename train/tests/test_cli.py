@@ -57,6 +57,33 @@ def test_features_train_bundle_and_reference_eval_agree(tmp_path):
     assert reference_eval(again, data, "test") == result["test"]
 
 
+def test_a_hubness_bank_is_recorded_with_the_metrics_the_images_give_through_the_bundle(tmp_path, capsys):
+    data = tmp_path / "flickr"
+    tiny_dataset(data)
+    torchvision_state_dict(tmp_path / "vgg.pth")
+    out = tmp_path / "bundle"
+    common = ["--cache", str(tmp_path / "cache")]
+    weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data)]
+    main(common + ["train"] + weights + ["--loss", "CE", "--joint-dim", "8", "--word-dim", "4", "--batch-size", "4",
+                                         "--epochs", "2", "--threads", "1", "--run-dir", str(tmp_path / "run"),
+                                         "--bundle-out", str(out)])
+    plain = json.loads((tmp_path / "run" / "result.json").read_text())["test"]
+    capsys.readouterr()
+    main(common + ["hubness"] + weights + ["--captions", "30", "--k", "4", "--alpha", "0.5", str(out)])
+    printed = json.loads(capsys.readouterr().out)
+    m = bundle.read(out).manifest
+    assert {k: m["hubness"][k] for k in ("bank", "captions", "k", "alpha")} == \
+        {"bank": "hubness.safetensors", "captions": 30, "k": 4, "alpha": 0.5}
+    assert "hubness.safetensors" in m["files"]
+    t = m["training"]
+    assert t["test_metrics_without_hubness"] == plain == printed["test"]["plain"]
+    # what the server must reproduce: the images run through the bundle, offsets included
+    assert t["test_metrics"] == reference_eval(out, data, "test") == printed["test"]["hubness"]
+    assert m["hubness"]["dev_metrics"] == reference_eval(out, data, "dev")
+    with pytest.raises(SystemExit, match="k=31"):
+        main(common + ["hubness"] + weights + ["--captions", "30", "--k", "31", "--alpha", "0.5", str(out)])
+
+
 def test_ten_crop_features_keep_each_crop_and_train_with_crop_augmentation(tmp_path):
     data = tmp_path / "flickr"
     tiny_dataset(data)
