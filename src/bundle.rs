@@ -65,6 +65,10 @@ pub struct Manifest {
     pub similarity: Similarity,
     #[serde(default)]
     pub training: serde_json::Value,
+    /// The search-score offset per image (docs/bundle.md): the trainer writes it, this server does not apply it
+    /// yet, so a bundle that has one is refused rather than served with other scores than it was measured with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hubness: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -303,6 +307,12 @@ impl Checker<'_> {
         }
         if m.projection.joint_dim == 0 || m.text.max_tokens == 0 {
             return bad("projection.joint_dim and text.max_tokens must be positive".into());
+        }
+        if m.hubness.is_some() {
+            return bad("it has a `hubness` section (a search-score offset per image), which this server does \
+                 not apply yet: its search figures would differ from the measured ones. Serve the bundle \
+                 without the section (as exported before `python -m jointspace_train hubness`)"
+                .into());
         }
         Ok(())
     }
