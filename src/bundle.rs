@@ -10,6 +10,8 @@ use std::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::hubness::Hubness;
+
 /// The only `format` this server reads.
 pub const FORMAT: u32 = 1;
 
@@ -65,10 +67,18 @@ pub struct Manifest {
     pub similarity: Similarity,
     #[serde(default)]
     pub training: serde_json::Value,
-    /// The search-score offset per image (docs/bundle.md): the trainer writes it, this server does not apply it
-    /// yet, so a bundle that has one is refused rather than served with other scores than it was measured with.
+    /// The search-score offset per image (docs/bundle.md, "The hubness section").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hubness: Option<serde_json::Value>,
+    pub hubness: Option<HubnessSpec>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HubnessSpec {
+    /// Tensors "vectors" int8 `[captions, joint_dim]` and "scales" float32 `[captions]`.
+    pub bank: String,
+    pub captions: usize,
+    pub k: usize,
+    pub alpha: f32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -171,6 +181,7 @@ pub struct Bundle {
     pub fne_std: Vec<f32>,
     /// W as stored, row-major `[joint_dim, fne_dim]`, converted to f32.
     pub projection: Vec<f32>,
+    pub hubness: Option<Hubness>,
 }
 
 impl Bundle {
@@ -201,7 +212,11 @@ impl Bundle {
             &manifest.projection,
             &manifest.text,
         );
-        for file in [&v.onnx, &f.stats, &p.weights, &t.onnx, &t.tokenizer] {
+        let bank = manifest.hubness.as_ref().map(|h| &h.bank);
+        for file in [&v.onnx, &f.stats, &p.weights, &t.onnx, &t.tokenizer]
+            .into_iter()
+            .chain(bank)
+        {
             if !manifest.files.contains_key(file.as_str()) {
                 return Err(
                     check.invalid("bundle.json", format!("`files` has no sha256 for {file}"))
@@ -215,6 +230,26 @@ impl Bundle {
         let weights = check.read(&p.weights)?;
         let weights = check.safetensors(&p.weights, &weights)?;
         let projection = check.tensor(&p.weights, &weights, "weight", &[p.joint_dim, f.dim])?;
+        let hubness = match &manifest.hubness {
+            None => None,
+            Some(h) => {
+                let data = check.read(&h.bank)?;
+                let st = check.safetensors(&h.bank, &data)?;
+                let vectors =
+                    check.int8_tensor(&h.bank, &st, "vectors", &[h.captions, p.joint_dim])?;
+                let scales = check.tensor(&h.bank, &st, "scales", &[h.captions])?;
+                if scales.iter().any(|s| !s.is_finite()) {
+                    return Err(check.invalid(&h.bank, "tensor \"scales\" has a non-finite value"));
+                }
+                Some(Hubness::from_int8(
+                    &vectors,
+                    &scales,
+                    p.joint_dim,
+                    h.k,
+                    h.alpha,
+                ))
+            }
+        };
 
         let id = format!(
             "{}@{}",
@@ -230,6 +265,7 @@ impl Bundle {
             fne_mean,
             fne_std,
             projection,
+            hubness,
         })
     }
 }
@@ -308,11 +344,24 @@ impl Checker<'_> {
         if m.projection.joint_dim == 0 || m.text.max_tokens == 0 {
             return bad("projection.joint_dim and text.max_tokens must be positive".into());
         }
-        if m.hubness.is_some() {
-            return bad("it has a `hubness` section (a search-score offset per image), which this server does \
-                 not apply yet: its search figures would differ from the measured ones. Serve the bundle \
-                 without the section (as exported before `python -m jointspace_train hubness`)"
-                .into());
+        if let Some(h) = &m.hubness {
+            if m.similarity != Similarity::Cosine {
+                return bad(
+                    "hubness offsets cosine scores; this bundle's similarity is order".into(),
+                );
+            }
+            if h.k == 0 || h.k > h.captions {
+                return bad(format!(
+                    "hubness.k {} must be in 1..=hubness.captions ({})",
+                    h.k, h.captions
+                ));
+            }
+            if !(h.alpha.is_finite() && h.alpha >= 0.0) {
+                return bad(format!(
+                    "hubness.alpha {} must be a finite number >= 0",
+                    h.alpha
+                ));
+            }
         }
         Ok(())
     }
@@ -379,6 +428,30 @@ impl Checker<'_> {
     ) -> Result<safetensors::SafeTensors<'d>, BundleError> {
         safetensors::SafeTensors::deserialize(data)
             .map_err(|e| self.invalid(file, format!("not a safetensors file: {e}")))
+    }
+
+    /// Reads an int8 tensor of exactly `shape`.
+    fn int8_tensor(
+        &self,
+        file: &str,
+        st: &safetensors::SafeTensors<'_>,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Vec<i8>, BundleError> {
+        let t = st
+            .tensor(name)
+            .map_err(|_| self.invalid(file, format!("has no tensor \"{name}\"")))?;
+        if t.dtype() != safetensors::Dtype::I8 || t.shape() != shape {
+            return Err(self.invalid(
+                file,
+                format!(
+                    "tensor \"{name}\" is {:?} {:?}; int8 {shape:?} expected",
+                    t.dtype(),
+                    t.shape()
+                ),
+            ));
+        }
+        Ok(t.data().iter().map(|&b| b as i8).collect())
     }
 
     /// Reads a float16/float32 tensor of exactly `shape` as f32.

@@ -12,6 +12,7 @@ pub mod config;
 pub mod crops;
 pub mod decode;
 pub mod fne;
+pub mod hubness;
 pub mod index;
 pub mod metrics;
 pub mod pipeline;

@@ -135,12 +135,15 @@ async fn a_bundle_with_a_bad_checksum_or_shape_does_not_load() {
     );
     let bad = variant_bundle(
         &dir.path().join("hubness"),
-        |m| m["hubness"] = serde_json::json!({"bank": "hubness.safetensors", "k": 2, "alpha": 0.5}),
+        |m| {
+            m["hubness"] = serde_json::json!({"bank": "hubness.safetensors", "captions": 6, "k": 7, "alpha": 0.5})
+        },
         None,
     );
     let e = jointspace::bundle::Bundle::load(&bad).expect_err("hubness");
     assert!(
-        e.to_string().contains("hubness") && e.to_string().contains("does not apply"),
+        e.to_string()
+            .contains("hubness.k 7 must be in 1..=hubness.captions (6)"),
         "{e}"
     );
     let bad = variant_bundle(&dir.path().join("format"), |m| m["format"] = 2.into(), None);
