@@ -26,11 +26,14 @@ pub enum EmbedError {
     Runtime(#[from] RuntimeError),
 }
 
-/// What the server keeps of an image: its code (the durable part) and its joint vector (derived from it).
+/// What the server keeps of an image: its code (the durable part), its joint vector and its search offset
+/// (both derived from the code).
 #[derive(Debug, Clone)]
 pub struct ImageEmbedding {
     pub code: TernaryCode,
     pub vector: Vec<f32>,
+    /// Added to a caption query's score for this image (docs/bundle.md, "The hubness section"); 0 without.
+    pub offset: f32,
     pub width: u32,
     pub height: u32,
 }
@@ -185,7 +188,7 @@ impl Pipeline {
             .await
             .map_err(|e| (0, e.into()))?;
         let dim = self.fne.dim();
-        Ok(sizes
+        let mut out: Vec<ImageEmbedding> = sizes
             .into_iter()
             .enumerate()
             .map(|(i, (width, height))| {
@@ -194,11 +197,25 @@ impl Pipeline {
                 ImageEmbedding {
                     code,
                     vector,
+                    offset: 0.0,
                     width,
                     height,
                 }
             })
-            .collect())
+            .collect();
+        let offsets = self.offsets(&out.iter().map(|e| e.vector.as_slice()).collect::<Vec<_>>());
+        for (e, o) in out.iter_mut().zip(offsets) {
+            e.offset = o;
+        }
+        Ok(out)
+    }
+
+    /// The search offsets of joint vectors (all 0 for a bundle without a hubness bank).
+    pub fn offsets(&self, vectors: &[&[f32]]) -> Vec<f32> {
+        match &self.bundle.hubness {
+            Some(h) => h.offsets(vectors),
+            None => vec![0.0; vectors.len()],
+        }
     }
 
     pub async fn embed_image(&self, bytes: bytes::Bytes) -> Result<ImageEmbedding, EmbedError> {

@@ -455,6 +455,7 @@ impl Service {
                 height: e.height,
                 code: e.code.packed().to_vec(),
                 vector: e.vector,
+                offset: e.offset,
                 captions: captions
                     .into_iter()
                     .map(|t| (t, tv.next().unwrap_or_default()))
@@ -785,8 +786,11 @@ impl Service {
                 rows.push((id, proj.project(&code)));
             }
             images += rows.len();
+            let offsets = self
+                .pipeline
+                .offsets(&rows.iter().map(|(_, v)| v.as_slice()).collect::<Vec<_>>());
             self.store
-                .update_vectors(Modality::Images, &rows, &b.id)
+                .update_vectors(Modality::Images, &rows, &offsets, &b.id)
                 .await?;
         }
         let (mut after, mut captions) = (0, 0);
@@ -801,6 +805,7 @@ impl Service {
                 .update_vectors(
                     Modality::Captions,
                     &ids.into_iter().zip(vecs).collect::<Vec<_>>(),
+                    &[],
                     &b.id,
                 )
                 .await?;

@@ -177,6 +177,8 @@ pub struct NewImage {
     pub height: u32,
     pub code: Vec<u8>,
     pub vector: Vec<f32>,
+    /// The image's search offset (docs/bundle.md, "The hubness section"); 0 without a bank.
+    pub offset: f32,
     pub captions: Vec<(String, Vec<f32>)>,
 }
 
@@ -477,8 +479,8 @@ impl Store {
         let mut tx = self.write_tx().await?;
         let mut out = Vec::with_capacity(images.len());
         let sql = format!(
-            "INSERT INTO images (collection_id, external_id, metadata, width, height, code, vector, bundle_id, vision_id, created_at) \
-             VALUES ($1, $2, {}, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+            "INSERT INTO images (collection_id, external_id, metadata, width, height, code, vector, bundle_id, vision_id, created_at, hub_offset) \
+             VALUES ($1, $2, {}, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
             self.json_param(3)
         );
         for (i, img) in images.iter().enumerate() {
@@ -493,6 +495,7 @@ impl Store {
                 .bind(prov.bundle_id)
                 .bind(prov.vision_id)
                 .bind(&now)
+                .bind(f64::from(img.offset))
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(|e| {
@@ -1023,25 +1026,37 @@ impl Store {
         Ok(rows.iter().map(|r| (r.get("id"), r.get("text"))).collect())
     }
 
-    /// Rewrites vectors in one transaction and bumps every collection's generation (their snapshots go stale).
+    /// Rewrites vectors (and, for images, their search offsets, one per row) in one transaction and bumps
+    /// every collection's generation (their snapshots go stale).
     pub async fn update_vectors(
         &self,
         modality: Modality,
         rows: &[(i64, Vec<f32>)],
+        offsets: &[f32],
         bundle_id: &str,
     ) -> Result<(), StoreError> {
+        let images = modality == Modality::Images;
+        assert!(
+            !images || offsets.len() == rows.len(),
+            "one offset per image"
+        );
         let mut tx = self.write_tx().await?;
         let sql = format!(
-            "UPDATE {} SET vector = $1, bundle_id = $2 WHERE id = $3",
-            modality.as_str()
+            "UPDATE {} SET vector = $1, bundle_id = $2{} WHERE id = $3",
+            modality.as_str(),
+            if images { ", hub_offset = $4" } else { "" }
         );
-        for (id, v) in rows {
-            sqlx::query(&sql)
+        for (i, (id, v)) in rows.iter().enumerate() {
+            let q = sqlx::query(&sql)
                 .bind(vector_to_blob(v))
                 .bind(bundle_id)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+                .bind(id);
+            let q = if images {
+                q.bind(f64::from(offsets[i]))
+            } else {
+                q
+            };
+            q.execute(&mut *tx).await?;
         }
         sqlx::query("UPDATE collections SET generation = generation + 1")
             .execute(&mut *tx)

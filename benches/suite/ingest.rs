@@ -197,6 +197,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                 height: *h,
                 code: c.packed().to_vec(),
                 vector: v,
+                offset: 0.0,
                 captions: vec![],
             })
             .collect();

@@ -76,6 +76,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                         height: 375,
                         code: TernaryCode::from_values(&vals).packed().to_vec(),
                         vector: images.sample(i),
+                        offset: 0.0,
                         captions: vec![],
                     }
                 })
