@@ -174,6 +174,9 @@ struct Inner {
     graph: Option<Arc<Graph>>,
     /// Every live vector by database id: the exact scores and rebuilds read these.
     live: HashMap<i64, Arc<[f32]>>,
+    /// Search offsets of live images that have one (docs/bundle.md, "The hubness section"): added to the score
+    /// of a caption query (`Score::CosineOffset`), absent means 0.
+    offsets: HashMap<i64, f32>,
     /// Deleted since the graph was built (removed from it, but still holes in it).
     deleted: usize,
     rebuilding: bool,
@@ -184,6 +187,8 @@ struct Inner {
 pub enum Score {
     /// Dot product of unit vectors.
     Cosine,
+    /// Cosine plus the stored image's offset: a caption query on images under a bundle with a hubness bank.
+    CosineOffset,
     /// Order embeddings, `-‖max(0, c - i)‖²`; `query_is_caption` says which side the query is.
     Order { query_is_caption: bool },
     /// Negative squared distance (image to image under an order bundle, where S is not symmetric).
@@ -191,8 +196,12 @@ pub enum Score {
 }
 
 impl Score {
-    pub fn new(sim: Similarity, query: Modality, target: Modality) -> Score {
+    /// `offsets`: whether the bundle has a hubness bank (only caption queries on images use it).
+    pub fn new(sim: Similarity, query: Modality, target: Modality, offsets: bool) -> Score {
         match (sim, query, target) {
+            (Similarity::Cosine, Modality::Captions, Modality::Images) if offsets => {
+                Score::CosineOffset
+            }
             (Similarity::Cosine, _, _) => Score::Cosine,
             (Similarity::Order, Modality::Captions, Modality::Images) => Score::Order {
                 query_is_caption: true,
@@ -204,9 +213,10 @@ impl Score {
         }
     }
 
+    /// The score without the offset (`VectorIndex::search` adds it).
     pub fn eval(self, q: &[f32], x: &[f32]) -> f32 {
         match self {
-            Score::Cosine => q.iter().zip(x).map(|(a, b)| a * b).sum(),
+            Score::Cosine | Score::CosineOffset => q.iter().zip(x).map(|(a, b)| a * b).sum(),
             Score::Order { query_is_caption } => {
                 let (c, i) = if query_is_caption { (q, x) } else { (x, q) };
                 -c.iter()
@@ -259,6 +269,7 @@ impl VectorIndex {
             inner: RwLock::new(Inner {
                 graph,
                 live: items.into_iter().collect(),
+                offsets: HashMap::new(),
                 deleted: 0,
                 rebuilding: false,
             }),
@@ -291,12 +302,25 @@ impl VectorIndex {
         self.read().live.get(&id).cloned()
     }
 
-    /// Adds a vector; an id already live is left as it is (a replica may learn of its own write twice:
-    /// from the request and from the change sequence), so a point is never in the graph twice.
-    pub fn insert(&self, id: i64, v: Vec<f32>) {
+    /// Sets the search offsets of live points (after a build from the database); others are ignored.
+    pub fn set_offsets(&self, offsets: impl IntoIterator<Item = (i64, f32)>) {
+        let mut inner = self.write();
+        for (id, o) in offsets {
+            if o != 0.0 && inner.live.contains_key(&id) {
+                inner.offsets.insert(id, o);
+            }
+        }
+    }
+
+    /// Adds a vector and its search offset; an id already live is left as it is (a replica may learn of its
+    /// own write twice: from the request and from the change sequence), so a point is never in the graph twice.
+    pub fn insert(&self, id: i64, v: Vec<f32>, offset: f32) {
         let mut inner = self.write();
         if inner.live.contains_key(&id) {
             return;
+        }
+        if offset != 0.0 {
+            inner.offsets.insert(id, offset);
         }
         let v: Arc<[f32]> = Arc::from(v);
         match &inner.graph {
@@ -313,6 +337,7 @@ impl VectorIndex {
         if inner.live.remove(&id).is_none() {
             return false;
         }
+        inner.offsets.remove(&id);
         if let Some(g) = &inner.graph {
             g.remove(id);
         }
@@ -374,23 +399,33 @@ impl VectorIndex {
         let want = offset + k;
         let inner = self.read();
         let pool = allowed.map_or(inner.live.len(), |a| a.len());
+        let offsets = matches!(score, Score::CosineOffset);
+        let eval = |inner: &Inner, id: i64, v: &[f32]| -> f32 {
+            let s = score.eval(q, v);
+            if offsets {
+                s + inner.offsets.get(&id).copied().unwrap_or(0.0)
+            } else {
+                s
+            }
+        };
         let exact = |inner: &Inner| -> Vec<(i64, f32)> {
             match allowed {
                 Some(a) => a
                     .iter()
-                    .filter_map(|id| inner.live.get(id).map(|v| (*id, score.eval(q, v))))
+                    .filter_map(|id| inner.live.get(id).map(|v| (*id, eval(inner, *id, v))))
                     .collect(),
                 None => inner
                     .live
                     .iter()
-                    .map(|(id, v)| (*id, score.eval(q, v)))
+                    .map(|(id, v)| (*id, eval(inner, *id, v)))
                     .collect(),
             }
         };
         let mut hits: Vec<(i64, f32)> = match &inner.graph {
             Some(graph) if pool > self.params.exact_below && want < pool => {
                 // Candidates by L2 (equivalent to cosine on unit vectors) in bfloat16, then exact scores:
-                // twice the wanted count absorbs the rounding; order similarity re-ranks more of them.
+                // twice the wanted count absorbs the rounding; order similarity, and cosine with offsets (which
+                // can lift an image the cosine alone ranks lower), re-rank more of them.
                 let cands = match score {
                     Score::Cosine => want * 2,
                     _ => (want * 4).max(100),
@@ -398,7 +433,7 @@ impl VectorIndex {
                 match graph.search(q, cands, allowed) {
                     Ok(ids) => ids
                         .into_iter()
-                        .filter_map(|id| inner.live.get(&id).map(|v| (id, score.eval(q, v))))
+                        .filter_map(|id| inner.live.get(&id).map(|v| (id, eval(&inner, id, v))))
                         .collect(),
                     Err(e) => {
                         tracing::warn!(error = %e, "graph search failed; scanning exactly");
@@ -501,6 +536,7 @@ impl VectorIndex {
             inner: RwLock::new(Inner {
                 graph: Some(Arc::new(graph)),
                 live: live.into_iter().map(|(id, v)| (id, Arc::from(v))).collect(),
+                offsets: HashMap::new(),
                 deleted: 0,
                 rebuilding: false,
             }),
@@ -611,7 +647,7 @@ mod tests {
                 "deleted {id} came back"
             );
         }
-        idx.insert(10_000, data[0].1.clone());
+        idx.insert(10_000, data[0].1.clone(), 0.0);
         assert_eq!(idx.deleted(), 200);
         idx.rebuild();
         assert_eq!(idx.deleted(), 0);
@@ -640,7 +676,7 @@ mod tests {
         let idx = VectorIndex::build(graph_params(), vec![]);
         let data = vectors(2_500, 16, 11);
         for (id, v) in &data {
-            idx.insert(*id, v.clone());
+            idx.insert(*id, v.clone(), 0.0);
         }
         assert_eq!(idx.len(), 2_500);
         for (id, v) in data.iter().step_by(97) {
@@ -784,6 +820,36 @@ mod tests {
             VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", swapped).is_err(),
             "other ids"
         );
+    }
+
+    #[test]
+    fn caption_queries_on_images_add_each_images_offset_through_the_graph_too() {
+        let data = vectors(3_000, 16, 9);
+        let q = data[0].1.clone();
+        for exact_below in [0, 1_000_000] {
+            let params = IndexParams {
+                exact_below,
+                ..graph_params()
+            };
+            let idx = VectorIndex::build(params, data.clone());
+            let plain = idx.search(&q, Score::CosineOffset, 0, 5, None);
+            assert_eq!(plain[0].0, 1, "no offsets yet: the point itself");
+            // A large offset lifts a point that the cosine alone ranks far down (it is found among the
+            // re-ranked candidates) and sinks the query's own point; Cosine ignores the offsets.
+            let far = idx.search(&q, Score::Cosine, 0, 60, None)[50].0;
+            idx.set_offsets([(far, 0.5), (1, -0.5), (999_999, 1.0)]);
+            let hits = idx.search(&q, Score::CosineOffset, 0, 5, None);
+            assert_eq!(hits[0].0, far, "exact_below {exact_below}");
+            assert!(
+                hits.iter().all(|h| h.0 != 1),
+                "the sunk point stays out of the top 5"
+            );
+            assert_eq!(idx.search(&q, Score::Cosine, 0, 1, None)[0].0, 1);
+            // A deleted point's offset goes with it; a re-inserted id gets its new one.
+            idx.remove(far);
+            idx.insert(far, data[(far - 1) as usize].1.clone(), 0.0);
+            assert_ne!(idx.search(&q, Score::CosineOffset, 0, 1, None)[0].0, far);
+        }
     }
 
     #[test]

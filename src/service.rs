@@ -238,6 +238,10 @@ impl Service {
             })
             .await
             .map_err(|e| ServiceError::Unavailable(format!("index build failed: {e}")))?;
+            if m == Modality::Images {
+                // Read after the vectors: every image built above has its row (or was deleted since).
+                idx.set_offsets(self.store.image_offsets(c.id).await?);
+            }
             out.push(Arc::new(idx));
         }
         let captions = out.pop().expect("two indexes");
@@ -480,9 +484,9 @@ impl Service {
         let idx = self.indexes_of(c.id)?;
         let mut out = Vec::with_capacity(rows.len());
         for (row, (id, cap_ids)) in rows.into_iter().zip(ids) {
-            idx.images.insert(id, row.vector);
+            idx.images.insert(id, row.vector, row.offset);
             for ((_, v), cid) in row.captions.into_iter().zip(&cap_ids) {
-                idx.captions.insert(*cid, v);
+                idx.captions.insert(*cid, v, 0.0);
             }
             out.push(AddedImage {
                 id,
@@ -576,7 +580,7 @@ impl Service {
             .await?;
         let idx = self.indexes_of(c.id)?;
         for (row, id) in rows.into_iter().zip(&ids) {
-            idx.captions.insert(*id, row.vector);
+            idx.captions.insert(*id, row.vector, 0.0);
         }
         self.update_gauges();
         Ok(ids)
@@ -651,6 +655,16 @@ impl Service {
         })
     }
 
+    /// How a query of modality `qm` scores stored items of `target` under the loaded bundle.
+    fn score(&self, qm: Modality, target: Modality) -> Score {
+        Score::new(
+            self.pipeline.similarity(),
+            qm,
+            target,
+            self.pipeline.bundle.hubness.is_some(),
+        )
+    }
+
     /// Internal search without the HTTP limits (for `eval`, which ranks against the whole split).
     pub async fn rank(
         &self,
@@ -661,7 +675,7 @@ impl Service {
         k: usize,
     ) -> Result<Vec<(i64, f32)>> {
         let idx = self.indexes_of(collection_id)?.get(target).clone();
-        let score = Score::new(self.pipeline.similarity(), qm, target);
+        let score = self.score(qm, target);
         Ok(idx.search(q, score, 0, k, None))
     }
 
@@ -690,7 +704,7 @@ impl Service {
             a.remove(&x);
         }
         let idx = self.indexes_of(c.id)?.images;
-        let score = Score::new(self.pipeline.similarity(), qm, Modality::Images);
+        let score = self.score(qm, Modality::Images);
         // The query image itself is left out before paging, so pages neither skip nor repeat a result.
         let (offset, k) = (p.offset, p.k);
         let hits = tokio::task::spawn_blocking(move || {
@@ -736,7 +750,7 @@ impl Service {
         let c = self.collection_ref(collection).await?;
         let (v, qm, _) = self.query_vector(&c, q).await?;
         let idx = self.indexes_of(c.id)?.captions;
-        let score = Score::new(self.pipeline.similarity(), qm, Modality::Captions);
+        let score = self.score(qm, Modality::Captions);
         let (offset, k) = (p.offset, p.k);
         let hits = tokio::task::spawn_blocking(move || idx.search(&v, score, offset, k, None))
             .await

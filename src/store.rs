@@ -1065,17 +1065,20 @@ impl Store {
         Ok(())
     }
 
-    /// The vectors of the given ids that still exist (for followers applying upserts).
+    /// The (id, vector, search offset) of the given ids that still exist (for followers applying upserts);
+    /// captions have no offset (0).
     pub async fn vectors_by_ids(
         &self,
         collection_id: i64,
         modality: Modality,
         ids: &[i64],
-    ) -> Result<Vec<(i64, Vec<f32>)>, StoreError> {
+    ) -> Result<Vec<(i64, Vec<f32>, f32)>, StoreError> {
         let mut out = Vec::with_capacity(ids.len());
+        let images = modality == Modality::Images;
         for chunk in ids.chunks(500) {
             let sql = format!(
-                "SELECT id, vector FROM {} WHERE collection_id = $1 AND id IN ({})",
+                "SELECT id, vector{} FROM {} WHERE collection_id = $1 AND id IN ({})",
+                if images { ", hub_offset" } else { "" },
                 modality.as_str(),
                 placeholders(2, chunk.len())
             );
@@ -1087,10 +1090,27 @@ impl Store {
                 (
                     r.get::<i64, _>("id"),
                     blob_to_vector(r.get::<&[u8], _>("vector")),
+                    if images {
+                        r.get::<f64, _>("hub_offset") as f32
+                    } else {
+                        0.0
+                    },
                 )
             }));
         }
         Ok(out)
+    }
+
+    /// Every image's search offset in one collection (the index keeps them beside the vectors).
+    pub async fn image_offsets(&self, collection_id: i64) -> Result<Vec<(i64, f32)>, StoreError> {
+        let rows = sqlx::query("SELECT id, hub_offset FROM images WHERE collection_id = $1")
+            .bind(collection_id)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<i64, _>("id"), r.get::<f64, _>("hub_offset") as f32))
+            .collect())
     }
 
     // ---- the change sequence (how replicas follow each other's writes) ----

@@ -173,8 +173,8 @@ impl Service {
                 continue;
             }
             // Rows deleted since are simply not returned.
-            for (id, v) in self.store.vectors_by_ids(cid, m, &missing).await? {
-                idx.insert(id, v);
+            for (id, v, offset) in self.store.vectors_by_ids(cid, m, &missing).await? {
+                idx.insert(id, v, offset);
             }
         }
         for ((cid, m), ids) in deletes {
