@@ -1,5 +1,5 @@
 //! The server's image and text paths against the trainer's reference outputs (models/fixture-tiny/parity.json):
-//! identical ternary codes, joint vectors within 1e-5. Real ONNX Runtime on the fixture bundle.
+//! identical ternary codes, joint vectors and hubness offsets within 1e-5. Real ONNX Runtime on the fixture bundle.
 
 mod common;
 
@@ -64,6 +64,14 @@ async fn image_codes_and_vectors_match_the_trainer() {
             d <= 1e-5,
             "{name} ({}): joint vector differs by {d}",
             case["crop_mode"]
+        );
+        // The hubness offset (the fixture has a bank); a bundle without one would give 0 and fail this.
+        let want = case["offset"].as_f64().expect("offset") as f32;
+        assert!(
+            (e.offset - want).abs() <= 1e-5 && want != 0.0,
+            "{name} ({}): offset {} against the trainer's {want}",
+            case["crop_mode"],
+            e.offset
         );
         checked += 1;
     }

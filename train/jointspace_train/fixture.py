@@ -3,7 +3,8 @@
 Its vision graph is VGG16-shaped (13 convs in 5 blocks, 224x224 input) but a few channels wide; its "training
 set" is a handful of generated pictures (tests/fixtures/images, written here too, never dataset photos).
 `parity.json` records what the trainer computes for those images and sentences, so the server can be checked
-against it: identical ternary codes, joint vectors within 1e-5.
+against it: identical ternary codes, joint vectors within 1e-5, and each image's hubness offset (the bundle's bank
+is its own captions, k 2, alpha 0.5).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from . import export, features, fne, pipeline, tokenizer, vision
+from . import bundle, export, features, fne, hubness, pipeline, tokenizer, vision
 from .model import TextEncoder
 
 BLOCKS = ((4, 4), (8, 8), (8, 8, 8), (16, 16, 16), (16, 16, 16))
@@ -83,14 +84,29 @@ def make(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
                  fne_std=std, projection=w, text=text, tok=tok, max_tokens=16, similarity="cosine",
                  use_abs=False, training={"dataset": "generated fixture pictures", "split": "all",
                                           "loss": "none (random weights)", "crop_mode": "ten"})
-    # Expected outputs, computed through the bundle as written (the server's tests compare against these).
+    add_hubness(out)
+    return write_parity(out, images_dir, paths)
+
+
+def add_hubness(out: Path) -> None:
+    """A bank of the fixture's own captions, so that the server's tests cover the search offset."""
+    p = pipeline.Pipeline(out)
+    hubness.write(out / hubness.FILE, p.embed_texts(CAPTIONS))
+    m = {k: v for k, v in p.m.items() if k != "files"}
+    m["hubness"] = hubness.section(len(CAPTIONS), 2, 0.5, 0, "the fixture's captions, embedded by its text graph")
+    bundle.finish(out, m)
+
+
+def write_parity(out: Path, images_dir, paths: list[Path]) -> dict:
+    """Expected outputs, computed through the bundle as written (the server's tests compare against these)."""
     p = pipeline.Pipeline(out)
     cases = []
     for path in paths:
         for mode in ("ten", "center"):
             c, v = p.embed_images([path], mode)
             cases.append({"image": path.name, "crop_mode": mode, "code": b64(fne.pack(c[0])),
-                          "nonzero": int(np.count_nonzero(c[0])), "vector": [float(x) for x in v[0]]})
+                          "nonzero": int(np.count_nonzero(c[0])), "vector": [float(x) for x in v[0]],
+                          "offset": float(p.offsets(v)[0])})
     texts = [{"text": s, "ids": tokenizer.encode_batch(p.tok, [s], 16)[0][0].tolist(),
               "vector": [float(x) for x in vec]} for s, vec in zip(SENTENCES, p.embed_texts(SENTENCES))]
     parity = {"bundle": "fixture-tiny", "images_dir": str(Path(images_dir)), "images": cases, "texts": texts}

@@ -20,7 +20,7 @@ def test_round_trip(fixture_copy):
     b = bundle.read(fixture_copy)
     m = b.manifest
     assert m["format"] == 1 and set(m["files"]) == {"vision.onnx", "fne.safetensors", "projection.safetensors",
-                                                    "text.onnx", "tokenizer.json"}
+                                                    "text.onnx", "tokenizer.json", "hubness.safetensors"}
     assert b.fne_mean.shape == (m["fne"]["dim"],) and b.projection.shape == (16, m["fne"]["dim"])
     # rewriting the manifest from the same files gives the same checksums
     again = bundle.finish(fixture_copy, {k: v for k, v in m.items() if k != "files"})
@@ -62,6 +62,7 @@ def test_fixture_parity_file_is_what_the_trainer_computes(repo):
         codes, vecs = p.embed_images([repo / parity["images_dir"] / case["image"]], case["crop_mode"])
         assert base64.b64decode(case["code"]) == fne.pack(codes[0]).tobytes(), case["image"]
         np.testing.assert_allclose(vecs[0], case["vector"], atol=1e-6)
+        np.testing.assert_allclose(p.offsets(vecs), [case["offset"]], atol=1e-6)
     texts = p.embed_texts([t["text"] for t in parity["texts"]])
     np.testing.assert_allclose(texts, [t["vector"] for t in parity["texts"]], atol=1e-6)
 
