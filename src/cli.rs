@@ -92,9 +92,26 @@ async fn add_all(
                 .collect();
             let dir = dir.to_path_buf();
             async move {
-                let mut inputs = Vec::with_capacity(chunk.len());
+                // Images stored by an earlier run are skipped before anything is embedded: a resumed
+                // ingest costs the images it has left, not every batch's CNN passes again.
+                let cid = svc.store.collection_id(collection).await?;
+                let mut present = Vec::new();
+                let mut todo = Vec::with_capacity(chunk.len());
                 for (name, caps) in chunk.iter().zip(caps) {
-                    let bytes = tokio::fs::read(dir.join(name))
+                    match svc.store.image_by_external_id(cid, name).await {
+                        Ok(row) => present.push((name.clone(), row.id)),
+                        Err(StoreError::NotFound(_)) => todo.push((name.clone(), caps)),
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                let chunk: Vec<String> = todo.iter().map(|(n, _)| n.clone()).collect();
+                if chunk.is_empty() {
+                    pb.inc(present.len() as u64);
+                    return Ok(present);
+                }
+                let mut inputs = Vec::with_capacity(chunk.len());
+                for (name, caps) in todo {
+                    let bytes = tokio::fs::read(dir.join(&name))
                         .await
                         .with_context(|| format!("cannot read {name}"))?;
                     inputs.push(ImageInput {
@@ -140,8 +157,9 @@ async fn add_all(
                             .context(format!("batch starting at {}", chunk[0])));
                     }
                 };
-                pb.inc(chunk.len() as u64);
-                Ok::<_, anyhow::Error>(added)
+                pb.inc((chunk.len() + present.len()) as u64);
+                present.extend(added);
+                Ok::<_, anyhow::Error>(present)
             }
         })
         .buffer_unordered(concurrency.max(1))

@@ -65,10 +65,16 @@ fn ingest_eval_inspect_and_reindex() {
             &url,
         ]));
     assert!(out.contains("8 images in collection \"flickr\""), "{out}");
-    // Again: nothing is added twice.
+    // Again: nothing is added twice, and nothing stored is embedded again (the same names, now unreadable as
+    // images, would fail the run if they were decoded).
+    let stored = dir.path().join("stored");
+    std::fs::create_dir_all(&stored).expect("dir");
+    for e in std::fs::read_dir(data.join("images")).expect("images") {
+        std::fs::write(stored.join(e.expect("entry").file_name()), b"not an image").expect("write");
+    }
     let out = run(jointspace()
         .args(["ingest", "--images"])
-        .arg(data.join("images"))
+        .arg(&stored)
         .args(["--collection", "flickr", "--database-url", &url]));
     assert!(out.contains("8 images"), "{out}");
 
