@@ -28,4 +28,12 @@ async fn default_bundle_loads_and_embeds() {
         assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
     }
     assert_eq!(img.code.dim(), p.bundle.manifest.fne.dim);
+    // The default ships the hubness bank (its search R@1 meets the bar only with it): a real image sits near
+    // some of the bank's captions, so its offset, -alpha times a mean of positive cosines, is negative.
+    assert!(p.bundle.hubness.is_some(), "the default bundle carries its hubness bank");
+    assert!(
+        img.offset < 0.0 && img.offset > -1.0,
+        "offset {} is not -alpha * (a mean cosine in (0, 1])",
+        img.offset
+    );
 }
