@@ -61,6 +61,7 @@ ingest() {
 
 projection() {
   bench projection --bundle "$BUNDLE" --codes 200 | record projection
+  bench hubness --bundle "$BUNDLE" | record hubness   # the offset that follows the projection
 }
 
 index() {

@@ -3,11 +3,15 @@
 //! by cosine + offset, with offset = -alpha x the mean of the image's k highest cosines to a bank of training
 //! captions. It depends on the image alone, so it is computed once, where the image's vector is, and stored.
 
-use ndarray::{Array2, ArrayView1};
+use ndarray::{Array2, ArrayView1, ArrayView2};
 
 pub struct Hubness {
-    /// `[captions, joint_dim]`, row r = `vectors[r] * scales[r]` of the bundle's int8 bank.
-    bank: Array2<f32>,
+    /// `[captions, joint]` row-major, as the bundle stores it: int8 keeps the bank at a quarter of float32's
+    /// memory, and reading it is what the product costs.
+    bank: Vec<i8>,
+    /// Row r of the bank is `bank[r] * scales[r]`.
+    scales: Vec<f32>,
+    joint: usize,
     k: usize,
     alpha: f32,
 }
@@ -16,12 +20,21 @@ impl std::fmt::Debug for Hubness {
     // Not the 10 million numbers of a bank.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hubness")
-            .field("bank", &self.bank.dim())
+            .field("captions", &self.captions())
+            .field("joint", &self.joint)
             .field("k", &self.k)
             .field("alpha", &self.alpha)
             .finish()
     }
 }
+
+/// Lanes of the dot product's accumulators: independent sums the compiler turns into vector registers (one
+/// float accumulator would be a chain of dependent adds).
+const LANES: usize = 16;
+/// Batches from this size go through the matrix product (measured: `cargo bench --bench bench -- hubness`).
+const PRODUCT_FROM: usize = 6;
+/// Bank rows widened at a time for the matrix product (2 MB of float32 at 1,024-d).
+const BLOCK_ROWS: usize = 512;
 
 impl Hubness {
     /// From the bundle's int8 rows (`[captions, joint]`, row-major) and their scales; the bundle checked
@@ -40,32 +53,104 @@ impl Hubness {
             "bank must be [captions, joint]"
         );
         assert!((1..=captions).contains(&k), "k must be in 1..=captions");
-        let bank = Array2::from_shape_fn((captions, joint), |(r, c)| {
-            f32::from(vectors[r * joint + c]) * scales[r]
-        });
-        Hubness { bank, k, alpha }
+        Hubness {
+            bank: vectors.to_vec(),
+            scales: scales.to_vec(),
+            joint,
+            k,
+            alpha,
+        }
     }
 
     pub fn joint_dim(&self) -> usize {
-        self.bank.ncols()
+        self.joint
     }
 
-    /// The offsets of a batch of joint vectors: one matrix product with the bank for the whole batch (the
-    /// vectors as columns), then each column's k largest.
+    pub fn captions(&self) -> usize {
+        self.scales.len()
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    pub fn alpha(&self) -> f32 {
+        self.alpha
+    }
+
+    /// The bank as float32, `[captions, joint]` row-major (what a dense product would hold; the benches
+    /// compare against one).
+    pub fn dequantized(&self) -> Vec<f32> {
+        self.bank
+            .chunks_exact(self.joint)
+            .zip(&self.scales)
+            .flat_map(|(q, &s)| q.iter().map(move |&b| f32::from(b) * s))
+            .collect()
+    }
+
+    /// The offsets of a batch of joint vectors. The bank is read once per batch. A few vectors are dotted
+    /// with each row widened to float32 in a buffer that stays in L1 (a matrix product would first repack the
+    /// whole bank for one column); a larger batch goes through the matrix product a block of rows at a time,
+    /// widened into a block-sized buffer, so the float32 bank never exists whole.
     pub fn offsets(&self, vectors: &[&[f32]]) -> Vec<f32> {
-        let mut x = Array2::<f32>::zeros((self.joint_dim(), vectors.len()));
-        for (j, v) in vectors.iter().enumerate() {
-            x.column_mut(j).assign(&ArrayView1::from(*v));
+        self.offsets_in_blocks(vectors, BLOCK_ROWS)
+    }
+
+    fn offsets_in_blocks(&self, vectors: &[&[f32]], block: usize) -> Vec<f32> {
+        let captions = self.captions();
+        for v in vectors {
+            assert_eq!(v.len(), self.joint, "vector of the wrong size");
         }
-        let sims = self.bank.dot(&x);
-        let mut col = Vec::with_capacity(self.bank.nrows());
-        sims.columns()
-            .into_iter()
-            .map(|c| {
-                col.clear();
-                col.extend(c.iter().copied());
-                self.offset_of(&mut col)
-            })
+        // sims[j * captions + r]: image j's cosine to bank caption r.
+        let mut sims = vec![0f32; vectors.len() * captions];
+        if vectors.len() < PRODUCT_FROM {
+            let mut row = vec![0f32; self.joint];
+            for (r, (q, &scale)) in self
+                .bank
+                .chunks_exact(self.joint)
+                .zip(&self.scales)
+                .enumerate()
+            {
+                for (x, &b) in row.iter_mut().zip(q) {
+                    *x = f32::from(b);
+                }
+                for (j, v) in vectors.iter().enumerate() {
+                    sims[j * captions + r] = scale * dot(&row, v);
+                }
+            }
+        } else {
+            let mut x = Array2::<f32>::zeros((self.joint, vectors.len()));
+            for (j, v) in vectors.iter().enumerate() {
+                x.column_mut(j).assign(&ArrayView1::from(*v));
+            }
+            let mut buf = vec![0f32; block.min(captions) * self.joint];
+            for (b, (q, scales)) in self
+                .bank
+                .chunks(block * self.joint)
+                .zip(self.scales.chunks(block))
+                .enumerate()
+            {
+                let rows = scales.len();
+                let w = &mut buf[..rows * self.joint];
+                for ((out, q), &s) in w
+                    .chunks_exact_mut(self.joint)
+                    .zip(q.chunks_exact(self.joint))
+                    .zip(scales)
+                {
+                    for (x, &b) in out.iter_mut().zip(q) {
+                        *x = f32::from(b) * s;
+                    }
+                }
+                let part = ArrayView2::from_shape((rows, self.joint), &*w)
+                    .expect("block shape")
+                    .dot(&x);
+                for ((i, j), &s) in part.indexed_iter() {
+                    sims[j * captions + b * block + i] = s;
+                }
+            }
+        }
+        sims.chunks_exact_mut(captions)
+            .map(|c| self.offset_of(c))
             .collect()
     }
 
@@ -76,6 +161,23 @@ impl Hubness {
         let top: f64 = sims[n - self.k..].iter().map(|&s| f64::from(s)).sum();
         (-f64::from(self.alpha) * top / self.k as f64) as f32
     }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]
@@ -96,6 +198,57 @@ mod tests {
         let one = Hubness::from_int8(&eye, &[1.0 / 127.0; 3], 3, 1, 1.0);
         assert_eq!(one.offsets(&[&[0.9, 0.5, 0.2]]), [-0.9]);
         assert!(h.offsets(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_batch_gives_each_vector_the_offset_it_gets_alone_and_the_dot_handles_a_tail() {
+        // joint 37: two full lanes of 16 and a tail of 5; 40 captions, k 7.
+        let (joint, captions) = (37, 40);
+        let bank: Vec<i8> = (0..joint * captions)
+            .map(|i| ((i * 7919 % 255) as i32 - 127) as i8)
+            .collect();
+        let scales: Vec<f32> = (0..captions).map(|r| 0.001 + r as f32 * 1e-4).collect();
+        let h = Hubness::from_int8(&bank, &scales, joint, 7, 0.5);
+        let vs: Vec<Vec<f32>> = (0..5)
+            .map(|j| {
+                (0..joint)
+                    .map(|c| ((c * 31 + j * 17) % 11) as f32 / 11.0 - 0.5)
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<&[f32]> = vs.iter().map(Vec::as_slice).collect();
+        let batch = h.offsets(&refs);
+        for (j, v) in vs.iter().enumerate() {
+            // The definition in float64, straight from the int8 rows.
+            let mut sims: Vec<f64> = (0..captions)
+                .map(|r| {
+                    (0..joint)
+                        .map(|c| {
+                            f64::from(bank[r * joint + c]) * f64::from(scales[r]) * f64::from(v[c])
+                        })
+                        .sum()
+                })
+                .collect();
+            sims.sort_by(|a, b| b.total_cmp(a));
+            let want = -0.5 * sims[..7].iter().sum::<f64>() / 7.0;
+            assert!(
+                (f64::from(batch[j]) - want).abs() < 1e-5,
+                "{j}: {} vs {want}",
+                batch[j]
+            );
+            assert_eq!(h.offsets(&[v]), [batch[j]], "alone and in a batch");
+        }
+        // A batch large enough for the matrix product, in blocks of 16 rows (40 = 16 + 16 + 8).
+        let many: Vec<&[f32]> = (0..2 * PRODUCT_FROM)
+            .map(|j| refs[j % refs.len()])
+            .collect();
+        for (j, o) in h.offsets_in_blocks(&many, 16).iter().enumerate() {
+            assert!(
+                (o - batch[j % refs.len()]).abs() < 1e-6,
+                "{j}: {o} vs {}",
+                batch[j % refs.len()]
+            );
+        }
     }
 
     #[test]
