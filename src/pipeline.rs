@@ -26,13 +26,22 @@ pub enum EmbedError {
     Runtime(#[from] RuntimeError),
 }
 
+/// What an image is embedded for. Only a stored image needs its hubness offset (a product with the bank's
+/// 10,000 captions); a query image, an annotation or `/v1/embed` does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageUse {
+    Store,
+    Query,
+}
+
 /// What the server keeps of an image: its code (the durable part), its joint vector and its search offset
 /// (both derived from the code).
 #[derive(Debug, Clone)]
 pub struct ImageEmbedding {
     pub code: TernaryCode,
     pub vector: Vec<f32>,
-    /// Added to a caption query's score for this image (docs/bundle.md, "The hubness section"); 0 without.
+    /// Added to a caption query's score for this image (docs/bundle.md, "The hubness section"); 0 without a
+    /// bank, and for `ImageUse::Query`.
     pub offset: f32,
     pub width: u32,
     pub height: u32,
@@ -62,8 +71,9 @@ pub struct Pipeline {
     pub limits: DecodeLimits,
     provider: String,
     vision: Vision,
-    fne: Fne,
-    projection: Projection,
+    // Shared with the blocking pool, where codes are made and projected.
+    fne: Arc<Fne>,
+    projection: Arc<Projection>,
     tokenizer: TextTokenizer,
     text: TextEncoder,
     /// Bounds the decoded images held in memory at once.
@@ -94,8 +104,8 @@ impl Pipeline {
                 },
                 opts.vision_stats,
             ),
-            fne: Fne::new(&bundle),
-            projection: Projection::new(&bundle),
+            fne: Arc::new(Fne::new(&bundle)),
+            projection: Arc::new(Projection::new(&bundle)),
             tokenizer: TextTokenizer::new(&bundle, opts.max_text_chars)?,
             text: TextEncoder::new(
                 backend.clone(),
@@ -132,12 +142,13 @@ impl Pipeline {
         &self.projection
     }
 
-    /// Embeds a batch of images: decode -> crops -> vision -> fne -> projection. All crops go to the runtime
-    /// together (in runs bounded by `max_batch_crops`). One bad image fails the batch, naming it: a batch is
-    /// stored all or nothing.
+    /// Embeds a batch of images: decode -> crops -> vision -> fne -> projection (-> hubness offset, to store).
+    /// All crops go to the runtime together (in runs bounded by `max_batch_crops`). One bad image fails the
+    /// batch, naming it: a batch is stored all or nothing.
     pub async fn embed_images(
         &self,
         images: Vec<bytes::Bytes>,
+        purpose: ImageUse,
     ) -> Result<Vec<ImageEmbedding>, (usize, EmbedError)> {
         let n = images.len();
         if n == 0 {
@@ -157,19 +168,16 @@ impl Pipeline {
                         .acquire_owned()
                         .await
                         .map_err(|_| EmbedError::Runtime(RuntimeError::Stopped))?;
-                    tokio::task::spawn_blocking(
-                        move || -> Result<(Vec<f32>, u32, u32), DecodeError> {
-                            let img = decode::decode(&bytes, &limits)?;
-                            let (w, h) = img.dimensions();
-                            let resized = crops::resize(&img, spec.resize);
-                            drop(img);
-                            let mut out = vec![0f32; per * crop_len];
-                            crops::write_crops(&resized, &spec, mode, &mut out);
-                            Ok((out, w, h))
-                        },
-                    )
-                    .await
-                    .map_err(|e| EmbedError::Runtime(RuntimeError::Run(e.to_string())))?
+                    blocking(move || -> Result<(Vec<f32>, u32, u32), DecodeError> {
+                        let img = decode::decode(&bytes, &limits)?;
+                        let (w, h) = img.dimensions();
+                        let resized = crops::resize(&img, spec.resize);
+                        drop(img);
+                        let mut out = vec![0f32; per * crop_len];
+                        crops::write_crops(&resized, &spec, mode, &mut out);
+                        Ok((out, w, h))
+                    })
+                    .await?
                     .map_err(EmbedError::from)
                 }
             })
@@ -187,39 +195,64 @@ impl Pipeline {
             .features(pieces, per)
             .await
             .map_err(|e| (0, e.into()))?;
-        let dim = self.fne.dim();
-        let mut out: Vec<ImageEmbedding> = sizes
-            .into_iter()
-            .enumerate()
-            .map(|(i, (width, height))| {
-                let code = self.fne.code(&raw[i * per * dim..(i + 1) * per * dim]);
-                let vector = self.projection.project(&code);
-                ImageEmbedding {
-                    code,
-                    vector,
-                    offset: 0.0,
-                    width,
-                    height,
+        // Codes, projection and offsets are milliseconds of arithmetic per image: off the async workers.
+        let (fne, projection) = (self.fne.clone(), self.projection.clone());
+        let hubness = self.bundle.clone();
+        blocking(move || {
+            let dim = fne.dim();
+            let mut out: Vec<ImageEmbedding> = sizes
+                .into_iter()
+                .enumerate()
+                .map(|(i, (width, height))| {
+                    let code = fne.code(&raw[i * per * dim..(i + 1) * per * dim]);
+                    let vector = projection.project(&code);
+                    ImageEmbedding {
+                        code,
+                        vector,
+                        offset: 0.0,
+                        width,
+                        height,
+                    }
+                })
+                .collect();
+            if let (ImageUse::Store, Some(h)) = (purpose, &hubness.hubness) {
+                let vectors: Vec<&[f32]> = out.iter().map(|e| e.vector.as_slice()).collect();
+                for (e, o) in h.offsets(&vectors).into_iter().enumerate() {
+                    out[e].offset = o;
                 }
-            })
-            .collect();
-        let offsets = self.offsets(&out.iter().map(|e| e.vector.as_slice()).collect::<Vec<_>>());
-        for (e, o) in out.iter_mut().zip(offsets) {
-            e.offset = o;
-        }
-        Ok(out)
+            }
+            out
+        })
+        .await
+        .map_err(|e| (0, e))
     }
 
-    /// The search offsets of joint vectors (all 0 for a bundle without a hubness bank).
-    pub fn offsets(&self, vectors: &[&[f32]]) -> Vec<f32> {
-        match &self.bundle.hubness {
-            Some(h) => h.offsets(vectors),
-            None => vec![0.0; vectors.len()],
-        }
+    /// Joint vectors and search offsets of stored codes (a reindex), on the blocking pool.
+    pub async fn project_codes(
+        &self,
+        codes: Vec<TernaryCode>,
+    ) -> Result<Vec<(Vec<f32>, f32)>, EmbedError> {
+        let (projection, bundle) = (self.projection.clone(), self.bundle.clone());
+        blocking(move || {
+            let vectors: Vec<Vec<f32>> = codes.iter().map(|c| projection.project(c)).collect();
+            let offsets = match &bundle.hubness {
+                Some(h) => h.offsets(&vectors.iter().map(Vec::as_slice).collect::<Vec<_>>()),
+                None => vec![0.0; vectors.len()],
+            };
+            vectors.into_iter().zip(offsets).collect()
+        })
+        .await
     }
 
-    pub async fn embed_image(&self, bytes: bytes::Bytes) -> Result<ImageEmbedding, EmbedError> {
-        let mut v = self.embed_images(vec![bytes]).await.map_err(|(_, e)| e)?;
+    pub async fn embed_image(
+        &self,
+        bytes: bytes::Bytes,
+        purpose: ImageUse,
+    ) -> Result<ImageEmbedding, EmbedError> {
+        let mut v = self
+            .embed_images(vec![bytes], purpose)
+            .await
+            .map_err(|(_, e)| e)?;
         Ok(v.remove(0))
     }
 
@@ -250,4 +283,13 @@ impl Pipeline {
             .map_err(|(_, e)| e)?;
         Ok(v.remove(0))
     }
+}
+
+/// Runs CPU work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, EmbedError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| EmbedError::Runtime(RuntimeError::Run(e.to_string())))
 }

@@ -19,7 +19,7 @@ use crate::{
     fne::TernaryCode,
     index::{IndexParams, Score, VectorIndex, snapshot_name},
     metrics::Metrics,
-    pipeline::{EmbedError, ImageEmbedding, Pipeline},
+    pipeline::{EmbedError, ImageEmbedding, ImageUse, Pipeline},
     runtime::RuntimeError,
     store::{
         CaptionRow, CollectionRow, ImageRow, Modality, NewCaption, NewImage, Provenance, Store,
@@ -363,12 +363,16 @@ impl Service {
 
     // ---- images ----
 
-    pub async fn embed_images(&self, images: Vec<Bytes>) -> Result<Vec<ImageEmbedding>> {
+    pub async fn embed_images(
+        &self,
+        images: Vec<Bytes>,
+        purpose: ImageUse,
+    ) -> Result<Vec<ImageEmbedding>> {
         let t = std::time::Instant::now();
         let n = images.len();
         let r = self
             .pipeline
-            .embed_images(images)
+            .embed_images(images, purpose)
             .await
             .map_err(|(i, e)| ServiceError::embed((n > 1).then_some(i), e));
         self.metrics.observe_embed("image", n, t.elapsed());
@@ -446,7 +450,7 @@ impl Service {
             .into_iter()
             .map(|i| (i.bytes, (i.external_id, i.metadata, i.captions)))
             .unzip();
-        let embeddings = self.embed_images(bytes).await?;
+        let embeddings = self.embed_images(bytes, ImageUse::Store).await?;
         let text_vecs = self.embed_texts(&texts).await?;
         let mut tv = text_vecs.into_iter();
         let rows: Vec<NewImage> = embeddings
@@ -641,7 +645,10 @@ impl Service {
                 None,
             ),
             Query::Image(b) => (
-                self.embed_images(vec![b]).await?.remove(0).vector,
+                self.embed_images(vec![b], ImageUse::Query)
+                    .await?
+                    .remove(0)
+                    .vector,
                 Modality::Images,
                 None,
             ),
@@ -778,15 +785,17 @@ impl Service {
     /// vector with the loaded text model, then rebuilds the indexes. Refuses codes from another vision model.
     pub async fn reindex(&self) -> Result<(usize, usize)> {
         let b = self.pipeline.bundle.clone();
-        let proj = self.pipeline.projection();
-        let dim = proj.fne_dim();
+        let dim = self.pipeline.projection().fne_dim();
         let mut after = 0;
         let mut images = 0;
         loop {
             let page = self.store.codes_page(after, 1000).await?;
             let Some(last) = page.last() else { break };
             after = last.0;
-            let mut rows = Vec::with_capacity(page.len());
+            let (mut ids, mut codes) = (
+                Vec::with_capacity(page.len()),
+                Vec::with_capacity(page.len()),
+            );
             for (id, code, vision_id) in page {
                 if vision_id != b.vision_id {
                     return Err(ServiceError::Invalid(format!(
@@ -797,12 +806,18 @@ impl Service {
                 let code = TernaryCode::from_packed(dim, code).map_err(|e| {
                     ServiceError::Invalid(format!("image {id}: stored code is invalid: {e}"))
                 })?;
-                rows.push((id, proj.project(&code)));
+                ids.push(id);
+                codes.push(code);
             }
-            images += rows.len();
-            let offsets = self
+            let (vectors, offsets): (Vec<Vec<f32>>, Vec<f32>) = self
                 .pipeline
-                .offsets(&rows.iter().map(|(_, v)| v.as_slice()).collect::<Vec<_>>());
+                .project_codes(codes)
+                .await
+                .map_err(|e| ServiceError::embed(None, e))?
+                .into_iter()
+                .unzip();
+            let rows: Vec<(i64, Vec<f32>)> = ids.into_iter().zip(vectors).collect();
+            images += rows.len();
             self.store
                 .update_vectors(Modality::Images, &rows, &offsets, &b.id)
                 .await?;

@@ -25,6 +25,22 @@ fn projection_bench_runs_and_the_signed_sum_equals_the_dense_product() {
 }
 
 #[test]
+fn hubness_bench_runs_on_the_fixture_bank() {
+    let r = suite::run(&args(&[
+        "hubness",
+        "--bundle",
+        common::BUNDLE,
+        "--batches",
+        "1,4",
+        "--images",
+        "6",
+    ]))
+    .expect("hubness bench");
+    assert_eq!(r["captions"], 6, "{r}");
+    assert_eq!(r["offsets"].as_array().map(Vec::len), Some(2), "{r}");
+}
+
+#[test]
 fn index_bench_runs() {
     let r = suite::run(&args(&[
         "index",
@@ -62,7 +78,8 @@ fn ingest_bench_runs() {
     ]))
     .expect("ingest bench");
     assert_eq!(r["images"], 3);
-    assert_eq!(r["profile"].as_object().map(|p| p.len()), Some(7));
+    assert_eq!(r["profile"].as_object().map(|p| p.len()), Some(8));
+    assert!(r["profile"].get("hubness").is_some(), "{r}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

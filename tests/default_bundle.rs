@@ -3,7 +3,7 @@
 
 mod common;
 
-use jointspace::{app::load_pipeline, config::ServeArgs};
+use jointspace::{app::load_pipeline, config::ServeArgs, pipeline::ImageUse};
 
 #[tokio::test]
 async fn default_bundle_loads_and_embeds() {
@@ -19,7 +19,7 @@ async fn default_bundle_loads_and_embeds() {
         .await
         .expect("text");
     let img = p
-        .embed_image(common::fixture_image(0).into())
+        .embed_image(common::fixture_image(0).into(), ImageUse::Store)
         .await
         .expect("image");
     for x in [&v, &img.vector] {
@@ -30,7 +30,10 @@ async fn default_bundle_loads_and_embeds() {
     assert_eq!(img.code.dim(), p.bundle.manifest.fne.dim);
     // The default ships the hubness bank (its search R@1 meets the bar only with it): a real image sits near
     // some of the bank's captions, so its offset, -alpha times a mean of positive cosines, is negative.
-    assert!(p.bundle.hubness.is_some(), "the default bundle carries its hubness bank");
+    assert!(
+        p.bundle.hubness.is_some(),
+        "the default bundle carries its hubness bank"
+    );
     assert!(
         img.offset < 0.0 && img.offset > -1.0,
         "offset {} is not -alpha * (a mean cosine in (0, 1])",

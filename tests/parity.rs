@@ -4,7 +4,7 @@
 mod common;
 
 use base64::Engine;
-use jointspace::{app::load_pipeline, config::ServeArgs};
+use jointspace::{app::load_pipeline, config::ServeArgs, pipeline::ImageUse};
 use serde_json::Value;
 
 fn parity() -> Value {
@@ -43,7 +43,11 @@ async fn image_codes_and_vectors_match_the_trainer() {
             Some("center") => &center,
             other => panic!("unknown crop mode {other:?}"),
         };
-        let e = pl.embed_image(bytes.into()).await.expect("embeds");
+        let bytes = bytes::Bytes::from(bytes);
+        let e = pl
+            .embed_image(bytes.clone(), ImageUse::Store)
+            .await
+            .expect("embeds");
         let want = base64::engine::general_purpose::STANDARD
             .decode(case["code"].as_str().expect("code"))
             .expect("base64");
@@ -72,6 +76,15 @@ async fn image_codes_and_vectors_match_the_trainer() {
             "{name} ({}): offset {} against the trainer's {want}",
             case["crop_mode"],
             e.offset
+        );
+        // A query image needs no offset and skips the bank; its code and vector are the stored image's.
+        let q = pl
+            .embed_image(bytes, ImageUse::Query)
+            .await
+            .expect("embeds");
+        assert_eq!(
+            (q.offset, &q.vector, q.code.packed()),
+            (0.0, &e.vector, e.code.packed())
         );
         checked += 1;
     }

@@ -14,7 +14,7 @@ use jointspace::{
     fne::Fne,
     index::{IndexParams, VectorIndex},
     metrics::Metrics,
-    pipeline::{Pipeline, PipelineOptions},
+    pipeline::{ImageUse, Pipeline, PipelineOptions},
     projection::Projection,
     runtime::{self, Backend, Device, OrtBackend},
     service::{ImageInput, Service, ServiceOptions},
@@ -127,7 +127,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     // allocates ONNX Runtime's arenas.
     let per_run = (o.max_batch_crops / mode.crops()).max(1);
     pipeline
-        .embed_images(files[..per_run.min(files.len())].to_vec())
+        .embed_images(files[..per_run.min(files.len())].to_vec(), ImageUse::Store)
         .await
         .map_err(|(_, e)| anyhow::anyhow!("{e}"))?;
 
@@ -154,7 +154,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     let proj = Projection::new(&bundle);
     let stage_coll = store.create_collection("stages", "").await?;
     let idx = VectorIndex::build(index, vec![]);
-    let mut st = [0f64; 7];
+    let mut st = [0f64; 8];
     let mut next_id = 1i64;
     for chunk in files.chunks(o.batch.max(1)) {
         let mut crops_all = Vec::with_capacity(chunk.len() * per * crop_len);
@@ -186,18 +186,25 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         let t = Instant::now();
         let vectors: Vec<Vec<f32>> = codes.iter().map(|c| proj.project(c)).collect();
         st[4] += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let offsets = match &bundle.hubness {
+            Some(h) => h.offsets(&vectors.iter().map(Vec::as_slice).collect::<Vec<_>>()),
+            None => vec![0.0; vectors.len()],
+        };
+        st[5] += t.elapsed().as_secs_f64();
         let rows: Vec<NewImage> = codes
             .iter()
             .zip(vectors)
+            .zip(offsets)
             .zip(&sizes)
-            .map(|((c, v), (w, h))| NewImage {
+            .map(|(((c, v), offset), (w, h))| NewImage {
                 external_id: None,
                 metadata: json!({}),
                 width: *w,
                 height: *h,
                 code: c.packed().to_vec(),
                 vector: v,
-                offset: 0.0,
+                offset,
                 captions: vec![],
             })
             .collect();
@@ -212,13 +219,13 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                 },
             )
             .await?;
-        st[5] += t.elapsed().as_secs_f64();
+        st[6] += t.elapsed().as_secs_f64();
         let t = Instant::now();
         for r in rows {
             idx.insert(next_id, r.vector, r.offset);
             next_id += 1;
         }
-        st[6] += t.elapsed().as_secs_f64();
+        st[7] += t.elapsed().as_secs_f64();
     }
     let n = files.len() as f64;
     let stages = [
@@ -227,6 +234,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         "vision",
         "fne",
         "projection",
+        "hubness",
         "store",
         "index",
     ];

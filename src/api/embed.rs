@@ -8,6 +8,8 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::pipeline::ImageUse;
+
 use super::{
     AppState,
     error::{ApiError, ApiJson, ApiResult, ErrorBody},
@@ -94,7 +96,7 @@ pub async fn image(State(s): State<AppState>, req: Request) -> ApiResult<Json<Em
             files.remove(0).data
         }
     };
-    let mut e = s.service.embed_images(vec![bytes]).await?;
+    let mut e = s.service.embed_images(vec![bytes], ImageUse::Query).await?;
     let e = e.remove(0);
     let (plus, minus) = e.code.counts();
     Ok(Json(EmbedImageResponse {
