@@ -155,11 +155,19 @@ impl Hubness {
     }
 
     /// `-alpha * mean(top k)` of one image's bank cosines (reordered in place).
-    fn offset_of(&self, sims: &mut [f32]) -> f32 {
+    pub fn offset_of(&self, sims: &mut [f32]) -> f32 {
         let n = sims.len();
         sims.select_nth_unstable_by(n - self.k, |a, b| a.total_cmp(b));
         let top: f64 = sims[n - self.k..].iter().map(|&s| f64::from(s)).sum();
         (-f64::from(self.alpha) * top / self.k as f64) as f32
+    }
+}
+
+/// The offsets of joint vectors under a bundle's bank, if it has one: all 0 without.
+pub fn offsets(bank: Option<&Hubness>, vectors: &[&[f32]]) -> Vec<f32> {
+    match bank {
+        Some(h) => h.offsets(vectors),
+        None => vec![0.0; vectors.len()],
     }
 }
 

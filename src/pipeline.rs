@@ -10,6 +10,7 @@ use crate::{
     crops,
     decode::{self, DecodeError, DecodeLimits},
     fne::{Fne, TernaryCode},
+    hubness,
     projection::Projection,
     runtime::{Backend, RuntimeError},
     text::{TextEncoder, TextError, TextTokenizer},
@@ -196,8 +197,11 @@ impl Pipeline {
             .await
             .map_err(|e| (0, e.into()))?;
         // Codes, projection and offsets are milliseconds of arithmetic per image: off the async workers.
-        let (fne, projection) = (self.fne.clone(), self.projection.clone());
-        let hubness = self.bundle.clone();
+        let (fne, projection, bundle) = (
+            self.fne.clone(),
+            self.projection.clone(),
+            self.bundle.clone(),
+        );
         blocking(move || {
             let dim = fne.dim();
             let mut out: Vec<ImageEmbedding> = sizes
@@ -215,10 +219,11 @@ impl Pipeline {
                     }
                 })
                 .collect();
-            if let (ImageUse::Store, Some(h)) = (purpose, &hubness.hubness) {
+            if purpose == ImageUse::Store {
                 let vectors: Vec<&[f32]> = out.iter().map(|e| e.vector.as_slice()).collect();
-                for (e, o) in h.offsets(&vectors).into_iter().enumerate() {
-                    out[e].offset = o;
+                let offsets = hubness::offsets(bundle.hubness.as_ref(), &vectors);
+                for (e, o) in out.iter_mut().zip(offsets) {
+                    e.offset = o;
                 }
             }
             out
@@ -231,15 +236,13 @@ impl Pipeline {
     pub async fn project_codes(
         &self,
         codes: Vec<TernaryCode>,
-    ) -> Result<Vec<(Vec<f32>, f32)>, EmbedError> {
+    ) -> Result<(Vec<Vec<f32>>, Vec<f32>), EmbedError> {
         let (projection, bundle) = (self.projection.clone(), self.bundle.clone());
         blocking(move || {
             let vectors: Vec<Vec<f32>> = codes.iter().map(|c| projection.project(c)).collect();
-            let offsets = match &bundle.hubness {
-                Some(h) => h.offsets(&vectors.iter().map(Vec::as_slice).collect::<Vec<_>>()),
-                None => vec![0.0; vectors.len()],
-            };
-            vectors.into_iter().zip(offsets).collect()
+            let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+            let offsets = hubness::offsets(bundle.hubness.as_ref(), &refs);
+            (vectors, offsets)
         })
         .await
     }

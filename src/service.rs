@@ -809,13 +809,11 @@ impl Service {
                 ids.push(id);
                 codes.push(code);
             }
-            let (vectors, offsets): (Vec<Vec<f32>>, Vec<f32>) = self
+            let (vectors, offsets) = self
                 .pipeline
                 .project_codes(codes)
                 .await
-                .map_err(|e| ServiceError::embed(None, e))?
-                .into_iter()
-                .unzip();
+                .map_err(|e| ServiceError::embed(None, e))?;
             let rows: Vec<(i64, Vec<f32>)> = ids.into_iter().zip(vectors).collect();
             images += rows.len();
             self.store

@@ -72,16 +72,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
     );
     // Codes at the default bundle's density (about 30% at each of -1 and +1), projected as the server does.
     let codes: Vec<TernaryCode> = (0..o.images)
-        .map(|_| {
-            let c: Vec<i8> = (0..dim)
-                .map(|_| match rng.next() {
-                    x if x < -0.2 => -1,
-                    x if x > 0.2 => 1,
-                    _ => 0,
-                })
-                .collect();
-            TernaryCode::from_values(&c)
-        })
+        .map(|_| TernaryCode::from_values(&rng.ternary(dim, 0.3)))
         .collect();
     let t = Instant::now();
     let vectors: Vec<Vec<f32>> = codes.iter().map(|c| proj.project(c)).collect();
@@ -120,10 +111,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             for c in bank.dot(&x).columns() {
                 col.clear();
                 col.extend(c.iter().copied());
-                let n = col.len();
-                col.select_nth_unstable_by(n - hub.k(), |a, b| a.total_cmp(b));
-                let top: f64 = col[n - hub.k()..].iter().map(|&s| f64::from(s)).sum();
-                dense.push((-f64::from(hub.alpha()) * top / hub.k() as f64) as f32);
+                dense.push(hub.offset_of(&mut col));
             }
         }
         let dense_us = t.elapsed().as_secs_f64() * 1e6 / done as f64;

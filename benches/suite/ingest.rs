@@ -12,6 +12,7 @@ use jointspace::{
     crops, decode,
     decode::DecodeLimits,
     fne::Fne,
+    hubness,
     index::{IndexParams, VectorIndex},
     metrics::Metrics,
     pipeline::{ImageUse, Pipeline, PipelineOptions},
@@ -187,10 +188,8 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         let vectors: Vec<Vec<f32>> = codes.iter().map(|c| proj.project(c)).collect();
         st[4] += t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let offsets = match &bundle.hubness {
-            Some(h) => h.offsets(&vectors.iter().map(Vec::as_slice).collect::<Vec<_>>()),
-            None => vec![0.0; vectors.len()],
-        };
+        let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+        let offsets = hubness::offsets(bundle.hubness.as_ref(), &refs);
         st[5] += t.elapsed().as_secs_f64();
         let rows: Vec<NewImage> = codes
             .iter()

@@ -109,6 +109,18 @@ impl Rng {
             .wrapping_add(1442695040888963407);
         ((self.0 >> 33) as f32 / (1u64 << 31) as f32) - 0.5
     }
+
+    /// A ternary code's values with `density` of the features at +1 and as many at -1.
+    pub fn ternary(&mut self, dim: usize, density: f32) -> Vec<i8> {
+        let t = density - 0.5;
+        (0..dim)
+            .map(|_| match self.next() {
+                x if x < t => -1,
+                x if x > -t => 1,
+                _ => 0,
+            })
+            .collect()
+    }
 }
 
 /// Unit vectors around `clusters` random centres (noise 0.5 per axis), like embeddings, not uniform noise.

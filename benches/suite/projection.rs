@@ -49,18 +49,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
         }
     };
     let p = Projection::from_matrix(&w, joint, dim, false);
-    let t = o.density - 0.5;
-    let codes: Vec<Vec<i8>> = (0..o.codes)
-        .map(|_| {
-            (0..dim)
-                .map(|_| match rng.next() {
-                    x if x < t => -1,
-                    x if x > -t => 1,
-                    _ => 0,
-                })
-                .collect()
-        })
-        .collect();
+    let codes: Vec<Vec<i8>> = (0..o.codes).map(|_| rng.ternary(dim, o.density)).collect();
     let packed: Vec<TernaryCode> = codes.iter().map(|c| TernaryCode::from_values(c)).collect();
     let dense_x: Vec<Vec<f32>> = codes
         .iter()

@@ -62,13 +62,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         for start in (0..n).step_by(1000) {
             let rows: Vec<NewImage> = (start..(start + 1000).min(n))
                 .map(|i| {
-                    let vals: Vec<i8> = (0..dim)
-                        .map(|_| match rng.next() {
-                            x if x < -0.2 => -1,
-                            x if x > 0.2 => 1,
-                            _ => 0,
-                        })
-                        .collect();
+                    let vals = rng.ternary(dim, 0.3);
                     NewImage {
                         external_id: Some(format!("synthetic-{i}")),
                         metadata: json!({"shard": i % 10}),
