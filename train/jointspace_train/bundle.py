@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +13,9 @@ import numpy as np
 import onnx
 from safetensors.numpy import load_file, save_file
 
+from . import hubness
 from .features import sha256_file
+from .filemode import shareable
 
 FORMAT = 1
 
@@ -27,22 +28,14 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _shareable(path) -> None:
-    """safetensors writes owner-only files (0600); a bundle is read by a server that may run as another user
-    (the container's uid 10001), so its files get the usual mode the umask allows, as open() would."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
-
-
 def write_fne(path, mean: np.ndarray, std: np.ndarray) -> None:
     save_file({"mean": np.asarray(mean, np.float32), "std": np.asarray(std, np.float32)}, str(path))
-    _shareable(path)
+    shareable(path)
 
 
 def write_projection(path, weight: np.ndarray, dtype=np.float16) -> None:
     save_file({"weight": np.ascontiguousarray(weight, dtype)}, str(path))
-    _shareable(path)
+    shareable(path)
 
 
 def finish(directory: str | Path, manifest: dict) -> dict:
@@ -127,8 +120,6 @@ def read(directory: str | Path) -> Bundle:
 
 def _hubness(directory: Path, m: dict) -> np.ndarray | None:
     """The optional hubness section (docs/bundle.md): checked as strictly as the rest."""
-    from . import hubness
-
     hb = m.get("hubness")
     if hb is None:
         return None

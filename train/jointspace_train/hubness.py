@@ -14,6 +14,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from . import evaluate
+from .filemode import shareable
 
 FILE = "hubness.safetensors"
 
@@ -31,11 +32,9 @@ def dequantize(q: np.ndarray, scales: np.ndarray) -> np.ndarray:
 
 
 def write(path: str | Path, bank: np.ndarray) -> None:
-    from .bundle import _shareable
-
     q, scales = quantize(bank)
     save_file({"vectors": q, "scales": scales}, str(path))
-    _shareable(path)
+    shareable(path)
 
 
 def read(path: str | Path, captions: int, joint_dim: int) -> np.ndarray:
