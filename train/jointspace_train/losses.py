@@ -72,3 +72,8 @@ PIPELINES = {
     "POE": ("order", None, True),
     "CE": ("cosine", False, False),
 }
+
+
+def similarity_of(loss: str) -> str:
+    """The similarity ("cosine" or "order") that a loss's pipeline trains and scores with."""
+    return PIPELINES[loss][0]

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from jointspace_train import bundle, fixture, vision
-from jointspace_train.__main__ import main, reference_eval
+from jointspace_train.cli import main
+from jointspace_train.cli.reference import reference_eval
 from tv_layout import torchvision_layout
 
 SMALL = ((3, 3), (4, 4), (4, 4, 4), (5, 5, 5), (6, 6, 6))

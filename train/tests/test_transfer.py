@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from jointspace_train import transfer
-from jointspace_train.__main__ import main
+from jointspace_train.cli import main
 from jointspace_train.model import ImageProjection, TextEncoder
 
 

