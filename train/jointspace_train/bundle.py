@@ -25,7 +25,7 @@ class BundleError(Exception):
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def write_fne(path, mean: np.ndarray, std: np.ndarray) -> None:
@@ -92,7 +92,8 @@ def read(directory: str | Path) -> Bundle:
             raise BundleError(f"{p}: sha256 {got} does not match bundle.json's {digest}")
     v, f, pr, t = m["vision"], m["fne"], m["projection"], m["text"]
     if sum(tap["channels"] for tap in v["taps"]) != v["raw_dim"]:
-        raise BundleError(f"{mf}: vision.taps add up to {sum(x['channels'] for x in v['taps'])}, raw_dim is {v['raw_dim']}")
+        raise BundleError(f"{mf}: vision.taps add up to {sum(x['channels'] for x in v['taps'])}, "
+                          f"raw_dim is {v['raw_dim']}")
     if f["dim"] != v["raw_dim"]:
         raise BundleError(f"{mf}: fne.dim {f['dim']} != vision.raw_dim {v['raw_dim']}")
     shapes = _io_shapes(directory / v["onnx"])
@@ -104,7 +105,8 @@ def read(directory: str | Path) -> Bundle:
     tshapes = _io_shapes(directory / t["onnx"])
     out = tshapes.get(t["output_name"])
     if out is None or out[-1] != pr["joint_dim"]:
-        raise BundleError(f"{directory / t['onnx']}: output {t['output_name']!r} is {out}, expected [N, {pr['joint_dim']}]")
+        raise BundleError(f"{directory / t['onnx']}: output {t['output_name']!r} is {out}, "
+                          f"expected [N, {pr['joint_dim']}]")
     stats = load_file(str(directory / f["stats"]))
     for k in ("mean", "std"):
         if k not in stats or stats[k].shape != (f["dim"],) or stats[k].dtype != np.float32:

@@ -103,7 +103,8 @@ def _int8_gru(graph: onnx.GraphProto, gru: onnx.NodeProto, p: str) -> int:
     ], "gru_step" if p == "q_" else p + "gru_step",
         [h.make_tensor_value_info(p + "i", TP.INT64, []), h.make_tensor_value_info(p + "cond", TP.BOOL, []),
          h.make_tensor_value_info(p + "h", TP.FLOAT, ["N", hidden])],
-        [h.make_tensor_value_info(p + "cond_out", TP.BOOL, []), h.make_tensor_value_info(p + "hn", TP.FLOAT, ["N", hidden]),
+        [h.make_tensor_value_info(p + "cond_out", TP.BOOL, []),
+         h.make_tensor_value_info(p + "hn", TP.FLOAT, ["N", hidden]),
          h.make_tensor_value_info(p + "scan", TP.FLOAT, ["N", hidden])])
     y, y_h = (list(gru.output) + ["", ""])[:2]
     nodes = [

@@ -45,12 +45,14 @@ class Settings:
     bf16: bool = False                 # bfloat16 autocast for the training steps (about 2x on CPUs with AVX512-BF16)
     input_dropout: float = 0.0         # dropout on the image inputs while training (a regulariser; not in the paper)
     word_dropout: float = 0.0          # dropout on the word vectors while training (a regulariser; not in the paper)
-    weight_decay: float = 0.0          # decoupled (AdamW) decay on the image projection only (a regulariser; not in the paper)
-    crop_augment: bool = False         # train on one random crop's input per image per epoch (dev, test: the crops' mean)
+    weight_decay: float = 0.0          # decoupled (AdamW) decay on the image projection only (a regulariser;
+                                       # not in the paper)
+    crop_augment: bool = False         # train on one random crop's input per image per epoch (dev, test: the
+                                       # crops' mean)
     ema: float = 0.0                   # decay of an exponential moving average of the weights, per update (0: off)
     gru_layers: int = 1                # stacked GRU layers in the caption encoder (the paper: one)
 
-    def resolved(self) -> "Settings":
+    def resolved(self) -> Settings:
         s = copy.copy(self)
         similarity = losses.PIPELINES[s.loss][0]
         if s.margin is None:

@@ -158,10 +158,15 @@ def test_weight_decay_shrinks_the_projection_only():
     base = dict(loss="SH", joint_dim=8, word_dim=4, lr=5e-3, batch_size=8, epochs=2, threads=1)
     plain = train(Settings(**base), enc_tr, enc_dv, vocab, log=lambda m: None)
     decayed = train(Settings(weight_decay=20.0, **base), enc_tr, enc_dv, vocab, log=lambda m: None)
-    norm = lambda run: float(run[0].fc.weight.norm())
+
+    def norm(run):
+        return float(run[0].fc.weight.norm())
+
+    def emb(run):
+        return float(run[1].embed.weight.norm())
+
     assert norm(decayed) < 0.9 * norm(plain)
     # The text encoder's group has no decay: its embedding table keeps its scale.
-    emb = lambda run: float(run[1].embed.weight.norm())
     assert abs(emb(decayed) - emb(plain)) < 0.05 * emb(plain)
 
 

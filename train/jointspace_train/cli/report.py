@@ -27,7 +27,8 @@ def report(rep: Report) -> None:
         crop = f["crop"] + (", a random one per epoch" if s.get("crop_augment") else "")
         ran = len([h for h in r["history"] if "epoch" in h])
         print(f"| {Path(d).name} | {f['input']} | {f['tap_point']} | {crop} | {s['loss']} | {ran} ({r['best_epoch']}) "
-              f"| {r['dev']['rsum']:.1f} | {t['i2t_r1']:.1f} / {t['i2t_r5']:.1f} / {t['i2t_r10']:.1f}, {t['i2t_medr']:g} "
+              f"| {r['dev']['rsum']:.1f} "
+              f"| {t['i2t_r1']:.1f} / {t['i2t_r5']:.1f} / {t['i2t_r10']:.1f}, {t['i2t_medr']:g} "
               f"| {t['t2i_r1']:.1f} / {t['t2i_r5']:.1f} / {t['t2i_r10']:.1f}, {t['t2i_medr']:g} | {t['rsum']:.1f} "
               f"| {r['seconds'] / 60:.0f} min | `{r['command']}` |")
 
