@@ -13,6 +13,8 @@ fi
 scripts/setup-python.sh --train
 echo "== trainer tests (pytest)"
 (cd train && ../.venv/bin/python -m pytest)
+echo "== trainer lint (ruff check; settings in train/pyproject.toml)"
+(cd train && ../.venv/bin/ruff check .)
 ORT_DYLIB_PATH=$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)
 export ORT_DYLIB_PATH
 echo "== server tests (cargo test, ORT_DYLIB_PATH=$ORT_DYLIB_PATH)"
