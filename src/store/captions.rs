@@ -1,0 +1,182 @@
+//! The captions table: sentences with their joint vectors, attached to an image or free-standing.
+
+use sqlx::{Row, any::AnyRow};
+
+use super::{
+    ChangeKind, Store, StoreError, Tx,
+    codec::{now_rfc3339, vector_to_blob},
+    conflict_or,
+};
+
+#[derive(Debug, Clone)]
+pub struct CaptionRow {
+    pub id: i64,
+    pub image_id: Option<i64>,
+    pub text: String,
+    pub created_at: String,
+}
+
+pub struct NewCaption {
+    pub image_id: Option<i64>,
+    pub text: String,
+    pub vector: Vec<f32>,
+}
+
+fn caption_row(r: &AnyRow) -> CaptionRow {
+    CaptionRow {
+        id: r.get("id"),
+        image_id: r.get("image_id"),
+        text: r.get("text"),
+        created_at: r.get("created_at"),
+    }
+}
+
+impl Store {
+    pub async fn insert_captions(
+        &self,
+        collection_id: i64,
+        caps: &[NewCaption],
+        bundle_id: &str,
+    ) -> Result<Vec<i64>, StoreError> {
+        let now = now_rfc3339();
+        let mut tx = self.write_tx().await?;
+        let mut ids = Vec::with_capacity(caps.len());
+        for (i, c) in caps.iter().enumerate() {
+            if let Some(image_id) = c.image_id {
+                let ok: Option<i64> = sqlx::query_scalar(
+                    "SELECT id FROM images WHERE collection_id = $1 AND id = $2",
+                )
+                .bind(collection_id)
+                .bind(image_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if ok.is_none() {
+                    return Err(StoreError::NotFound(format!(
+                        "caption {i}: no image {image_id} in this collection"
+                    )));
+                }
+            }
+            ids.push(
+                Self::insert_caption_tx(
+                    &mut tx,
+                    collection_id,
+                    c.image_id,
+                    &c.text,
+                    &c.vector,
+                    bundle_id,
+                    &now,
+                )
+                .await?,
+            );
+        }
+        Self::log(&mut tx, collection_id, ChangeKind::Caption, false, &ids).await?;
+        Self::bump(&mut tx, collection_id).await?;
+        tx.commit().await?;
+        Ok(ids)
+    }
+
+    /// One caption, in the caller's write transaction (images insert theirs in the same one).
+    pub(super) async fn insert_caption_tx(
+        tx: &mut Tx<'_>,
+        collection_id: i64,
+        image_id: Option<i64>,
+        text: &str,
+        vector: &[f32],
+        bundle_id: &str,
+        now: &str,
+    ) -> Result<i64, StoreError> {
+        sqlx::query_scalar(
+            "INSERT INTO captions (collection_id, image_id, text, vector, bundle_id, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        )
+        .bind(collection_id)
+        .bind(image_id)
+        .bind(text)
+        .bind(vector_to_blob(vector))
+        .bind(bundle_id)
+        .bind(now)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(|e| conflict_or(e, String::new))
+    }
+
+    pub async fn list_captions(
+        &self,
+        collection_id: i64,
+        image_id: Option<i64>,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<CaptionRow>, StoreError> {
+        let rows = match image_id {
+            Some(img) => sqlx::query(&format!(
+                "SELECT id, image_id, text, created_at FROM captions WHERE collection_id = $1 AND image_id = $2 ORDER BY id LIMIT {limit} OFFSET {offset}"
+            ))
+            .bind(collection_id)
+            .bind(img)
+            .fetch_all(&self.pool)
+            .await?,
+            None => sqlx::query(&format!(
+                "SELECT id, image_id, text, created_at FROM captions WHERE collection_id = $1 ORDER BY id LIMIT {limit} OFFSET {offset}"
+            ))
+            .bind(collection_id)
+            .fetch_all(&self.pool)
+            .await?,
+        };
+        Ok(rows.iter().map(caption_row).collect())
+    }
+
+    pub async fn captions_by_ids(
+        &self,
+        collection_id: i64,
+        ids: &[i64],
+    ) -> Result<Vec<CaptionRow>, StoreError> {
+        self.fetch_by_ids(
+            "SELECT id, image_id, text, created_at FROM captions WHERE collection_id = $1 AND id IN",
+            collection_id,
+            ids,
+            caption_row,
+        )
+        .await
+    }
+
+    pub async fn delete_caption(&self, collection_id: i64, id: i64) -> Result<(), StoreError> {
+        let mut tx = self.write_tx().await?;
+        let n = sqlx::query("DELETE FROM captions WHERE collection_id = $1 AND id = $2")
+            .bind(collection_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        if n.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!(
+                "no caption {id} in this collection"
+            )));
+        }
+        Self::log(&mut tx, collection_id, ChangeKind::Caption, true, &[id]).await?;
+        Self::bump(&mut tx, collection_id).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn caption_provenance(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = sqlx::query("SELECT bundle_id, COUNT(*) AS n FROM captions GROUP BY bundle_id")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get("bundle_id"), r.get("n")))
+            .collect())
+    }
+
+    /// A page of (id, text) of all captions after `after`, in id order, for reindexing.
+    pub async fn captions_page(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        let rows = sqlx::query("SELECT id, text FROM captions WHERE id > $1 ORDER BY id LIMIT $2")
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(|r| (r.get("id"), r.get("text"))).collect())
+    }
+}

@@ -1,0 +1,121 @@
+//! The collections table: a name, a description, and a generation that every write bumps (index snapshots
+//! of an older generation are stale).
+
+use sqlx::{Row, any::AnyRow};
+
+use super::{ChangeKind, Store, StoreError, Tx, codec::now_rfc3339, conflict_or};
+
+#[derive(Debug, Clone)]
+pub struct CollectionRow {
+    pub id: i64,
+    pub name: String,
+    pub description: String,
+    pub created_at: String,
+    pub generation: i64,
+    pub images: i64,
+    pub captions: i64,
+}
+
+const COLLECTION_SELECT: &str = "SELECT c.id, c.name, c.description, c.created_at, c.generation, \
+    (SELECT COUNT(*) FROM images i WHERE i.collection_id = c.id) AS images, \
+    (SELECT COUNT(*) FROM captions p WHERE p.collection_id = c.id) AS captions FROM collections c";
+
+fn collection_row(r: &AnyRow) -> CollectionRow {
+    CollectionRow {
+        id: r.get("id"),
+        name: r.get("name"),
+        description: r.get("description"),
+        created_at: r.get("created_at"),
+        generation: r.get("generation"),
+        images: r.get("images"),
+        captions: r.get("captions"),
+    }
+}
+
+impl Store {
+    pub async fn create_collection(
+        &self,
+        name: &str,
+        description: &str,
+    ) -> Result<CollectionRow, StoreError> {
+        let now = now_rfc3339();
+        let mut tx = self.write_tx().await?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO collections (name, description, created_at) VALUES ($1, $2, $3) RETURNING id",
+        )
+        .bind(name)
+        .bind(description)
+        .bind(&now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| conflict_or(e, || format!("a collection named \"{name}\" already exists")))?;
+        Self::log(&mut tx, id, ChangeKind::Collection, false, &[id]).await?;
+        tx.commit().await?;
+        Ok(CollectionRow {
+            id,
+            name: name.into(),
+            description: description.into(),
+            created_at: now,
+            generation: 0,
+            images: 0,
+            captions: 0,
+        })
+    }
+
+    pub async fn list_collections(&self) -> Result<Vec<CollectionRow>, StoreError> {
+        let rows = sqlx::query(&format!("{COLLECTION_SELECT} ORDER BY c.name"))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(collection_row).collect())
+    }
+
+    pub async fn collection(&self, name: &str) -> Result<CollectionRow, StoreError> {
+        let row = sqlx::query(&format!("{COLLECTION_SELECT} WHERE c.name = $1"))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref()
+            .map(collection_row)
+            .ok_or_else(|| StoreError::NoCollection(name.into()))
+    }
+
+    /// Just the id (no row counts): what a request needs to resolve its collection.
+    pub async fn collection_id(&self, name: &str) -> Result<i64, StoreError> {
+        let id: Option<i64> = sqlx::query_scalar("SELECT id FROM collections WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        id.ok_or_else(|| StoreError::NoCollection(name.into()))
+    }
+
+    pub async fn collection_by_id(&self, id: i64) -> Result<Option<CollectionRow>, StoreError> {
+        let row = sqlx::query(&format!("{COLLECTION_SELECT} WHERE c.id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(collection_row))
+    }
+
+    pub async fn delete_collection(&self, name: &str) -> Result<i64, StoreError> {
+        let mut tx = self.write_tx().await?;
+        let id: Option<i64> =
+            sqlx::query_scalar("DELETE FROM collections WHERE name = $1 RETURNING id")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let id =
+            id.ok_or_else(|| StoreError::NotFound(format!("no collection named \"{name}\"")))?;
+        Self::log(&mut tx, id, ChangeKind::Collection, true, &[id]).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Marks a collection's snapshots stale, in the caller's write transaction.
+    pub(super) async fn bump(tx: &mut Tx<'_>, collection_id: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE collections SET generation = generation + 1 WHERE id = $1")
+            .bind(collection_id)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+}
