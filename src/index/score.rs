@@ -1,0 +1,101 @@
+//! How a query and a stored vector are compared (higher is better), by the bundle's similarity and the two
+//! sides' modalities.
+
+use crate::{bundle::Similarity, modality::Modality};
+
+#[derive(Debug, Clone, Copy)]
+pub enum Score {
+    /// Dot product of unit vectors.
+    Cosine,
+    /// Cosine plus the stored image's offset: a caption query on images under a bundle with a hubness bank.
+    CosineOffset,
+    /// Order embeddings, `-‖max(0, c - i)‖²`; `query_is_caption` says which side the query is.
+    Order { query_is_caption: bool },
+    /// Negative squared distance (image to image under an order bundle, where S is not symmetric).
+    NegL2,
+}
+
+impl Score {
+    /// `offsets`: whether the bundle has a hubness bank (only caption queries on images use it).
+    pub fn new(sim: Similarity, query: Modality, target: Modality, offsets: bool) -> Score {
+        match (sim, query, target) {
+            (Similarity::Cosine, Modality::Captions, Modality::Images) if offsets => {
+                Score::CosineOffset
+            }
+            (Similarity::Cosine, _, _) => Score::Cosine,
+            (Similarity::Order, Modality::Captions, Modality::Images) => Score::Order {
+                query_is_caption: true,
+            },
+            (Similarity::Order, Modality::Images, Modality::Captions) => Score::Order {
+                query_is_caption: false,
+            },
+            (Similarity::Order, _, _) => Score::NegL2,
+        }
+    }
+
+    /// Whether the stored point's search offset counts.
+    pub fn uses_offsets(self) -> bool {
+        matches!(self, Score::CosineOffset)
+    }
+
+    /// How many graph candidates (by L2 in bfloat16) to score exactly for the best `want`: twice as many
+    /// absorbs the rounding under cosine; order similarity, and cosine with offsets (which can lift an image
+    /// the cosine alone ranks lower), re-rank more of them.
+    pub fn candidates(self, want: usize) -> usize {
+        match self {
+            Score::Cosine => want * 2,
+            _ => (want * 4).max(100),
+        }
+    }
+
+    /// The score without the offset (`VectorIndex::search` adds it).
+    pub fn eval(self, q: &[f32], x: &[f32]) -> f32 {
+        match self {
+            Score::Cosine | Score::CosineOffset => q.iter().zip(x).map(|(a, b)| a * b).sum(),
+            Score::Order { query_is_caption } => {
+                let (c, i) = if query_is_caption { (q, x) } else { (x, q) };
+                -c.iter()
+                    .zip(i)
+                    .map(|(c, i)| (c - i).max(0.0).powi(2))
+                    .sum::<f32>()
+            }
+            Score::NegL2 => -q.iter().zip(x).map(|(a, b)| (a - b).powi(2)).sum::<f32>(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_score() {
+        let s = Score::Order {
+            query_is_caption: true,
+        };
+        assert_eq!(s.eval(&[0.5, 0.1], &[0.6, 0.0]), -0.010000001);
+        let t = Score::Order {
+            query_is_caption: false,
+        };
+        assert_eq!(t.eval(&[0.6, 0.0], &[0.5, 0.1]), -0.010000001);
+    }
+
+    #[test]
+    fn only_sentence_queries_on_images_take_the_offset() {
+        let with = |q, t| Score::new(Similarity::Cosine, q, t, true).uses_offsets();
+        assert!(with(Modality::Captions, Modality::Images));
+        assert!(!with(Modality::Images, Modality::Images));
+        assert!(!with(Modality::Images, Modality::Captions));
+        assert!(
+            !Score::new(
+                Similarity::Cosine,
+                Modality::Captions,
+                Modality::Images,
+                false
+            )
+            .uses_offsets()
+        );
+        assert_eq!(Score::Cosine.candidates(10), 20);
+        assert_eq!(Score::CosineOffset.candidates(10), 100);
+    }
+}
