@@ -260,11 +260,14 @@ impl Pipeline {
     }
 
     /// Tokenises every sentence (so that bad input is reported before any inference), then one runtime call.
-    pub fn tokenize(&self, texts: &[String]) -> Result<Vec<Vec<i64>>, (usize, TextError)> {
+    pub fn tokenize(
+        &self,
+        texts: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Vec<Vec<i64>>, (usize, TextError)> {
         texts
-            .iter()
+            .into_iter()
             .enumerate()
-            .map(|(i, t)| self.tokenizer.ids(t).map_err(|e| (i, e)))
+            .map(|(i, t)| self.tokenizer.ids(t.as_ref()).map_err(|e| (i, e)))
             .collect()
     }
 
@@ -277,6 +280,14 @@ impl Pipeline {
         }
         let ids = self.tokenize(texts).map_err(|(i, e)| (i, e.into()))?;
         self.text.embed(ids).await.map_err(|e| (0, e.into()))
+    }
+
+    /// Sentences tokenised by `tokenize` already, so that a caller checking input first tokenises once.
+    pub async fn embed_tokens(&self, ids: Vec<Vec<i64>>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        Ok(self.text.embed(ids).await?)
     }
 
     pub async fn embed_text(&self, text: &str) -> Result<Vec<f32>, EmbedError> {

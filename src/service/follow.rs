@@ -9,8 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Result, Service};
-use crate::store::{Change, ChangeKind, Cursor, Modality};
+use super::{Result, Service, items::hide};
+use crate::{
+    modality::Modality,
+    store::{Change, ChangeKind, Cursor},
+};
 
 /// Changes older than this are pruned. A follower that could not read for half as long reloads everything
 /// from the database instead of trusting the sequence.
@@ -132,11 +135,8 @@ impl Service {
             let to = if c.delete { &mut deletes } else { &mut upserts };
             to.entry((c.collection_id, m)).or_default().push(c.item_id);
         }
-        {
-            let mut map = self.indexes.write().unwrap_or_else(|p| p.into_inner());
-            for id in &dropped {
-                map.remove(id);
-            }
+        for id in &dropped {
+            self.indexes.remove(*id);
         }
         // Collections this process has not seen yet (made elsewhere) are loaded whole from the database;
         // that includes the items changed in this batch.
@@ -147,18 +147,14 @@ impl Service {
             .filter(|c| !dropped.contains(c))
             .collect();
         for cid in mentioned {
-            if self.indexes_of(cid).is_ok() {
+            if self.indexes.contains(cid) {
                 continue;
             }
             let Some(row) = self.store.collection_by_id(cid).await? else {
                 continue;
             };
             let idx = self.load_indexes(&row).await?;
-            self.indexes
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(cid)
-                .or_insert(idx);
+            self.indexes.put_if_absent(cid, idx);
         }
         for ((cid, m), ids) in upserts {
             let Ok(idx) = self.indexes_of(cid) else {
@@ -173,8 +169,8 @@ impl Service {
                 continue;
             }
             // Rows deleted since are simply not returned.
-            for (id, v, offset) in self.store.vectors_by_ids(cid, m, &missing).await? {
-                idx.insert(id, v, offset);
+            for p in self.store.vectors_by_ids(cid, m, &missing).await? {
+                idx.insert(p.id, p.vector, p.offset)?;
             }
         }
         for ((cid, m), ids) in deletes {
@@ -182,7 +178,7 @@ impl Service {
                 continue;
             };
             for id in ids {
-                self.hide(idx.get(m), id);
+                hide(idx.get(m), id);
             }
         }
         self.update_gauges();
@@ -195,7 +191,7 @@ impl Service {
         for c in self.store.list_collections().await? {
             fresh.insert(c.id, self.load_indexes(&c).await?);
         }
-        *self.indexes.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        self.indexes.replace_all(fresh);
         self.update_gauges();
         Ok(())
     }

@@ -1,0 +1,258 @@
+//! The operations of the product, shared by the HTTP API and the CLI (`ingest`, `eval`, `reindex`):
+//! pipeline -> store -> index, in that order, so that a write acknowledged here is committed in the
+//! database before it becomes searchable. The service is the only way up to the store: callers above it
+//! (api, cli) see rows and hits, never the store itself.
+//!
+//! One file per area: `collections`, `ingest` (adding images and captions), `items` (reading and deleting
+//! them), `search`, `reindex`, `follow` (other replicas' writes); `registry` holds the indexes.
+
+mod collections;
+mod error;
+mod follow;
+mod ingest;
+mod items;
+mod registry;
+mod reindex;
+mod search;
+
+use std::{path::PathBuf, sync::Arc};
+
+use bytes::Bytes;
+
+/// The rows the service answers with (the store's, handed up as they are).
+pub use crate::store::{CaptionRow, CollectionRow, ImageRow};
+pub use collections::{CollectionName, validate_collection_name};
+pub use error::{Result, ServiceError};
+pub use follow::{CHANGE_RETENTION, FollowReport};
+pub use ingest::{AddedImage, ImageInput};
+pub use search::{CaptionHit, ImageHit, Query, SearchParams};
+
+use crate::{
+    index::{IndexParams, VectorIndex, snapshot_name},
+    metrics::Metrics,
+    modality::Modality,
+    pipeline::{ImageEmbedding, ImageUse, Pipeline},
+    store::Store,
+};
+use registry::{CollectionIndexes, IndexRegistry};
+
+pub struct ServiceOptions {
+    pub index: IndexParams,
+    /// Where index snapshots go; none for an in-memory database.
+    pub snapshot_dir: Option<PathBuf>,
+    pub max_k: usize,
+    pub max_batch: usize,
+}
+
+/// A collection resolved by name, for the operations that need only its id.
+struct CollectionRef {
+    id: i64,
+}
+
+pub struct Service {
+    pipeline: Arc<Pipeline>,
+    store: Store,
+    metrics: Arc<Metrics>,
+    opts: ServiceOptions,
+    indexes: IndexRegistry,
+    /// Where this process stands in the database's change sequence (src/service/follow.rs).
+    follow: tokio::sync::Mutex<follow::FollowState>,
+}
+
+impl Service {
+    /// Opens every collection's indexes: from the snapshot when it is current, else rebuilt from the database.
+    pub async fn open(
+        pipeline: Arc<Pipeline>,
+        store: Store,
+        metrics: Arc<Metrics>,
+        opts: ServiceOptions,
+    ) -> Result<Service> {
+        // Before reading any vector: whatever commits from here on is replayed by the follower.
+        let cursor = store.change_cursor().await?;
+        let svc = Service {
+            pipeline,
+            store,
+            metrics,
+            opts,
+            indexes: IndexRegistry::default(),
+            follow: tokio::sync::Mutex::new(follow::FollowState::new(cursor)),
+        };
+        svc.check_provenance().await?;
+        for c in svc.store.list_collections().await? {
+            let idx = svc.load_indexes(&c).await?;
+            svc.indexes.put(c.id, idx);
+        }
+        svc.update_gauges();
+        Ok(svc)
+    }
+
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.pipeline
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Whether the database answers (for readiness).
+    pub async fn ping_database(&self) -> Result<()> {
+        Ok(self.store.ping().await?)
+    }
+
+    /// Vectors from another bundle would be silently wrong: say so, and say how to fix it.
+    async fn check_provenance(&self) -> Result<()> {
+        let b = &self.pipeline.bundle;
+        for (bundle_id, vision_id, n) in self.store.image_provenance().await? {
+            if bundle_id != b.id {
+                let fix = if vision_id == b.vision_id {
+                    "run `jointspace reindex` (or POST /v1/admin/reindex) to recompute them from the stored codes"
+                } else {
+                    "their codes come from another vision model: re-ingest the images"
+                };
+                tracing::warn!(count = n, stored = %bundle_id, loaded = %b.id, "images were embedded with another bundle; {fix}");
+            }
+        }
+        for (bundle_id, n) in self.store.caption_provenance().await? {
+            if bundle_id != b.id {
+                tracing::warn!(count = n, stored = %bundle_id, loaded = %b.id, "captions were embedded with another bundle; run `jointspace reindex`");
+            }
+        }
+        Ok(())
+    }
+
+    async fn load_indexes(&self, c: &CollectionRow) -> Result<CollectionIndexes> {
+        let mut out = Vec::with_capacity(2);
+        for m in Modality::BOTH {
+            let vectors = self.store.vectors(c.id, m).await?;
+            let params = self.opts.index;
+            let bundle_id = self.pipeline.bundle.id.clone();
+            let (dir, gen_) = (self.opts.snapshot_dir.clone(), c.generation);
+            let name = snapshot_name(c.id, m);
+            let idx = tokio::task::spawn_blocking(move || match dir {
+                Some(dir) => match VectorIndex::load(params, &dir, &name, gen_, &bundle_id, vectors) {
+                    Ok(idx) => {
+                        tracing::info!(index = %name, points = idx.len(), "index loaded from snapshot");
+                        Ok(idx)
+                    }
+                    Err((why, vectors)) => {
+                        tracing::info!(index = %name, points = vectors.len(), reason = %why, "index rebuilt from the database");
+                        VectorIndex::build(params, vectors)
+                    }
+                },
+                None => VectorIndex::build(params, vectors),
+            })
+            .await
+            .map_err(|e| ServiceError::Unavailable(format!("index build failed: {e}")))??;
+            if m == Modality::Images {
+                // Read after the vectors: every image built above has its row (or was deleted since).
+                idx.set_offsets(self.store.image_offsets(c.id).await?);
+            }
+            out.push(Arc::new(idx));
+        }
+        let [images, captions]: [Arc<VectorIndex>; 2] = out
+            .try_into()
+            .map_err(|_| ServiceError::Unavailable("index build failed".into()))?;
+        Ok(CollectionIndexes { images, captions })
+    }
+
+    fn indexes_of(&self, collection_id: i64) -> Result<CollectionIndexes> {
+        self.indexes.get(collection_id).ok_or_else(|| {
+            ServiceError::Unavailable(
+                "this collection's index is not loaded yet; retry in a moment".into(),
+            )
+        })
+    }
+
+    fn update_gauges(&self) {
+        let (i, c) = self.indexes.sizes();
+        self.metrics.set_index_sizes(i as i64, c as i64);
+    }
+
+    /// Writes a snapshot of every index (at shutdown, and on demand).
+    pub async fn snapshot(&self) -> Result<usize> {
+        let Some(dir) = self.opts.snapshot_dir.clone() else {
+            return Ok(0);
+        };
+        let mut n = 0;
+        for c in self.store.list_collections().await? {
+            let Ok(idx) = self.indexes_of(c.id) else {
+                continue;
+            };
+            for m in Modality::BOTH {
+                let (idx, dir, name, bid) = (
+                    idx.get(m).clone(),
+                    dir.clone(),
+                    snapshot_name(c.id, m),
+                    self.pipeline.bundle.id.clone(),
+                );
+                let gen_ = c.generation;
+                let res =
+                    tokio::task::spawn_blocking(move || idx.save(&dir, &name, gen_, &bid)).await;
+                match res {
+                    Ok(Ok(())) => n += 1,
+                    Ok(Err(e)) => tracing::warn!(error = %e, "index snapshot failed"),
+                    Err(e) => tracing::warn!(error = %e, "index snapshot failed"),
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Runs one database call and records its latency (`jointspace_db_duration_seconds{op}`).
+    async fn timed_db<T>(&self, op: &str, f: impl Future<Output = T>) -> T {
+        let t = std::time::Instant::now();
+        let r = f.await;
+        self.metrics.observe_db(op, t.elapsed());
+        r
+    }
+
+    /// The collection's id by name, without `collection`'s row counts: every request resolves its collection,
+    /// and counting 100k rows twice per search cost more than the search (docs/benchmarks.md).
+    async fn collection_ref(&self, name: &CollectionName) -> Result<CollectionRef> {
+        Ok(CollectionRef {
+            id: self.store.collection_id(name.as_str()).await?,
+        })
+    }
+
+    // ---- the pipeline, timed ----
+
+    pub async fn embed_images(
+        &self,
+        images: Vec<Bytes>,
+        purpose: ImageUse,
+    ) -> Result<Vec<ImageEmbedding>> {
+        let t = std::time::Instant::now();
+        let n = images.len();
+        let r = self
+            .pipeline
+            .embed_images(images, purpose)
+            .await
+            .map_err(|(i, e)| ServiceError::embed((n > 1).then_some(i), e));
+        self.metrics.observe_embed("image", n, t.elapsed());
+        r
+    }
+
+    pub async fn embed_texts(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        let t = std::time::Instant::now();
+        let r = self
+            .pipeline
+            .embed_texts(texts)
+            .await
+            .map_err(|(i, e)| ServiceError::embed((texts.len() > 1).then_some(i), e));
+        self.metrics.observe_embed("text", texts.len(), t.elapsed());
+        r
+    }
+
+    /// Sentences already tokenised (by `Pipeline::tokenize`, which reported bad input), embedded and timed.
+    async fn embed_tokens(&self, ids: Vec<Vec<i64>>) -> Result<Vec<Vec<f32>>> {
+        let t = std::time::Instant::now();
+        let n = ids.len();
+        let r = self
+            .pipeline
+            .embed_tokens(ids)
+            .await
+            .map_err(|e| ServiceError::embed(None, e));
+        self.metrics.observe_embed("text", n, t.elapsed());
+        r
+    }
+}

@@ -1,0 +1,227 @@
+//! Search: a query (sentence, photo, or stored photo) becomes a vector, the collection's index of the
+//! target modality ranks its points, and the hits come back with their rows. One path for both targets.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::{CollectionName, CollectionRef, Result, Service, ServiceError};
+use crate::{
+    index::Score,
+    modality::Modality,
+    pipeline::ImageUse,
+    store::{CaptionRow, ImageRow},
+};
+
+/// A search query: a sentence, an uploaded image, or an image already stored in the collection.
+pub enum Query {
+    Text(String),
+    Image(Bytes),
+    ImageId(i64),
+}
+
+pub struct SearchParams {
+    pub k: usize,
+    pub offset: usize,
+    pub filter: BTreeMap<String, Value>,
+}
+
+pub struct ImageHit {
+    pub score: f32,
+    pub image: ImageRow,
+}
+
+pub struct CaptionHit {
+    pub score: f32,
+    pub caption: CaptionRow,
+}
+
+/// A query turned into what the index needs.
+struct QueryVector {
+    vector: Vec<f32>,
+    modality: Modality,
+    /// A stored image used as the query: left out of image results.
+    exclude: Option<i64>,
+}
+
+impl Service {
+    fn check_window(&self, p: &SearchParams) -> Result<()> {
+        if p.k == 0 || p.k > self.opts.max_k {
+            return Err(ServiceError::Invalid(format!(
+                "k is {}; it must be between 1 and {}",
+                p.k, self.opts.max_k
+            )));
+        }
+        if p.offset > 10 * self.opts.max_k {
+            return Err(ServiceError::Invalid(format!(
+                "offset is {}; the largest offset is {}",
+                p.offset,
+                10 * self.opts.max_k
+            )));
+        }
+        Ok(())
+    }
+
+    async fn query_vector(&self, c: &CollectionRef, q: Query) -> Result<QueryVector> {
+        Ok(match q {
+            Query::Text(t) => QueryVector {
+                vector: self.embed_texts(&[t]).await?.remove(0),
+                modality: Modality::Captions,
+                exclude: None,
+            },
+            Query::Image(b) => QueryVector {
+                vector: self
+                    .embed_images(vec![b], ImageUse::Query)
+                    .await?
+                    .remove(0)
+                    .vector,
+                modality: Modality::Images,
+                exclude: None,
+            },
+            Query::ImageId(id) => {
+                let vector = match self.indexes_of(c.id)?.images.vector(id) {
+                    Some(v) => v.to_vec(),
+                    None => self.store.image_vector(c.id, id).await?,
+                };
+                QueryVector {
+                    vector,
+                    modality: Modality::Images,
+                    exclude: Some(id),
+                }
+            }
+        })
+    }
+
+    /// How a query of modality `qm` scores stored items of `target` under the loaded bundle.
+    fn score(&self, qm: Modality, target: Modality) -> Score {
+        Score::new(
+            self.pipeline.similarity(),
+            qm,
+            target,
+            self.pipeline.bundle.hubness.is_some(),
+        )
+    }
+
+    /// Internal search without the HTTP limits (for `eval`, which ranks against the whole split).
+    pub async fn rank(
+        &self,
+        collection_id: i64,
+        target: Modality,
+        q: &[f32],
+        qm: Modality,
+        k: usize,
+    ) -> Result<Vec<(i64, f32)>> {
+        let idx = self.indexes_of(collection_id)?.get(target).clone();
+        let score = self.score(qm, target);
+        Ok(idx.search(q, score, 0, k, None))
+    }
+
+    /// The ranked (id, score) page of `target` for a query, and the collection it was found in.
+    async fn search_ids(
+        &self,
+        collection: &CollectionName,
+        target: Modality,
+        q: Query,
+        p: &SearchParams,
+    ) -> Result<(CollectionRef, Vec<(i64, f32)>)> {
+        self.check_window(p)?;
+        if target == Modality::Captions && !p.filter.is_empty() {
+            return Err(ServiceError::Invalid(
+                "filters apply to image metadata; caption search takes none".into(),
+            ));
+        }
+        let c = self.collection_ref(collection).await?;
+        let q = self.query_vector(&c, q).await?;
+        // A stored query image is left out of image results before paging, so pages neither skip nor repeat.
+        let exclude = q.exclude.filter(|_| target == Modality::Images);
+        let mut allowed: Option<HashSet<i64>> = if p.filter.is_empty() {
+            None
+        } else {
+            Some(
+                self.store
+                    .filter_image_ids(c.id, &p.filter)
+                    .await?
+                    .into_iter()
+                    .collect(),
+            )
+        };
+        if let (Some(x), Some(a)) = (exclude, allowed.as_mut()) {
+            a.remove(&x);
+        }
+        let idx = self.indexes_of(c.id)?.get(target).clone();
+        let score = self.score(q.modality, target);
+        let (offset, k, extra) = (p.offset, p.k, usize::from(exclude.is_some()));
+        let vector = q.vector;
+        let hits = tokio::task::spawn_blocking(move || match exclude {
+            None => idx.search(&vector, score, offset, k, allowed.as_ref()),
+            Some(x) => idx
+                .search(&vector, score, 0, offset + k + extra, allowed.as_ref())
+                .into_iter()
+                .filter(|(id, _)| *id != x)
+                .skip(offset)
+                .take(k)
+                .collect(),
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        Ok((c, hits))
+    }
+
+    pub async fn search_images(
+        &self,
+        collection: &CollectionName,
+        q: Query,
+        p: SearchParams,
+    ) -> Result<Vec<ImageHit>> {
+        let t = std::time::Instant::now();
+        let (c, hits) = self.search_ids(collection, Modality::Images, q, &p).await?;
+        let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
+        let rows = self
+            .timed_db("fetch_hits", self.store.images_by_ids(c.id, &ids))
+            .await?;
+        self.metrics.observe_search("images", t.elapsed());
+        Ok(join(
+            hits,
+            rows,
+            |r| r.id,
+            |score, image| ImageHit { score, image },
+        ))
+    }
+
+    pub async fn search_captions(
+        &self,
+        collection: &CollectionName,
+        q: Query,
+        p: SearchParams,
+    ) -> Result<Vec<CaptionHit>> {
+        let t = std::time::Instant::now();
+        let (c, hits) = self
+            .search_ids(collection, Modality::Captions, q, &p)
+            .await?;
+        let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
+        let rows = self
+            .timed_db("fetch_hits", self.store.captions_by_ids(c.id, &ids))
+            .await?;
+        self.metrics.observe_search("captions", t.elapsed());
+        Ok(join(
+            hits,
+            rows,
+            |r| r.id,
+            |score, caption| CaptionHit { score, caption },
+        ))
+    }
+}
+
+/// Hits in rank order with their rows; an id deleted between the index read and the row fetch drops out.
+fn join<R, H>(
+    hits: Vec<(i64, f32)>,
+    rows: Vec<R>,
+    id: impl Fn(&R) -> i64,
+    hit: impl Fn(f32, R) -> H,
+) -> Vec<H> {
+    let mut rows: HashMap<i64, R> = rows.into_iter().map(|r| (id(&r), r)).collect();
+    hits.into_iter()
+        .filter_map(|(i, score)| rows.remove(&i).map(|r| hit(score, r)))
+        .collect()
+}
