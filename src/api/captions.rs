@@ -6,9 +6,10 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::{
     AppState,
-    error::{ApiError, ApiJson, ApiPath, ApiQuery, ApiResult, ErrorBody},
+    error::{ApiError, ApiResult, ErrorBody},
+    extract::{ApiJson, ApiPath, ApiQuery, CollectionPath},
 };
-use crate::store::CaptionRow;
+use crate::service::CaptionRow;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -71,7 +72,7 @@ pub struct ListCaptionsQuery {
     responses((status = 201, body = AddedCaptions), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn add(
     State(s): State<AppState>,
-    ApiPath(collection): ApiPath<String>,
+    CollectionPath(collection): CollectionPath,
     ApiJson(req): ApiJson<AddCaptions>,
 ) -> ApiResult<(StatusCode, Json<AddedCaptions>)> {
     let caps = req
@@ -88,7 +89,7 @@ pub async fn add(
     responses((status = 200, body = CaptionList), (status = 404, body = ErrorBody)))]
 pub async fn list(
     State(s): State<AppState>,
-    ApiPath(collection): ApiPath<String>,
+    CollectionPath(collection): CollectionPath,
     ApiQuery(q): ApiQuery<ListCaptionsQuery>,
 ) -> ApiResult<Json<CaptionList>> {
     let (offset, limit) = (q.offset.unwrap_or(0), q.limit.unwrap_or(100));
@@ -111,7 +112,8 @@ pub async fn list(
     responses((status = 204, description = "deleted"), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(s): State<AppState>,
-    ApiPath((collection, id)): ApiPath<(String, i64)>,
+    ApiPath((_collection, id)): ApiPath<(String, i64)>,
+    CollectionPath(collection): CollectionPath,
 ) -> ApiResult<StatusCode> {
     s.service.delete_caption(&collection, id).await?;
     Ok(StatusCode::NO_CONTENT)

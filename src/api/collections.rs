@@ -6,9 +6,10 @@ use utoipa::ToSchema;
 
 use super::{
     AppState,
-    error::{ApiJson, ApiPath, ApiResult, ErrorBody},
+    error::{ApiResult, ErrorBody},
+    extract::{ApiJson, CollectionPath},
 };
-use crate::store::CollectionRow;
+use crate::service::{CollectionName, CollectionRow};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -53,16 +54,14 @@ pub async fn create(
     State(s): State<AppState>,
     ApiJson(req): ApiJson<CreateCollection>,
 ) -> ApiResult<(StatusCode, Json<Collection>)> {
-    let c = s
-        .service
-        .create_collection(&req.name, &req.description)
-        .await?;
+    let name = CollectionName::parse(&req.name)?;
+    let c = s.service.create_collection(&name, &req.description).await?;
     Ok((StatusCode::CREATED, Json(c.into())))
 }
 
 #[utoipa::path(get, path = "/v1/collections", tag = "collections", responses((status = 200, body = CollectionList)))]
 pub async fn list(State(s): State<AppState>) -> ApiResult<Json<CollectionList>> {
-    let rows = s.service.store.list_collections().await?;
+    let rows = s.service.list_collections().await?;
     Ok(Json(CollectionList {
         collections: rows.into_iter().map(Into::into).collect(),
     }))
@@ -73,7 +72,7 @@ pub async fn list(State(s): State<AppState>) -> ApiResult<Json<CollectionList>> 
     responses((status = 200, body = Collection), (status = 404, body = ErrorBody)))]
 pub async fn get(
     State(s): State<AppState>,
-    ApiPath(name): ApiPath<String>,
+    CollectionPath(name): CollectionPath,
 ) -> ApiResult<Json<Collection>> {
     Ok(Json(s.service.collection(&name).await?.into()))
 }
@@ -83,7 +82,7 @@ pub async fn get(
     responses((status = 204, description = "deleted with all its images and captions"), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(s): State<AppState>,
-    ApiPath(name): ApiPath<String>,
+    CollectionPath(name): CollectionPath,
 ) -> ApiResult<StatusCode> {
     s.service.delete_collection(&name).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -12,7 +12,8 @@ use crate::pipeline::ImageUse;
 
 use super::{
     AppState,
-    error::{ApiError, ApiJson, ApiResult, ErrorBody},
+    error::{ApiError, ApiResult, ErrorBody},
+    extract::ApiJson,
     upload::{self, Body},
 };
 
@@ -76,7 +77,7 @@ pub async fn text(
     }
     let embeddings = s.service.embed_texts(&req.texts).await?;
     Ok(Json(EmbedTextResponse {
-        dim: s.service.pipeline.joint_dim(),
+        dim: s.service.pipeline().joint_dim(),
         embeddings,
     }))
 }

@@ -2,14 +2,11 @@
 
 use axum::{
     Json,
-    extract::{
-        FromRequest, FromRequestParts, Request,
-        rejection::{JsonRejection, PathRejection, QueryRejection},
-    },
-    http::{StatusCode, header, request::Parts},
+    extract::rejection::{JsonRejection, PathRejection, QueryRejection},
+    http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
-use serde::{Serialize, de::DeserializeOwned};
+use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::{
@@ -46,7 +43,7 @@ pub struct ApiError {
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
 
-fn body_too_large(limit: Option<BodyLimit>) -> ApiError {
+pub(super) fn body_too_large(limit: Option<BodyLimit>) -> ApiError {
     let limit = limit
         .map(|l| format!("the limit is {} bytes", l.0))
         .unwrap_or_else(|| "see JOINTSPACE_MAX_REQUEST_BYTES".into());
@@ -150,6 +147,10 @@ fn text_error(index: Option<usize>, e: TextError) -> ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
+            // The store states the fact; the advice is the API's.
+            e @ StoreError::NoCollection(_) => {
+                ApiError::not_found(format!("{e}; create it with POST /v1/collections"))
+            }
             StoreError::NotFound(m) => ApiError::not_found(m),
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             StoreError::Invalid(m) => ApiError::invalid(m),
@@ -186,6 +187,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::Text { index, source } => text_error(index, source),
             ServiceError::Store(e) => e.into(),
             ServiceError::Runtime(e) => e.into(),
+            e @ ServiceError::Index(_) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            }
             ServiceError::Invalid(m) => ApiError::invalid(m),
             ServiceError::Unavailable(m) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m)
@@ -225,52 +229,6 @@ impl From<PathRejection> for ApiError {
 impl From<QueryRejection> for ApiError {
     fn from(r: QueryRejection) -> Self {
         rejection(StatusCode::BAD_REQUEST, r.body_text())
-    }
-}
-
-/// `Json` whose rejections use the error shape above.
-pub struct ApiJson<T>(pub T);
-
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let limit = req.extensions().get::<BodyLimit>().copied();
-        match Json::<T>::from_request(req, state).await {
-            Ok(j) => Ok(ApiJson(j.0)),
-            Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(body_too_large(limit)),
-            Err(r) => Err(r.into()),
-        }
-    }
-}
-
-/// `Path` whose rejections use the error shape above.
-pub struct ApiPath<T>(pub T);
-
-impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Ok(ApiPath(
-            axum::extract::Path::<T>::from_request_parts(parts, state)
-                .await?
-                .0,
-        ))
-    }
-}
-
-/// `Query` whose rejections use the error shape above.
-pub struct ApiQuery<T>(pub T);
-
-impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Ok(ApiQuery(
-            axum::extract::Query::<T>::from_request_parts(parts, state)
-                .await?
-                .0,
-        ))
     }
 }
 

@@ -14,10 +14,11 @@ use utoipa::{IntoParams, ToSchema};
 use super::{
     AppState,
     captions::Caption,
-    error::{ApiError, ApiPath, ApiQuery, ApiResult, ErrorBody},
+    error::{ApiError, ApiResult, ErrorBody},
+    extract::{ApiPath, ApiQuery, CollectionPath},
     upload::{self, Body},
 };
-use crate::{service::ImageInput, store::ImageRow};
+use crate::service::{ImageInput, ImageRow};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -218,7 +219,7 @@ fn inputs_from(body: Body<AddImagesJson>) -> ApiResult<Vec<ImageInput>> {
               (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn add(
     State(s): State<AppState>,
-    ApiPath(collection): ApiPath<String>,
+    CollectionPath(collection): CollectionPath,
     req: Request,
 ) -> ApiResult<(StatusCode, Json<AddedImages>)> {
     let inputs = inputs_from(upload::read::<AddImagesJson>(req).await?)?;
@@ -253,12 +254,11 @@ pub fn parse_filter(f: Option<&str>) -> ApiResult<BTreeMap<String, Value>> {
     responses((status = 200, body = ImageList), (status = 404, body = ErrorBody)))]
 pub async fn list(
     State(s): State<AppState>,
-    ApiPath(collection): ApiPath<String>,
+    CollectionPath(collection): CollectionPath,
     ApiQuery(q): ApiQuery<ListImagesQuery>,
 ) -> ApiResult<Json<ImageList>> {
     if let Some(ext) = q.external_id {
-        let c = s.service.collection(&collection).await?;
-        let img = s.service.store.image_by_external_id(c.id, &ext).await?;
+        let img = s.service.image_by_external_id(&collection, &ext).await?;
         return Ok(Json(ImageList {
             images: vec![img.into()],
         }));
@@ -284,7 +284,8 @@ pub async fn list(
     responses((status = 200, body = Image), (status = 404, body = ErrorBody)))]
 pub async fn get(
     State(s): State<AppState>,
-    ApiPath((collection, id)): ApiPath<(String, i64)>,
+    ApiPath((_collection, id)): ApiPath<(String, i64)>,
+    CollectionPath(collection): CollectionPath,
 ) -> ApiResult<Json<Image>> {
     let (img, caps) = s.service.image(&collection, id).await?;
     let mut img: Image = img.into();
@@ -297,7 +298,8 @@ pub async fn get(
     responses((status = 204, description = "deleted, with its captions"), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(s): State<AppState>,
-    ApiPath((collection, id)): ApiPath<(String, i64)>,
+    ApiPath((_collection, id)): ApiPath<(String, i64)>,
+    CollectionPath(collection): CollectionPath,
 ) -> ApiResult<StatusCode> {
     s.service.delete_image(&collection, id).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -13,7 +13,8 @@ use utoipa::ToSchema;
 use super::{
     AppState,
     captions::Caption,
-    error::{ApiError, ApiPath, ApiResult, ErrorBody},
+    error::{ApiError, ApiResult, ErrorBody},
+    extract::CollectionPath,
     images::Image,
     upload::{self, Body},
 };
@@ -153,7 +154,7 @@ fn params(r: &SearchRequest) -> SearchParams {
               (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn images(
     State(s): State<AppState>,
-    ApiPath(collection): ApiPath<String>,
+    CollectionPath(collection): CollectionPath,
     req: Request,
 ) -> ApiResult<Json<ImageResults>> {
     let (q, p) = parse(req).await?;
@@ -177,7 +178,7 @@ pub async fn images(
               (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn captions(
     State(s): State<AppState>,
-    ApiPath(collection): ApiPath<String>,
+    CollectionPath(collection): CollectionPath,
     req: Request,
 ) -> ApiResult<Json<CaptionResults>> {
     let (q, p) = parse(req).await?;

@@ -41,7 +41,7 @@ pub async fn healthz() -> Json<Health> {
     responses((status = 200, body = Readiness), (status = 503, description = "not ready", body = Readiness)))]
 pub async fn readyz(State(s): State<AppState>) -> (StatusCode, Json<Readiness>) {
     // The bundle and the indexes are loaded before the listener opens; the database is checked live.
-    let db = s.service.store.ping().await;
+    let db = s.service.ping_database().await;
     let ready = db.is_ok();
     let r = Readiness {
         ready,
@@ -64,7 +64,7 @@ pub async fn readyz(State(s): State<AppState>) -> (StatusCode, Json<Readiness>) 
 pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.service.metrics.render(),
+        s.service.metrics().render(),
     )
 }
 
@@ -96,7 +96,7 @@ pub struct BundleInfo {
 
 #[utoipa::path(get, path = "/v1/bundle", tag = "system", responses((status = 200, body = BundleInfo)))]
 pub async fn bundle(State(s): State<AppState>) -> Json<BundleInfo> {
-    let p = &s.service.pipeline;
+    let p = s.service.pipeline();
     let m = &p.bundle.manifest;
     Json(BundleInfo {
         id: p.bundle.id.clone(),

@@ -9,7 +9,10 @@ use base64::Engine;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
-use super::error::{ApiError, ApiJson, BodyLimit, multipart_error};
+use super::{
+    error::{ApiError, BodyLimit, multipart_error},
+    extract::ApiJson,
+};
 
 pub enum Body<T> {
     Json(T),

@@ -1,5 +1,5 @@
-//! API keys: `Authorization: Bearer <key>`. The admin key may do everything; the read key may only read
-//! (GET, search, embed). Keys are compared as SHA-256 digests in constant time, so neither a key's bytes nor
+//! The key check: `Authorization: Bearer <key>`. The admin key may do everything; the read key may only read
+//! (GET, search, embed: `Access` in the route table). Keys are compared as SHA-256 digests in constant time, so neither a key's bytes nor
 //! its length leak through response timing. With no key configured the API is open.
 
 use std::path::Path;
@@ -7,34 +7,20 @@ use std::path::Path;
 use anyhow::Context;
 use axum::{
     extract::{Request, State},
-    http::{HeaderValue, Method, StatusCode, header},
+    http::{HeaderValue, StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::error::ApiError;
-use crate::config::HttpArgs;
-
-/// What a request needs, from its method and path (the same rule documents the OpenAPI security).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Probes, metrics and the API description: never behind a key (orchestrators and scrapers call them).
-    Public,
-    Read,
-    Admin,
-}
-
-pub fn access(method: &Method, path: &str) -> Access {
-    if !path.starts_with("/v1/") || method == Method::OPTIONS {
-        return Access::Public;
-    }
-    let read = matches!(*method, Method::GET | Method::HEAD)
-        || (method == Method::POST
-            && (path.ends_with("/search") || path.starts_with("/v1/embed/")));
-    if read { Access::Read } else { Access::Admin }
-}
+use crate::{
+    api::{
+        error::ApiError,
+        routes::{Access, RouteInfos},
+    },
+    config::HttpArgs,
+};
 
 #[derive(Clone, Default)]
 pub struct ApiKeys {
@@ -132,11 +118,19 @@ fn unauthorized(message: &str) -> Response {
     r
 }
 
-pub async fn require_key(State(keys): State<ApiKeys>, req: Request, next: Next) -> Response {
+/// The key check's state: the keys, and the route table that says what each route needs.
+#[derive(Clone)]
+pub struct KeyCheck {
+    pub keys: ApiKeys,
+    pub routes: RouteInfos,
+}
+
+pub async fn require_key(State(check): State<KeyCheck>, req: Request, next: Next) -> Response {
+    let keys = &check.keys;
     if keys.is_open() {
         return next.run(req).await;
     }
-    let need = access(req.method(), req.uri().path());
+    let need = check.routes.of_request(&req).access;
     if need == Access::Public {
         return next.run(req).await;
     }
@@ -171,34 +165,6 @@ pub async fn require_key(State(keys): State<ApiKeys>, req: Request, next: Next) 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn routes_are_classified_by_method_and_path() {
-        let cases = [
-            (Method::GET, "/healthz", Access::Public),
-            (Method::GET, "/metrics", Access::Public),
-            (Method::POST, "/v1/collections", Access::Admin),
-            (Method::GET, "/v1/collections", Access::Read),
-            (Method::DELETE, "/v1/collections/c", Access::Admin),
-            (Method::POST, "/v1/collections/c/images", Access::Admin),
-            (
-                Method::POST,
-                "/v1/collections/c/images/search",
-                Access::Read,
-            ),
-            (
-                Method::POST,
-                "/v1/collections/c/captions/search",
-                Access::Read,
-            ),
-            (Method::POST, "/v1/embed/text", Access::Read),
-            (Method::POST, "/v1/admin/reindex", Access::Admin),
-            (Method::OPTIONS, "/v1/collections", Access::Public),
-        ];
-        for (m, p, want) in cases {
-            assert_eq!(access(&m, p), want, "{m} {p}");
-        }
-    }
 
     #[test]
     fn keys_grant_their_own_access_only() {

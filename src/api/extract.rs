@@ -1,0 +1,82 @@
+//! Extractors that parse a request's parts once, at the edge, and answer in the API's error shape: JSON
+//! bodies, paths, queries, and the collection name of `/collections/{collection}/...` routes.
+
+use axum::{
+    Json,
+    extract::{FromRequest, FromRequestParts, RawPathParams, Request},
+    http::{StatusCode, request::Parts},
+};
+use serde::de::DeserializeOwned;
+
+use super::error::{ApiError, BodyLimit, body_too_large};
+use crate::service::CollectionName;
+
+/// The `{collection}` path segment, checked against the naming rule (422 when it breaks it).
+pub struct CollectionPath(pub CollectionName);
+
+impl<S: Send + Sync> FromRequestParts<S> for CollectionPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let params = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|r| ApiError::bad_request(r.body_text()))?;
+        let name = params
+            .iter()
+            .find_map(|(k, v)| (k == "collection").then_some(v))
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "this route has no {collection} segment",
+                )
+            })?;
+        Ok(CollectionPath(CollectionName::parse(name)?))
+    }
+}
+
+/// `Json` whose rejections use the error shape of `ApiError`.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let limit = req.extensions().get::<BodyLimit>().copied();
+        match Json::<T>::from_request(req, state).await {
+            Ok(j) => Ok(ApiJson(j.0)),
+            Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(body_too_large(limit)),
+            Err(r) => Err(r.into()),
+        }
+    }
+}
+
+/// `Path` whose rejections use the error shape of `ApiError`.
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Ok(ApiPath(
+            axum::extract::Path::<T>::from_request_parts(parts, state)
+                .await?
+                .0,
+        ))
+    }
+}
+
+/// `Query` whose rejections use the error shape of `ApiError`.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Ok(ApiQuery(
+            axum::extract::Query::<T>::from_request_parts(parts, state)
+                .await?
+                .0,
+        ))
+    }
+}

@@ -1,0 +1,181 @@
+//! The OpenAPI document: the handlers' own annotations, plus what the middleware adds to each operation,
+//! read from the route table (keys, 401/403, 413/415, 429, 503).
+
+use axum::http::Method;
+use utoipa::{
+    OpenApi,
+    openapi::{
+        Ref, RefOr, ResponseBuilder,
+        content::ContentBuilder,
+        header::HeaderBuilder,
+        path::Operation,
+        schema::{ObjectBuilder, Type},
+        security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme},
+    },
+};
+
+use super::{
+    captions, collections, embed, error, images,
+    routes::{self, Access, RouteInfos},
+    search, system,
+};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "jointspace", description = "Find photos from a sentence and sentences for a photo. Errors always have the shape of ErrorBody."),
+    paths(
+        collections::create, collections::list, collections::get, collections::delete,
+        images::add, images::list, images::get, images::delete,
+        captions::add, captions::list, captions::delete,
+        search::images, search::captions,
+        embed::text, embed::image,
+        system::healthz, system::readyz, system::metrics, system::openapi, system::bundle, system::reindex, system::snapshot,
+    ),
+    components(schemas(error::ErrorBody, error::ErrorDetail)),
+    modifiers(&NoLicense, &Operational),
+    tags((name = "collections"), (name = "images"), (name = "captions"), (name = "search"), (name = "embed"),
+         (name = "system"), (name = "admin"))
+)]
+pub struct ApiDoc;
+
+/// utoipa fills `info.license` from Cargo.toml even when there is none; leave it out instead of empty.
+struct NoLicense;
+
+impl utoipa::Modify for NoLicense {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        openapi.info.license = None;
+    }
+}
+
+/// Documents what the middleware adds to every operation: the API key (and its 401/403), the body limit
+/// (413), the inference queue (429 with Retry-After) and the request timeout (503).
+struct Operational;
+
+impl utoipa::Modify for Operational {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let mut bearer = Http::new(HttpAuthScheme::Bearer);
+        bearer.description = Some(
+            "`Authorization: Bearer <key>`. The admin key may do everything; the read key may GET, search \
+             and embed. A server started without keys is open and ignores the header."
+                .into(),
+        );
+        components.add_security_scheme("bearer", SecurityScheme::Http(bearer));
+        let error = |description: &str| {
+            ResponseBuilder::new().description(description).content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+        };
+        let retry_after = HeaderBuilder::new()
+            .schema(ObjectBuilder::new().schema_type(Type::Integer))
+            .description(Some("seconds to wait before retrying"))
+            .build();
+        let shared = [
+            (
+                "Unauthorized",
+                error("no API key, or not a valid one (only when the server has keys configured)"),
+            ),
+            (
+                "Forbidden",
+                error("the read-only key cannot do this; use the admin key"),
+            ),
+            (
+                "PayloadTooLarge",
+                error(
+                    "the request body, or an image in it, is over the server's limit; the message states the limit",
+                ),
+            ),
+            (
+                "Overloaded",
+                error("the inference queue is full (in rows or in expected wait); retry after Retry-After seconds")
+                    .header("Retry-After", retry_after.clone()),
+            ),
+            (
+                "Unavailable",
+                error("the request ran past the server's timeout, or a dependency is unavailable")
+                    .header("Retry-After", retry_after),
+            ),
+            (
+                "BadRequest",
+                error(
+                    "the path, query or body cannot be parsed (e.g. an id that is not a 64-bit integer)",
+                ),
+            ),
+            (
+                "Invalid",
+                error(
+                    "well-formed but not acceptable (e.g. a collection name outside the allowed pattern)",
+                ),
+            ),
+            (
+                "UnsupportedMediaType",
+                error(
+                    "the body's Content-Type is not one this operation reads; the message says which",
+                ),
+            ),
+        ];
+        for (name, r) in shared {
+            components
+                .responses
+                .insert(name.into(), RefOr::T(r.build()));
+        }
+        let shared = |name: &str| RefOr::Ref(Ref::new(format!("#/components/responses/{name}")));
+        let routes = RouteInfos::of(&routes::table());
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let ops: [(Method, &mut Option<Operation>); 3] = [
+                (Method::GET, &mut item.get),
+                (Method::POST, &mut item.post),
+                (Method::DELETE, &mut item.delete),
+            ];
+            for (method, op) in ops {
+                let Some(op) = op.as_mut() else { continue };
+                let r = &mut op.responses.responses;
+                let Some(route) = routes.get(&method, path) else {
+                    continue;
+                };
+                let need = route.access;
+                if need == Access::Public {
+                    continue;
+                }
+                // The name rule of service::validate_collection_name, so clients (and fuzzers) can see it.
+                for p in op.parameters.iter_mut().flatten() {
+                    if p.name == "collection" {
+                        p.schema = Some(RefOr::T(
+                            ObjectBuilder::new()
+                                .schema_type(Type::String)
+                                .pattern(Some("^[a-z0-9][a-z0-9_-]{0,63}$"))
+                                .into(),
+                        ));
+                    }
+                }
+                op.security = Some(vec![SecurityRequirement::new(
+                    "bearer",
+                    Vec::<String>::new(),
+                )]);
+                r.insert("401".into(), shared("Unauthorized"));
+                r.entry("503".into())
+                    .or_insert_with(|| shared("Unavailable"));
+                if need == Access::Admin {
+                    r.insert("403".into(), shared("Forbidden"));
+                }
+                // What the extractors answer for any operation: unparsable input, invalid names.
+                r.entry("400".into())
+                    .or_insert_with(|| shared("BadRequest"));
+                r.entry("422".into()).or_insert_with(|| shared("Invalid"));
+                if method == Method::POST {
+                    r.entry("415".into())
+                        .or_insert_with(|| shared("UnsupportedMediaType"));
+                    r.entry("413".into())
+                        .or_insert_with(|| shared("PayloadTooLarge"));
+                }
+                // Routes that run a model: embed, search, and adding images or captions.
+                if route.infers {
+                    r.insert("429".into(), shared("Overloaded"));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! The one table of routes. Each row says what a route is (method, path, handler) and what the HTTP layer
+//! must do around it: which key it needs, whether it runs a model (and so may answer 429), and whether it
+//! writes (and so finishes past the request timeout). The router, the key check, the timeout rule and the
+//! OpenAPI responses are all read from here, so a new route cannot be open to the wrong key by accident.
+
+use std::{collections::HashMap, sync::Arc};
+
+use axum::{
+    Router,
+    extract::MatchedPath,
+    http::{Method, Request},
+    routing::{MethodRouter, delete, get, post},
+};
+
+use super::{AppState, captions, collections, embed, images, search, system};
+
+/// Which key a request needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Probes, metrics and the API description: never behind a key (orchestrators and scrapers call them).
+    Public,
+    /// The read key or the admin key: GET, search and embed.
+    Read,
+    /// Only the admin key.
+    Admin,
+}
+
+/// What the HTTP layer needs to know of a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteInfo {
+    pub access: Access,
+    /// It runs a model (embed, search, adding images or captions): it may be refused with 429.
+    pub infers: bool,
+    /// It changes data: on a timeout it runs on to completion instead of being cancelled.
+    pub writes: bool,
+}
+
+pub struct Route {
+    pub method: Method,
+    pub path: &'static str,
+    pub info: RouteInfo,
+    handler: MethodRouter<AppState>,
+}
+
+const PUBLIC: RouteInfo = RouteInfo {
+    access: Access::Public,
+    infers: false,
+    writes: false,
+};
+const READ: RouteInfo = RouteInfo {
+    access: Access::Read,
+    infers: false,
+    writes: false,
+};
+const READ_INFER: RouteInfo = RouteInfo {
+    access: Access::Read,
+    infers: true,
+    writes: false,
+};
+const WRITE: RouteInfo = RouteInfo {
+    access: Access::Admin,
+    infers: false,
+    writes: true,
+};
+const WRITE_INFER: RouteInfo = RouteInfo {
+    access: Access::Admin,
+    infers: true,
+    writes: true,
+};
+
+fn route(
+    method: Method,
+    path: &'static str,
+    info: RouteInfo,
+    handler: MethodRouter<AppState>,
+) -> Route {
+    Route {
+        method,
+        path,
+        info,
+        handler,
+    }
+}
+
+/// Every route of the server.
+pub fn table() -> Vec<Route> {
+    use Method as M;
+    vec![
+        route(M::GET, "/healthz", PUBLIC, get(system::healthz)),
+        route(M::GET, "/readyz", PUBLIC, get(system::readyz)),
+        route(M::GET, "/metrics", PUBLIC, get(system::metrics)),
+        route(M::GET, "/openapi.yaml", PUBLIC, get(system::openapi)),
+        route(M::POST, "/v1/collections", WRITE, post(collections::create)),
+        route(M::GET, "/v1/collections", READ, get(collections::list)),
+        route(
+            M::GET,
+            "/v1/collections/{collection}",
+            READ,
+            get(collections::get),
+        ),
+        route(
+            M::DELETE,
+            "/v1/collections/{collection}",
+            WRITE,
+            delete(collections::delete),
+        ),
+        route(
+            M::POST,
+            "/v1/collections/{collection}/images",
+            WRITE_INFER,
+            post(images::add),
+        ),
+        route(
+            M::GET,
+            "/v1/collections/{collection}/images",
+            READ,
+            get(images::list),
+        ),
+        route(
+            M::POST,
+            "/v1/collections/{collection}/images/search",
+            READ_INFER,
+            post(search::images),
+        ),
+        route(
+            M::GET,
+            "/v1/collections/{collection}/images/{id}",
+            READ,
+            get(images::get),
+        ),
+        route(
+            M::DELETE,
+            "/v1/collections/{collection}/images/{id}",
+            WRITE,
+            delete(images::delete),
+        ),
+        route(
+            M::POST,
+            "/v1/collections/{collection}/captions",
+            WRITE_INFER,
+            post(captions::add),
+        ),
+        route(
+            M::GET,
+            "/v1/collections/{collection}/captions",
+            READ,
+            get(captions::list),
+        ),
+        route(
+            M::POST,
+            "/v1/collections/{collection}/captions/search",
+            READ_INFER,
+            post(search::captions),
+        ),
+        route(
+            M::DELETE,
+            "/v1/collections/{collection}/captions/{id}",
+            WRITE,
+            delete(captions::delete),
+        ),
+        route(M::POST, "/v1/embed/text", READ_INFER, post(embed::text)),
+        route(M::POST, "/v1/embed/image", READ_INFER, post(embed::image)),
+        route(M::GET, "/v1/bundle", READ, get(system::bundle)),
+        route(M::POST, "/v1/admin/reindex", WRITE, post(system::reindex)),
+        route(M::POST, "/v1/admin/snapshot", WRITE, post(system::snapshot)),
+    ]
+}
+
+/// The table's routes mounted on one router (same path, several methods: merged by axum).
+pub fn router(table: Vec<Route>) -> Router<AppState> {
+    table
+        .into_iter()
+        .fold(Router::new(), |r, route| r.route(route.path, route.handler))
+}
+
+/// The table by (method, path template), for the middleware.
+#[derive(Debug, Clone, Default)]
+pub struct RouteInfos(Arc<HashMap<(Method, &'static str), RouteInfo>>);
+
+impl RouteInfos {
+    pub fn of(table: &[Route]) -> RouteInfos {
+        RouteInfos(Arc::new(
+            table
+                .iter()
+                .map(|r| ((r.method.clone(), r.path), r.info))
+                .collect(),
+        ))
+    }
+
+    /// What a request's route is. A request that matches no route (404, 405) gets the cautious default:
+    /// outside /v1/ public, GET and HEAD readable with the read key, anything else admin-only; and a CORS
+    /// preflight is always public.
+    pub fn of_request<B>(&self, req: &Request<B>) -> RouteInfo {
+        let matched = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map(MatchedPath::as_str);
+        self.info(req.method(), matched, req.uri().path())
+    }
+
+    /// `of_request` from its parts: the method, the route template the router matched (if any), the path.
+    pub fn info(&self, method: &Method, matched: Option<&str>, path: &str) -> RouteInfo {
+        if method == Method::OPTIONS {
+            return PUBLIC;
+        }
+        // HEAD is served by the GET handler.
+        let lookup = if method == Method::HEAD {
+            Method::GET
+        } else {
+            method.clone()
+        };
+        let found = matched.and_then(|p| self.0.get(&(lookup, p)).copied());
+        found.unwrap_or_else(|| {
+            if !path.starts_with("/v1/") {
+                PUBLIC
+            } else if matches!(*method, Method::GET | Method::HEAD) {
+                READ
+            } else {
+                WRITE
+            }
+        })
+    }
+
+    /// A route of the table by its OpenAPI method and path.
+    pub fn get(&self, method: &Method, path: &str) -> Option<RouteInfo> {
+        self.0
+            .iter()
+            .find(|((m, p), _)| m == method && *p == path)
+            .map(|(_, info)| *info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use utoipa::OpenApi;
+
+    use super::*;
+    use crate::api::ApiDoc;
+
+    #[test]
+    fn the_table_and_the_openapi_document_name_the_same_operations() {
+        let table: BTreeSet<(String, String)> = table()
+            .iter()
+            .map(|r| (r.method.to_string(), r.path.to_string()))
+            .collect();
+        let doc = ApiDoc::openapi();
+        let mut documented = BTreeSet::new();
+        for (path, item) in &doc.paths.paths {
+            for (m, op) in [
+                ("GET", &item.get),
+                ("POST", &item.post),
+                ("DELETE", &item.delete),
+            ] {
+                if op.is_some() {
+                    documented.insert((m.to_string(), path.clone()));
+                }
+            }
+        }
+        assert_eq!(table, documented);
+    }
+
+    #[test]
+    fn unmatched_requests_get_the_cautious_default() {
+        let infos = RouteInfos::of(&table());
+        let req = |m: Method, p: &str| {
+            Request::builder()
+                .method(m)
+                .uri(p)
+                .body(())
+                .expect("request")
+        };
+        // No MatchedPath: a POST under /v1/ that no route serves (say a future /v1/embed/... path) is
+        // admin-only, not readable by the read key because of how its path looks.
+        assert_eq!(
+            infos.of_request(&req(Method::POST, "/v1/embed/new")).access,
+            Access::Admin
+        );
+        assert_eq!(
+            infos.of_request(&req(Method::GET, "/v1/nothing")).access,
+            Access::Read
+        );
+        assert_eq!(
+            infos.of_request(&req(Method::HEAD, "/v1/nothing")).access,
+            Access::Read
+        );
+        assert_eq!(
+            infos.of_request(&req(Method::GET, "/nothing")).access,
+            Access::Public
+        );
+        assert_eq!(
+            infos
+                .of_request(&req(Method::OPTIONS, "/v1/collections"))
+                .access,
+            Access::Public
+        );
+    }
+
+    #[test]
+    fn matched_requests_get_their_rows() {
+        let infos = RouteInfos::of(&table());
+        let with = |m: Method, template: &str| infos.info(&m, Some(template), "/v1/x");
+        let search = with(Method::POST, "/v1/collections/{collection}/images/search");
+        assert_eq!(search, READ_INFER);
+        assert_eq!(
+            with(Method::POST, "/v1/collections/{collection}/images"),
+            WRITE_INFER
+        );
+        assert_eq!(with(Method::HEAD, "/v1/collections/{collection}"), READ);
+        assert_eq!(with(Method::DELETE, "/v1/collections/{collection}"), WRITE);
+        assert_eq!(with(Method::POST, "/v1/admin/reindex"), WRITE);
+        assert_eq!(
+            infos.info(&Method::GET, Some("/metrics"), "/metrics"),
+            PUBLIC
+        );
+        // A matched path with a method it does not serve (405) falls back to the default.
+        assert_eq!(with(Method::PUT, "/v1/collections"), WRITE);
+    }
+
+    #[test]
+    fn routes_are_classified_by_method_and_path() {
+        let infos = RouteInfos::of(&table());
+        let cases = [
+            (Method::GET, "/healthz", Access::Public),
+            (Method::GET, "/metrics", Access::Public),
+            (Method::POST, "/v1/collections", Access::Admin),
+            (Method::GET, "/v1/collections", Access::Read),
+            (
+                Method::DELETE,
+                "/v1/collections/{collection}",
+                Access::Admin,
+            ),
+            (
+                Method::POST,
+                "/v1/collections/{collection}/images",
+                Access::Admin,
+            ),
+            (
+                Method::POST,
+                "/v1/collections/{collection}/images/search",
+                Access::Read,
+            ),
+            (
+                Method::POST,
+                "/v1/collections/{collection}/captions/search",
+                Access::Read,
+            ),
+            (Method::POST, "/v1/embed/text", Access::Read),
+            (Method::POST, "/v1/admin/reindex", Access::Admin),
+            (Method::OPTIONS, "/v1/collections", Access::Public),
+        ];
+        for (m, p, want) in cases {
+            assert_eq!(infos.info(&m, Some(p), p).access, want, "{m} {p}");
+        }
+    }
+}
