@@ -7,7 +7,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 use crate::{
-    api::{self, RouterOptions, auth::ApiKeys},
+    api::{self, ApiKeys, RouterOptions},
     bundle::Bundle,
     config::{ModelArgs, ServeArgs, StoreArgs},
     decode::DecodeLimits,

@@ -1,7 +1,9 @@
 //! jointspace: photos and sentences in one space. The modules follow the data flow:
-//! decode -> crops -> vision -> fne -> projection, and text, composed by `pipeline`; then index and store
-//! (the source of truth) behind `service`, and the api on top. `runtime` is the inference backend under
-//! vision and text; `batch` is their request batching.
+//! decode -> crops -> vision -> fne -> projection, and tokenize -> text, composed by `pipeline`; then index
+//! and store (the source of truth) behind `service`, and the api (and cli) on top. `runtime` is the
+//! inference backend under vision and text; `batch` is their request batching; `hubness` the search offset
+//! of a stored image; `modality` the two kinds of item every layer below the api keys by. docs/architecture.md
+//! draws it and states which layer may call which.
 
 pub mod api;
 pub mod app;
@@ -15,6 +17,7 @@ pub mod fne;
 pub mod hubness;
 pub mod index;
 pub mod metrics;
+pub mod modality;
 pub mod pipeline;
 pub mod projection;
 pub mod runtime;

@@ -114,7 +114,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             copy,
         )
         .map_err(|(why, _)| anyhow::anyhow!("the server's snapshot {name} did not load: {why}"))?,
-        None => VectorIndex::build(base, copy),
+        None => VectorIndex::build(base, copy)?,
     };
     let build_s = t.elapsed().as_secs_f64();
     let rss_after = rss("self").unwrap_or(0);

@@ -18,7 +18,7 @@ use jointspace::{
     pipeline::{ImageUse, Pipeline, PipelineOptions},
     projection::Projection,
     runtime::{self, Backend, Device, OrtBackend},
-    service::{ImageInput, Service, ServiceOptions},
+    service::{CollectionName, ImageInput, Service, ServiceOptions},
     store::{NewImage, Provenance, Store},
 };
 use serde_json::{Value, json};
@@ -118,7 +118,8 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         },
     )
     .await?;
-    svc.create_collection("bench", "").await?;
+    let bench = CollectionName::parse("bench")?;
+    svc.create_collection(&bench, "").await?;
     let names = names(o)?;
     let files: Vec<Bytes> = names
         .iter()
@@ -144,7 +145,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                 captions: vec![],
             })
             .collect();
-        svc.add_images("bench", inputs).await?;
+        svc.add_images(&bench, inputs).await?;
     }
     let whole_s = t.elapsed().as_secs_f64();
 
@@ -154,7 +155,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     let fne = Fne::new(&bundle);
     let proj = Projection::new(&bundle);
     let stage_coll = store.create_collection("stages", "").await?;
-    let idx = VectorIndex::build(index, vec![]);
+    let idx = VectorIndex::build(index, vec![])?;
     let mut st = [0f64; 8];
     let mut next_id = 1i64;
     for chunk in files.chunks(o.batch.max(1)) {
@@ -221,7 +222,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         st[6] += t.elapsed().as_secs_f64();
         let t = Instant::now();
         for r in rows {
-            idx.insert(next_id, r.vector, r.offset);
+            idx.insert(next_id, r.vector, Some(r.offset))?;
             next_id += 1;
         }
         st[7] += t.elapsed().as_secs_f64();

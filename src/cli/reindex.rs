@@ -1,0 +1,15 @@
+//! `jointspace reindex`: every stored vector recomputed under the loaded bundle (images from their codes).
+
+use std::sync::Arc;
+
+use super::offline_pipeline;
+use crate::{app::open_service, config::ReindexArgs, metrics::Metrics};
+
+pub async fn reindex(args: ReindexArgs) -> anyhow::Result<()> {
+    let pipeline = offline_pipeline(&args.model)?;
+    let svc = open_service(pipeline, &args.store, Arc::new(Metrics::new())).await?;
+    let (images, captions) = svc.reindex().await?;
+    svc.snapshot().await?;
+    println!("reindexed {images} images (from their stored codes) and {captions} captions");
+    Ok(())
+}
