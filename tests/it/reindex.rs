@@ -1,7 +1,7 @@
 //! Reindex without the CNN: a bundle upgrade that keeps the vision part recomputes image vectors from the
 //! stored ternary codes and the new W; one that changes the vision part is refused with a clear message.
 
-mod common;
+use crate::common;
 
 use common::{TestApp, b64, fixture_image, fixture_w, variant_bundle};
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! The server's image and text paths against the trainer's reference outputs (models/fixture-tiny/parity.json):
 //! identical ternary codes, joint vectors and hubness offsets within 1e-5. Real ONNX Runtime on the fixture bundle.
 
-mod common;
+use crate::common;
 
 use base64::Engine;
 use jointspace::{app::load_pipeline, config::ServeArgs, pipeline::ImageUse};

@@ -1,9 +1,9 @@
 //! Every bench of docs/benchmarks.md still runs, on tiny inputs and the fixture bundle. Their times are
 //! not checked (CI machines vary); what they report is checked where it can be wrong.
-#[path = "../benches/suite/mod.rs"]
+#[path = "../../benches/suite/mod.rs"]
 mod suite;
 
-mod common;
+use crate::common;
 
 fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()

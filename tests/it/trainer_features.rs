@@ -1,6 +1,6 @@
 //! Check of the image path on real photos against the trainer's raw-feature cache (JPEG decode, resize,
 //! crops, normalisation, vision graph). It needs data that CI does not have, so it is `#[ignore]`d and
-//! reported as such; run it with `cargo test --release --test trainer_features -- --ignored` and:
+//! reported as such; run it with `cargo test --release --test it trainer_features:: -- --ignored` and:
 //!   JOINTSPACE_PARITY_BUNDLE  a bundle whose vision.onnx is the graph the cache was made with
 //!   JOINTSPACE_FEATURES_DIR   the cache folder (features.npy, done.npy, names.json)
 //!   JOINTSPACE_IMAGES_DIR     the photos (e.g. /work/shared/data/flickr8k/images)

@@ -1,5 +1,5 @@
 //! `openapi.yaml` is the contract: the description generated from the handlers must equal the committed file.
-//! After an intended API change, regenerate it with `JOINTSPACE_BLESS=1 cargo test --test openapi`.
+//! After an intended API change, regenerate it with `JOINTSPACE_BLESS=1 cargo test --test it openapi::`.
 
 #[test]
 fn committed_openapi_matches_the_handlers() {
@@ -12,6 +12,6 @@ fn committed_openapi_matches_the_handlers() {
     assert!(
         committed == generated,
         "openapi.yaml differs from the API the server serves; if the change is intended, run \
-         `JOINTSPACE_BLESS=1 cargo test --test openapi` and commit openapi.yaml"
+         `JOINTSPACE_BLESS=1 cargo test --test it openapi::` and commit openapi.yaml"
     );
 }

@@ -2,9 +2,9 @@
 //! image acknowledged with a 2xx is in the database and found by search, and the index holds exactly the
 //! database's images; on SQLite and on Postgres. (2) Postgres stopped under load: requests fail cleanly
 //! with 503 while it is down (no hang, no 500) and the service recovers by itself once it is back.
-//! `cargo test --release --test faults -- --nocapture` prints the counts.
+//! `cargo test --release --test it faults:: -- --nocapture` prints the counts.
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap,

@@ -1,6 +1,6 @@
 //! Concurrent requests share runtime calls (dynamic batching); the numbers must not depend on who shares.
 
-mod common;
+use crate::common;
 
 use common::{TestApp, b64, fixture_image};
 use serde_json::json;

@@ -1,6 +1,6 @@
 //! Every kind of bad input gets a clear 4xx in the one error shape, and the server keeps answering.
 
-mod common;
+use crate::common;
 
 use common::{TestApp, b64, fixture_image};
 use serde_json::{Value, json};

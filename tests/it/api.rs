@@ -1,7 +1,7 @@
 //! The HTTP API end to end on the fixture bundle: real ONNX Runtime, HNSW, and each database engine
 //! (SQLite, and a real Postgres server started for the test), app on port 0.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,9 +1,9 @@
 //! Several replicas on one Postgres: each replica's in-memory index follows the writes made through the
 //! others by reading the database's change sequence. Measures the staleness (write acknowledged by A until B's
 //! search finds it) against the bound: the follow interval plus one read-and-apply.
-//! `cargo test --release --test replicas -- --nocapture` prints the numbers.
+//! `cargo test --release --test it replicas:: -- --nocapture` prints the numbers.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! The `jointspace` binary's commands, as scripts call them.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

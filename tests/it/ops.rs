@@ -1,7 +1,7 @@
 //! What production needs around the API: keys, limits, backpressure, request ids, CORS, metrics and a
 //! graceful stop, on the real application (fixture bundle, ONNX Runtime, SQLite).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The default bundle loads in the server (checksums, shapes, both graphs) and embeds into unit vectors.
 //! Skipped where the bundle or its vision graph (built by scripts/setup-python.sh) is absent.
 
-mod common;
+use crate::common;
 
 use jointspace::{app::load_pipeline, config::ServeArgs, pipeline::ImageUse};
 

@@ -1,0 +1,20 @@
+//! The integration tests: one binary (one link of ort, usearch and sqlx instead of one per file), one module
+//! per area. Each starts the real application (ONNX Runtime, SQLite or a throwaway Postgres, HNSW) on the
+//! fixture bundle, on port 0. Run one area with `cargo test --release --test it <module>::`.
+
+mod common;
+
+mod api;
+mod bad_input;
+mod bench_smoke;
+mod cli;
+mod concurrency;
+mod decode;
+mod default_bundle;
+mod faults;
+mod openapi;
+mod ops;
+mod parity;
+mod reindex;
+mod replicas;
+mod trainer_features;
