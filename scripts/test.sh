@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: the trainer's pytest, then the server's cargo tests on the real runtime.
+# The whole test suite: the trainer's pytest and ruff, the server's rustfmt and clippy, then its cargo tests on the
+# real runtime.
 # Installs what it needs itself (.venv with the trainer's requirements), so it runs on a fresh machine.
 # Last, schemathesis fuzzes the running server against openapi.yaml (its own venv in .cache/, ~3 minutes).
 set -euo pipefail
@@ -15,6 +16,10 @@ echo "== trainer tests (pytest)"
 (cd train && ../.venv/bin/python -m pytest)
 echo "== trainer lint (ruff check; settings in train/pyproject.toml)"
 (cd train && ../.venv/bin/ruff check .)
+echo "== server style and lints (cargo fmt --check; cargo clippy --all-targets -D warnings, [lints] in Cargo.toml)"
+cargo fmt --check
+# --release shares the build scripts' C and C++ outputs (mozjpeg, USearch) with the test build below.
+cargo clippy --locked --release --all-targets -- -D warnings
 ORT_DYLIB_PATH=$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)
 export ORT_DYLIB_PATH
 echo "== server tests (cargo test, ORT_DYLIB_PATH=$ORT_DYLIB_PATH)"

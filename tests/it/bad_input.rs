@@ -5,6 +5,15 @@ use crate::common;
 use common::{TestApp, b64, fixture_image};
 use serde_json::{Value, json};
 
+/// A raw request body case: path, content type, body, expected status, what it checks.
+type BodyCase = (
+    &'static str,
+    Option<&'static str>,
+    Vec<u8>,
+    u16,
+    &'static str,
+);
+
 fn crc32(data: &[u8]) -> u32 {
     let mut c = 0xffff_ffffu32;
     for &b in data {
@@ -155,7 +164,7 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
     app.assert_alive().await;
 
     // Wrong content types.
-    let cases: [(&str, Option<&str>, Vec<u8>, u16, &str); 4] = [
+    let cases: [BodyCase; 4] = [
         (
             "/v1/collections/c/images",
             Some("text/plain"),
