@@ -2,7 +2,7 @@
 //! step with the writes made through the others by applying the change sequence (`Store::changes_since`)
 //! every `--follow-interval-ms`. A replica's own writes reach its index directly, before the 2xx, and
 //! again through the sequence, where they change nothing. The staleness bound for a write made elsewhere is
-//! the follow interval plus one poll and apply (measured in tests/replicas.rs).
+//! the follow interval plus one poll and apply (measured in tests/it/replicas.rs).
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},

@@ -1,35 +1,89 @@
 //! The HTTP API end to end on the fixture bundle: real ONNX Runtime, HNSW, and each database engine
-//! (SQLite, and a real Postgres server started for the test), app on port 0.
+//! (SQLite, and a real Postgres server started for the test), app on port 0. Every test runs on both engines
+//! (`<test>::sqlite`, `<test>::postgres`), each on a shop of 8 images and 16 captions of its own.
 
-use crate::common;
+use std::path::PathBuf;
 
-use std::path::Path;
-
-use common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
 use serde_json::json;
 
-#[tokio::test]
-async fn add_search_delete_and_survive_a_restart_on_sqlite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    // The folder does not exist yet: the server creates it.
-    let url = format!("sqlite://{}", dir.path().join("data/js.db").display());
-    scenario(&url, &dir.path().join("data/index")).await;
+use crate::common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
+
+/// A database of the engine under test and an index folder beside it, both gone when the test ends.
+struct Db {
+    url: String,
+    index_dir: PathBuf,
+    _dir: tempfile::TempDir,
+    _pg: Option<PgCluster>,
 }
 
-#[tokio::test]
-async fn add_search_delete_and_survive_a_restart_on_postgres() {
-    let pg = PgCluster::start();
-    let url = pg.create_db("api").await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    scenario(&url, &dir.path().join("index")).await;
+impl Db {
+    async fn sqlite() -> Db {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Db {
+            // The folder does not exist yet: the server creates it.
+            url: format!("sqlite://{}", dir.path().join("data/js.db").display()),
+            index_dir: dir.path().join("data/index"),
+            _dir: dir,
+            _pg: None,
+        }
+    }
+
+    async fn postgres() -> Db {
+        let pg = PgCluster::start();
+        let dir = tempfile::tempdir().expect("tempdir");
+        Db {
+            url: pg.create_db("api").await,
+            index_dir: dir.path().join("index"),
+            _dir: dir,
+            _pg: Some(pg),
+        }
+    }
+
+    /// exact-below 0: every search goes through HNSW, the path large collections take.
+    fn flags(&self) -> [&str; 4] {
+        [
+            "--exact-below",
+            "0",
+            "--index-dir",
+            self.index_dir.to_str().expect("path"),
+        ]
+    }
+
+    async fn start(&self) -> TestApp {
+        TestApp::start_url(BUNDLE, &self.url, &self.flags()).await
+    }
 }
 
-async fn scenario(url: &str, index_dir: &Path) {
-    let index = index_dir.to_str().expect("path");
-    // exact-below 0: every search goes through HNSW, the path large collections take.
-    let flags = ["--exact-below", "0", "--index-dir", index];
-    let app = TestApp::start_url(BUNDLE, url, &flags).await;
+/// Each test, once per engine.
+macro_rules! on_both_engines {
+    ($($test:ident),* $(,)?) => {$(
+        mod $test {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$test(super::Db::sqlite().await).await;
+            }
 
+            #[tokio::test]
+            async fn postgres() {
+                super::$test(super::Db::postgres().await).await;
+            }
+        }
+    )*};
+}
+
+on_both_engines!(
+    adds_images_by_multipart_and_json_and_free_captions,
+    searches_images_by_photo_stored_image_and_sentence,
+    annotates_photos_and_embeds,
+    a_deleted_image_leaves_every_answer,
+    serves_its_contract_metrics_and_readiness,
+    survives_restarts_a_crash_a_lost_snapshot_and_a_reindex,
+);
+
+/// The shop: collection "shop", img-0 by multipart (red, one caption), img-1..7 by JSON (red when even,
+/// two captions each), and one free caption. Returns the server and the ids of img-1..7.
+async fn shop(db: &Db) -> (TestApp, Vec<i64>) {
+    let app = db.start().await;
     let (s, body) = app
         .post_json(
             "/v1/collections",
@@ -86,6 +140,11 @@ async fn scenario(url: &str, index_dir: &Path) {
         .await;
     assert_eq!(s, 201, "{body}");
 
+    (app, ids)
+}
+
+async fn adds_images_by_multipart_and_json_and_free_captions(db: Db) {
+    let (app, _) = shop(&db).await;
     let (s, c) = app.get_json("/v1/collections/shop").await;
     assert_eq!(s, 200);
     assert_eq!(
@@ -93,6 +152,11 @@ async fn scenario(url: &str, index_dir: &Path) {
         (Some(8), Some(16))
     );
 
+    app.stop().await;
+}
+
+async fn searches_images_by_photo_stored_image_and_sentence(db: Db) {
+    let (app, ids) = shop(&db).await;
     // Search images by an uploaded image: the same picture comes first, with cosine ~1.
     let (s, r) = app
         .post_multipart(
@@ -159,6 +223,11 @@ async fn scenario(url: &str, index_dir: &Path) {
     let (_, page2) = app.post_json("/v1/collections/shop/images/search", json!({"text": "a dog running on the beach", "k": 2, "offset": 2, "filter": {"color": "red"}})).await;
     assert_eq!(page2["results"][0]["image"]["id"], hits[2]["image"]["id"]);
 
+    app.stop().await;
+}
+
+async fn annotates_photos_and_embeds(db: Db) {
+    let (app, ids) = shop(&db).await;
     // Annotation: captions for an uploaded image and for a stored one.
     let (s, r) = app
         .post_multipart(
@@ -190,6 +259,11 @@ async fn scenario(url: &str, index_dir: &Path) {
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["code"]["dim"], 144);
 
+    app.stop().await;
+}
+
+async fn a_deleted_image_leaves_every_answer(db: Db) {
+    let (app, ids) = shop(&db).await;
     // Delete an image: gone from get, list and every search.
     let victim = ids[2]; // img-3
     assert_eq!(
@@ -232,6 +306,11 @@ async fn scenario(url: &str, index_dir: &Path) {
         "its captions went with it"
     );
 
+    app.stop().await;
+}
+
+async fn serves_its_contract_metrics_and_readiness(db: Db) {
+    let (app, _) = shop(&db).await;
     // The served API description is the committed one.
     let served = app
         .client
@@ -264,9 +343,20 @@ async fn scenario(url: &str, index_dir: &Path) {
     );
     assert_eq!(app.get_json("/readyz").await.0, 200);
 
+    app.stop().await;
+}
+
+async fn survives_restarts_a_crash_a_lost_snapshot_and_a_reindex(db: Db) {
+    let (app, ids) = shop(&db).await;
+    // img-3 deleted first: the restarts below must not bring it back.
+    assert_eq!(
+        app.delete(&format!("/v1/collections/shop/images/{}", ids[2]))
+            .await,
+        204
+    );
     // Restart on the same database: everything is still there and found (graceful stop writes snapshots).
     app.stop().await;
-    let app = TestApp::start_url(BUNDLE, url, &flags).await;
+    let app = db.start().await;
     let (_, c) = app.get_json("/v1/collections/shop").await;
     assert_eq!(
         (c["images"].as_i64(), c["captions"].as_i64()),
@@ -302,7 +392,7 @@ async fn scenario(url: &str, index_dir: &Path) {
         .await;
     assert_eq!(s, 201, "{body}");
     app.kill().await;
-    let app = TestApp::start_url(BUNDLE, url, &flags).await;
+    let app = db.start().await;
     let (_, r) = app
         .post_multipart(
             "/v1/collections/shop/images/search",
@@ -324,8 +414,8 @@ async fn scenario(url: &str, index_dir: &Path) {
 
     // A restart without a snapshot (deleted) rebuilds from the database and finds the same.
     app.stop().await;
-    std::fs::remove_dir_all(index_dir).expect("snapshot dir exists");
-    let app = TestApp::start_url(BUNDLE, url, &flags).await;
+    std::fs::remove_dir_all(&db.index_dir).expect("snapshot dir exists");
+    let app = db.start().await;
     let (_, r) = app
         .post_multipart(
             "/v1/collections/shop/images/search",

@@ -76,10 +76,10 @@ fn assert_error(status: u16, body: &Value, want: u16, what: &str) {
     );
 }
 
-#[tokio::test]
-async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
+/// A server with a small request limit (so that "too large" is cheap to provoke), collection "c" and one
+/// image "a" in it.
+async fn server() -> (tempfile::TempDir, TestApp) {
     let dir = tempfile::tempdir().expect("tempdir");
-    // A small request limit so that "too large" is cheap to provoke.
     let app = TestApp::start(
         &dir.path().join("js.db"),
         &["--max-request-bytes", "200000"],
@@ -95,6 +95,29 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
         .await;
     assert_eq!(s, 201);
 
+    (dir, app)
+}
+
+/// After the abuse: still serving, and still right.
+async fn still_right(app: TestApp) {
+    // Still serving, and still right.
+    app.assert_alive().await;
+    let (s, r) = app
+        .post_multipart(
+            "/v1/collections/c/images/search",
+            vec![("q.png".into(), fixture_image(0))],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["results"][0]["image"]["external_id"], "a");
+    app.stop().await;
+}
+
+/// Empty, truncated, non-image, too small and too large photos: upload, JSON upload, search and embed.
+#[tokio::test]
+async fn bad_images_are_refused_the_same_way_on_every_route() {
+    let (_dir, app) = server().await;
     let png = fixture_image(1);
     let jpg = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -144,6 +167,13 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
         app.assert_alive().await;
     }
 
+    still_right(app).await;
+}
+
+/// A body over `--max-request-bytes`, by multipart and by JSON.
+#[tokio::test]
+async fn bodies_over_the_request_limit_are_413() {
+    let (_dir, app) = server().await;
     // Bodies over the request limit.
     let big = vec![7u8; 300_000];
     let (s, body) = app
@@ -163,6 +193,13 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
     assert_error(s, &body, 413, "JSON body over the limit");
     app.assert_alive().await;
 
+    still_right(app).await;
+}
+
+/// Bodies of a type the route does not read, and base64 that does not decode.
+#[tokio::test]
+async fn wrong_content_types_and_bad_base64_are_refused() {
+    let (_dir, app) = server().await;
     // Wrong content types.
     let cases: [BodyCase; 4] = [
         (
@@ -206,6 +243,13 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
         .await;
     assert_error(s, &body, 400, "bad base64");
 
+    still_right(app).await;
+}
+
+/// Empty and overlong sentences, k out of range, two queries at once, bad filter keys, unknown image ids.
+#[tokio::test]
+async fn bad_queries_are_422_or_404() {
+    let (_dir, app) = server().await;
     // Queries.
     let long = "dog ".repeat(2500);
     for (what, text) in [
@@ -267,6 +311,13 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
         .await;
     assert_error(s, &body, 404, "unknown image id");
 
+    still_right(app).await;
+}
+
+/// What does not exist, or cannot be parsed, or is not an allowed name.
+#[tokio::test]
+async fn unknown_collections_routes_and_ids_are_404_or_400() {
+    let (_dir, app) = server().await;
     // Unknown things.
     let (s, body) = app
         .post_json(
@@ -292,6 +343,13 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
         .await;
     assert_error(s, &body, 422, "bad collection name");
 
+    still_right(app).await;
+}
+
+/// Duplicate names and external ids, and a batch with one bad image.
+#[tokio::test]
+async fn conflicts_are_409_and_a_failed_batch_stores_nothing() {
+    let (_dir, app) = server().await;
     // Conflicts.
     let (s, body) = app.post_json("/v1/collections", json!({"name": "c"})).await;
     assert_error(s, &body, 409, "duplicate collection");
@@ -320,16 +378,5 @@ async fn bad_input_is_a_clear_4xx_and_the_server_stays_up() {
         "nothing of the failed batch was stored"
     );
 
-    // Still serving, and still right.
-    app.assert_alive().await;
-    let (s, r) = app
-        .post_multipart(
-            "/v1/collections/c/images/search",
-            vec![("q.png".into(), fixture_image(0))],
-            &[],
-        )
-        .await;
-    assert_eq!(s, 200, "{r}");
-    assert_eq!(r["results"][0]["image"]["external_id"], "a");
-    app.stop().await;
+    still_right(app).await;
 }
