@@ -103,14 +103,15 @@ async fn a_replica_finds_what_another_ingested_within_the_bound() {
     let victim_tag = "t5";
     let victim = b.tagged_hits("shared", victim_tag).await;
     assert_eq!(victim.len(), 1);
+    // Search results are fetched from the database, so a deleted row never shows; what must change is B's
+    // index itself: its live image count. Read before the delete: B may follow it within milliseconds of
+    // the 204 (it did on a loaded CI machine, when this was read after).
+    assert_eq!(index_images(&b).await, 21);
     assert_eq!(
         a.delete(&format!("/v1/collections/shared/images/{}", victim[0]))
             .await,
         204
     );
-    // Search results are fetched from the database, so a deleted row never shows; what must change is B's
-    // index itself: its live image count.
-    assert_eq!(index_images(&b).await, 21);
     let t = time_until("delete on B", bound, || async {
         index_images(&b).await == 20
     })
