@@ -137,6 +137,35 @@ pub struct VisionSpec {
     pub raw_dim: usize,
     pub input_name: String,
     pub output_name: String,
+    /// How the training photos were prepared before everything else (docs/bundle.md, "The preparation");
+    /// the server prepares every photo the same way. Absent: no preparation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare: Option<Prepare>,
+}
+
+/// A squash of the whole photo to `resize` = [width, height] with PIL's 8-bit `filter`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prepare {
+    pub resize: [u32; 2],
+    pub filter: PrepareFilter,
+}
+
+impl Prepare {
+    pub fn width(&self) -> u32 {
+        self.resize[0]
+    }
+
+    pub fn height(&self) -> u32 {
+        self.resize[1]
+    }
+}
+
+/// PIL's resampling filters that a preparation may name (the ones implemented bit for bit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrepareFilter {
+    Bilinear,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -290,6 +319,11 @@ fn vision_id(m: &Manifest) -> String {
         h.update(part.as_bytes());
         h.update([0]);
     }
+    // Only when present, so that the codes of bundles without one keep their id.
+    if let Some(p) = &v.prepare {
+        h.update(serde_json::to_string(p).unwrap_or_default().as_bytes());
+        h.update([0]);
+    }
     hex::encode(h.finalize())[..16].to_string()
 }
 
@@ -327,6 +361,14 @@ impl Checker<'_> {
                 "fne.dim is {} but vision.raw_dim is {}",
                 m.fne.dim, v.raw_dim
             ));
+        }
+        if let Some(p) = &v.prepare {
+            if !(1..=16_384).contains(&p.width()) || !(1..=16_384).contains(&p.height()) {
+                return bad(format!(
+                    "vision.prepare.resize {:?} must be two sizes in 1..=16384",
+                    p.resize
+                ));
+            }
         }
         if v.input_size == 0 || v.input_size > v.resize {
             return bad(format!(

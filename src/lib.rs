@@ -1,5 +1,5 @@
 //! jointspace: photos and sentences in one space. The modules follow the data flow:
-//! decode -> crops -> vision -> fne -> projection, and tokenize -> text, composed by `pipeline`; then index
+//! decode -> prepare -> crops -> vision -> fne -> projection, and tokenize -> text, composed by `pipeline`; then index
 //! and store (the source of truth) behind `service`, and the api (and cli) on top. `runtime` is the
 //! inference backend under vision and text; `batch` is their request batching; `hubness` the search offset
 //! of a stored image; `modality` the two kinds of item every layer below the api keys by. docs/architecture.md
@@ -19,6 +19,7 @@ pub mod index;
 pub mod metrics;
 pub mod modality;
 pub mod pipeline;
+pub mod prepare;
 pub mod projection;
 pub mod runtime;
 pub mod service;

@@ -1,4 +1,4 @@
-//! The straight line from bytes or a sentence to a joint vector: decode -> crops -> vision -> fne ->
+//! The straight line from bytes or a sentence to a joint vector: decode -> prepare -> crops -> vision -> fne ->
 //! projection, and tokenizer -> text graph. The HTTP handlers, `ingest` and `eval` all call this, so the
 //! numbers `eval` reports are the numbers the server gives.
 
@@ -10,7 +10,7 @@ use crate::{
     crops,
     decode::{self, DecodeError, DecodeLimits},
     fne::{Fne, TernaryCode},
-    hubness,
+    hubness, prepare,
     projection::Projection,
     runtime::{Backend, RuntimeError},
     text::{TextEncoder, TextError, TextTokenizer},
@@ -172,6 +172,7 @@ impl Pipeline {
                     blocking(move || -> Result<(Vec<f32>, u32, u32), DecodeError> {
                         let img = decode::decode(&bytes, &limits)?;
                         let (w, h) = img.dimensions();
+                        let img = prepare::apply(spec.prepare.as_ref(), img);
                         let resized = crops::resize(&img, spec.resize);
                         drop(img);
                         let mut out = vec![0f32; per * crop_len];

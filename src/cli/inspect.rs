@@ -28,6 +28,14 @@ pub fn inspect(dir: PathBuf, graphs: bool, rt: RuntimeArgs) -> anyhow::Result<()
         m.vision.crop_mode,
         m.vision.color_order
     );
+    if let Some(p) = &m.vision.prepare {
+        println!(
+            "prepare    every photo squashed to {}x{} ({:?}) first",
+            p.width(),
+            p.height(),
+            p.filter
+        );
+    }
     println!(
         "fne        dim {}, thresholds {:?}, vision id {}",
         m.fne.dim, m.fne.thresholds, b.vision_id

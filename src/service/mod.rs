@@ -106,6 +106,10 @@ impl Service {
             if bundle_id != b.id {
                 let fix = if vision_id == b.vision_id {
                     "run `jointspace reindex` (or POST /v1/admin/reindex) to recompute them from the stored codes"
+                } else if b.manifest.vision.prepare.is_some() {
+                    "their codes come from another vision model or another preparation: this bundle squashes every \
+                     photo as its training photos were (docs/bundle.md, \"The preparation\"), so re-ingest the \
+                     images (camera-size photos gain from it; photos already of the prepared size code the same)"
                 } else {
                     "their codes come from another vision model: re-ingest the images"
                 };
