@@ -16,6 +16,7 @@ from safetensors.numpy import load_file, save_file
 from . import hubness
 from .features import sha256_file
 from .filemode import shareable
+from .images import PREPARE_FILTERS
 
 FORMAT = 1
 
@@ -96,6 +97,7 @@ def read(directory: str | Path) -> Bundle:
                           f"raw_dim is {v['raw_dim']}")
     if f["dim"] != v["raw_dim"]:
         raise BundleError(f"{mf}: fne.dim {f['dim']} != vision.raw_dim {v['raw_dim']}")
+    _check_prepare(mf, v.get("prepare"))
     shapes = _io_shapes(directory / v["onnx"])
     want = {v["input_name"]: ["N", 3, v["input_size"], v["input_size"]], v["output_name"]: ["N", v["raw_dim"]]}
     for name, shape in want.items():
@@ -137,3 +139,16 @@ def _hubness(directory: Path, m: dict) -> np.ndarray | None:
         raise BundleError(f"{mf}: hubness needs bank, captions, k and alpha ({e!r})") from None
     except ValueError as e:
         raise BundleError(f"{directory / hb['bank']}: {e}") from None
+
+
+def _check_prepare(mf: Path, prep) -> None:
+    """`vision.prepare`, when present: {"resize": [width, height], "filter": one the server implements}."""
+    if prep is None:
+        return
+    ok = (isinstance(prep, dict) and set(prep) == {"resize", "filter"} and isinstance(prep["resize"], list)
+          and len(prep["resize"]) == 2
+          and all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 16384 for n in prep["resize"])
+          and prep["filter"] in PREPARE_FILTERS)
+    if not ok:
+        raise BundleError(f"{mf}: vision.prepare must be {{\"resize\": [width, height] in 1..16384, \"filter\": "
+                          f"one of {sorted(PREPARE_FILTERS)}}}, not {prep!r}")

@@ -5,6 +5,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+# How the dataset's photos were prepared before anything else (its README: "already resized (squashed, aspect
+# not kept) to 224x224"; bilinear reproduces them from the originals most closely of PIL's filters). A bundle
+# trained on them records it, and the server prepares every photo the same way (docs/bundle.md).
+PREPARATION = {"resize": [224, 224], "filter": "bilinear"}
+
 SPLIT_FILES = {"train": "Flickr_8k.trainImages.txt", "dev": "Flickr_8k.devImages.txt",
                "test": "Flickr_8k.testImages.txt"}
 

@@ -9,6 +9,7 @@ is its own captions, k 2, alpha 0.5).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from . import bundle, export, features, fne, hubness, pipeline, tokenizer, vision
+from . import bundle, data, export, features, fne, hubness, images, photos, pipeline, tokenizer, vision
 from .model import TextEncoder
 
 BLOCKS = ((4, 4), (8, 8), (8, 8, 8), (16, 16, 16), (16, 16, 16))
@@ -71,6 +72,7 @@ def make(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
     paths = make_images(images_dir)
     weights = vision.random_vgg(BLOCKS, seed=seed)
     vis = vision.vision_section(weights, "post_relu", "ten")
+    vis["prepare"] = data.PREPARATION  # as a Flickr8k bundle: the parity cases cover the squash
     vision.save(vision.build_graph(weights, "post_relu"), out / "vision.onnx")
     sess = features.session(out / "vision.onnx")
     raw = features.embed_images(sess, vis, paths, "ten")
@@ -97,18 +99,30 @@ def add_hubness(out: Path) -> None:
     bundle.finish(out, m)
 
 
-def write_parity(out: Path, images_dir, paths: list[Path]) -> dict:
-    """Expected outputs, computed through the bundle as written (the server's tests compare against these)."""
-    p = pipeline.Pipeline(out)
+def _cases(p: pipeline.Pipeline, paths: list[Path], modes: tuple[str, ...]) -> list[dict]:
     cases = []
     for path in paths:
-        for mode in ("ten", "center"):
+        # The photo as the bundle's preparation leaves it (8-bit RGB): the server's must be the same bytes.
+        prepared = images.prepare(images.decode(str(path)), p.m["vision"].get("prepare"))
+        digest = hashlib.sha256(np.ascontiguousarray(prepared).tobytes()).hexdigest()
+        for mode in modes:
             c, v = p.embed_images([path], mode)
-            cases.append({"image": path.name, "crop_mode": mode, "code": b64(fne.pack(c[0])),
+            cases.append({"image": path.name, "crop_mode": mode, "prepared": [*prepared.shape[1::-1], digest],
+                          "code": b64(fne.pack(c[0])),
                           "nonzero": int(np.count_nonzero(c[0])), "vector": [float(x) for x in v[0]],
                           "offset": float(p.offsets(v)[0])})
+    return cases
+
+
+def write_parity(out: Path, images_dir, paths: list[Path], photos_dir: Path = photos.DEFAULT_DIR) -> dict:
+    """Expected outputs, computed through the bundle as written (the server's tests compare against these):
+    the generated fixture images in both crop modes, and real camera-size photos (photos.py) in ten crops."""
+    p = pipeline.Pipeline(out)
+    cases = _cases(p, paths, ("ten", "center"))
+    real = _cases(p, photos.fetch(photos_dir), ("ten",))
     texts = [{"text": s, "ids": tokenizer.encode_batch(p.tok, [s], 16)[0][0].tolist(),
               "vector": [float(x) for x in vec]} for s, vec in zip(SENTENCES, p.embed_texts(SENTENCES))]
-    parity = {"bundle": "fixture-tiny", "images_dir": str(Path(images_dir)), "images": cases, "texts": texts}
+    parity = {"bundle": "fixture-tiny", "images_dir": str(Path(images_dir)), "images": cases, "texts": texts,
+              "photos": {"source": photos.WHEEL, "dir": str(photos_dir), "cases": real}}
     (out / "parity.json").write_text(json.dumps(parity, indent=1) + "\n")
     return parity

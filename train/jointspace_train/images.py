@@ -15,6 +15,20 @@ N_CROPS = {"center": 1, "ten": 10}  # CNN passes per image
 CROP_MODES = tuple(N_CROPS)
 
 
+PREPARE_FILTERS = {"bilinear": Image.Resampling.BILINEAR}
+
+
+def prepare(rgb: np.ndarray, spec: dict | None) -> np.ndarray:
+    """The training photos' preparation (docs/bundle.md, "The preparation"): a squash of the whole photo to
+    spec["resize"] = [width, height] with PIL's 8-bit filter. Unchanged without a spec, or at that size."""
+    if not spec:
+        return rgb
+    w, h = spec["resize"]
+    if rgb.shape[1] == w and rgb.shape[0] == h:
+        return rgb
+    return np.asarray(Image.fromarray(rgb).resize((w, h), PREPARE_FILTERS[spec["filter"]]), dtype=np.uint8)
+
+
 def decode(data: bytes | str) -> np.ndarray:
     """Bytes or a path -> uint8 RGB array [H, W, 3]."""
     src = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
@@ -72,7 +86,8 @@ def normalise(batch: np.ndarray, color_order: str, mean, scale) -> np.ndarray:
 
 
 def preprocess(data: bytes | str, vision: dict, crop_mode: str | None = None) -> np.ndarray:
-    """One image -> its crops as the vision graph's input [n_crops, 3, S, S], per the bundle's `vision`."""
-    img = resize(decode(data), vision["resize"])
+    """One image -> its crops as the vision graph's input [n_crops, 3, S, S], per the bundle's `vision`
+    (prepared first when the bundle says how its training photos were)."""
+    img = resize(prepare(decode(data), vision.get("prepare")), vision["resize"])
     cs = crops(img, vision["input_size"], crop_mode or vision["crop_mode"])
     return normalise(cs, vision["color_order"], vision["mean"], vision["scale"])

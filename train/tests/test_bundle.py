@@ -77,3 +77,22 @@ def test_weight_files_are_readable_by_other_users(tmp_path):
         os.umask(old)
     for name in ("fne.safetensors", "projection.safetensors"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+
+
+def test_preparation_is_checked_and_recorded(fixture_copy):
+    m = bundle.read(fixture_copy).manifest
+    assert m["vision"]["prepare"] == {"resize": [224, 224], "filter": "bilinear"}
+    for bad in ({"resize": [224], "filter": "bilinear"}, {"resize": [0, 224], "filter": "bilinear"},
+                {"resize": [224, 224], "filter": "lanczos"}, {"resize": [224, 224]},
+                {"resize": [224, 224], "filter": "bilinear", "extra": 1},
+                {"resize": [True, 224], "filter": "bilinear"}):
+        manifest = {k: v for k, v in m.items() if k != "files"}
+        manifest["vision"] = {**m["vision"], "prepare": bad}
+        bundle.finish(fixture_copy, manifest)
+        with pytest.raises(bundle.BundleError, match="vision.prepare must be"):
+            bundle.read(fixture_copy)
+    # Without the section there is no preparation, as in bundles written before it existed.
+    manifest = {k: v for k, v in m.items() if k != "files"}
+    manifest["vision"] = {k: v for k, v in m["vision"].items() if k != "prepare"}
+    bundle.finish(fixture_copy, manifest)
+    assert "prepare" not in bundle.read(fixture_copy).vision

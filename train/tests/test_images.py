@@ -51,3 +51,30 @@ def test_decode_handles_modes():
     Image.new("LA", (5, 4), (120, 7)).save(buf, "PNG")
     rgb = images.decode(buf.getvalue())
     assert rgb.shape == (4, 5, 3) and (rgb == 120).all()
+
+
+def test_prepare_squashes_other_sizes_with_pils_bilinear_and_leaves_the_prepared_size_alone():
+    spec = {"resize": [224, 224], "filter": "bilinear"}
+    rng = np.random.default_rng(3)
+    same = rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)
+    assert images.prepare(same, spec) is same
+    assert images.prepare(same, None) is same
+    big = rng.integers(0, 256, (300, 451, 3), dtype=np.uint8)
+    out = images.prepare(big, spec)
+    assert out.shape == (224, 224, 3) and out.dtype == np.uint8
+    want = np.asarray(Image.fromarray(big).resize((224, 224), Image.Resampling.BILINEAR))
+    assert np.array_equal(out, want)
+    # preprocess applies it before the resize to 256: a 448x448 photo and its PIL squash give the same crops.
+    vision = {"resize": 256, "input_size": 224, "crop_mode": "center", "color_order": "RGB",
+              "mean": [0, 0, 0], "scale": [1, 1, 1], "prepare": spec}
+    photo = rng.integers(0, 256, (448, 448, 3), dtype=np.uint8)
+
+    def png(a):
+        buf = io.BytesIO()
+        Image.fromarray(a).save(buf, format="PNG")
+        return buf.getvalue()
+
+    squashed = np.asarray(Image.fromarray(photo).resize((224, 224), Image.Resampling.BILINEAR))
+    assert np.array_equal(images.preprocess(png(photo), vision), images.preprocess(png(squashed), vision))
+    assert not np.array_equal(images.preprocess(png(photo), {**vision, "prepare": None}),
+                              images.preprocess(png(squashed), vision))

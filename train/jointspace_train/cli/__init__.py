@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .. import features
-from .bundle_tools import add_check, add_fixture, add_quantize_text
+from .bundle_tools import add_check, add_fixture, add_prepare, add_quantize_text
 from .ensemble import add_ensemble
 from .eval_bundle import add_eval
 from .export_runs import add_export
@@ -17,6 +17,7 @@ from .extract import add_features
 from .graphs import add_rebuild_vision, add_vision_export
 from .hubness_bank import add_hubness
 from .pack import add_pack
+from .photos_cmd import add_photos
 from .report import add_report
 from .run_parts import add_join_run, add_split_run
 from .training import add_train
@@ -25,7 +26,8 @@ __all__ = ["main", "parser"]
 
 # in the order `--help` lists them
 COMMANDS = (add_vision_export, add_rebuild_vision, add_features, add_train, add_export, add_eval, add_ensemble,
-            add_hubness, add_pack, add_split_run, add_join_run, add_fixture, add_report, add_quantize_text, add_check)
+            add_hubness, add_pack, add_split_run, add_join_run, add_fixture, add_report, add_quantize_text,
+            add_prepare, add_photos, add_check)
 
 
 def parser() -> argparse.ArgumentParser:

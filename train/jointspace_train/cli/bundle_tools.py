@@ -1,12 +1,13 @@
 """Commands on bundles as they are: `fixture` (write the tiny random test bundle), `quantize-text` (rewrite a
-bundle's text graph in int8), `check` (verify a bundle)."""
+bundle's text graph in int8), `prepare` (record how the training photos were prepared), `check` (verify a
+bundle)."""
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
 
 from .. import bundle as bundle_mod
-from .. import quantize
+from .. import data, quantize
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,42 @@ def add_quantize_text(sub) -> None:
                         "stacked bundle needs to stay within the committed budget")
     p.add_argument("bundle")
     p.set_defaults(fn=lambda ns, argv: quantize_text(QuantizeText.from_args(ns)))
+
+
+@dataclass(frozen=True)
+class Preparation:
+    bundle: str
+    width: int
+    height: int
+    filter: str
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> Preparation:
+        w, _, h = ns.size.partition("x")
+        if not (w.isdigit() and h.isdigit()):
+            raise SystemExit(f"--size {ns.size!r}: expected WIDTHxHEIGHT, e.g. 224x224")
+        return cls(ns.bundle, int(w), int(h), ns.filter)
+
+
+def record_preparation(s: Preparation) -> None:
+    """Sets vision.prepare (a new vision id: codes stored under the old one must be re-embedded, which only
+    changes photos of another size than the prepared one)."""
+    manifest = bundle_mod.read(s.bundle).manifest
+    manifest = {k: v for k, v in manifest.items() if k != "files"}
+    manifest["vision"]["prepare"] = {"resize": [s.width, s.height], "filter": s.filter}
+    bundle_mod.finish(s.bundle, manifest)
+    bundle_mod.read(s.bundle)
+    print(f"{s.bundle}: every photo is squashed to {s.width}x{s.height} ({s.filter}) before the pipeline")
+
+
+def add_prepare(sub) -> None:
+    w, h = data.PREPARATION["resize"]
+    p = sub.add_parser("prepare", help="record in a bundle how its training photos were prepared (Flickr8k: "
+                                       "squashed to 224x224, bilinear), so the server prepares uploads the same way")
+    p.add_argument("--size", default=f"{w}x{h}", help="WIDTHxHEIGHT the training photos were squashed to")
+    p.add_argument("--filter", default=data.PREPARATION["filter"], choices=["bilinear"])
+    p.add_argument("bundle")
+    p.set_defaults(fn=lambda ns, argv: record_preparation(Preparation.from_args(ns)))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import bundle as bundle_mod
-from .. import vision
+from .. import data, vision
 from .options import Features, VisionWeights
 from .prepare import Prepared
 from .reference import reference_eval
@@ -38,6 +38,7 @@ def write_bundle(target: BundleTarget, source: VisionWeights, feats: Features, d
     out = Path(target.out)
     out.mkdir(parents=True, exist_ok=True)
     vis = vision.vision_section(d.weights, feats.tap_point, feats.crop)
+    vis["prepare"] = data.PREPARATION
     g = graph_file(source, d.weights, feats.tap_point)
     training = {"dataset": "flickr8k", "split": "train", "loss": s["loss"], "crop_mode": feats.crop,
                 "tap_point": feats.tap_point, "init_from": result.features.get("init_from"),
