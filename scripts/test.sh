@@ -20,6 +20,8 @@ echo "== server style and lints (cargo fmt --check; cargo clippy --all-targets -
 cargo fmt --check
 # --release shares the build scripts' C and C++ outputs (mozjpeg, USearch) with the test build below.
 cargo clippy --locked --release --all-targets -- -D warnings
+# Real camera-size photos for the preparation's parity test (scikit-image's samples, from its wheel by version).
+(cd train && ../.venv/bin/python -m jointspace_train photos --out ../.cache/photos)
 ORT_DYLIB_PATH=$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)
 export ORT_DYLIB_PATH
 echo "== server tests (cargo test, ORT_DYLIB_PATH=$ORT_DYLIB_PATH)"

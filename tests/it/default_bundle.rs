@@ -3,7 +3,10 @@
 
 use crate::common;
 
-use jointspace::{app::load_pipeline, config::ServeArgs, pipeline::ImageUse};
+use jointspace::{
+    app::load_pipeline, bundle::PrepareFilter, config::ServeArgs, decode, pipeline::ImageUse,
+    prepare,
+};
 
 #[tokio::test]
 async fn default_bundle_loads_and_embeds() {
@@ -38,5 +41,38 @@ async fn default_bundle_loads_and_embeds() {
         img.offset < 0.0 && img.offset > -1.0,
         "offset {} is not -alpha * (a mean cosine in (0, 1])",
         img.offset
+    );
+    // Trained on Flickr8k's 224-px squashes, it squashes every photo the same way first: a 640x480 photo
+    // codes exactly as its own squash, uploaded as a PNG, does.
+    let spec = p
+        .bundle
+        .manifest
+        .vision
+        .prepare
+        .expect("the default records its preparation");
+    assert_eq!(
+        (spec.resize, spec.filter),
+        ([224, 224], PrepareFilter::Bilinear)
+    );
+    let photo = common::fixture_image(7);
+    let decoded = decode::decode(&photo, &decode::DecodeLimits::default()).expect("decodes");
+    assert_eq!(decoded.dimensions(), (640, 480));
+    let mut squashed = std::io::Cursor::new(Vec::new());
+    prepare::apply(Some(&spec), decoded)
+        .write_to(&mut squashed, image::ImageFormat::Png)
+        .expect("png");
+    let (big, small) = (
+        p.embed_image(photo.into(), ImageUse::Query)
+            .await
+            .expect("photo"),
+        p.embed_image(squashed.into_inner().into(), ImageUse::Query)
+            .await
+            .expect("squash"),
+    );
+    assert_eq!(big.code.packed(), small.code.packed());
+    assert_eq!(
+        (big.width, big.height),
+        (640, 480),
+        "the upload's own size is kept"
     );
 }

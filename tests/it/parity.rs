@@ -4,8 +4,17 @@
 use crate::common;
 
 use base64::Engine;
-use jointspace::{app::load_pipeline, config::ServeArgs, pipeline::ImageUse};
+use std::sync::Arc;
+
+use jointspace::{
+    app::load_pipeline,
+    config::ServeArgs,
+    decode,
+    pipeline::{ImageUse, Pipeline},
+    prepare,
+};
 use serde_json::Value;
+use sha2::Digest;
 
 fn parity() -> Value {
     serde_json::from_slice(
@@ -28,67 +37,133 @@ fn max_diff(a: &[f32], b: &[Value]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// Checks one parity case: the photo's prepared pixels, its code, vector and offset against the trainer's.
+/// Returns whether the photo was squashed (it was not of the prepared size).
+async fn check_case(
+    pipelines: &[(&str, &Arc<Pipeline>)],
+    name: &str,
+    bytes: Vec<u8>,
+    case: &Value,
+) -> bool {
+    let pl = pipelines
+        .iter()
+        .find(|(mode, _)| case["crop_mode"].as_str() == Some(*mode))
+        .map(|(_, p)| *p)
+        .unwrap_or_else(|| panic!("unknown crop mode {}", case["crop_mode"]));
+    // The preparation (a squash to 224x224, PIL's 8-bit bilinear) gives the trainer's bytes exactly.
+    let prep = &case["prepared"];
+    let spec = pl.bundle.manifest.vision.prepare;
+    assert!(spec.is_some(), "the fixture records a preparation");
+    let decoded = decode::decode(&bytes, &decode::DecodeLimits::default()).expect("decodes");
+    let (w, h) = decoded.dimensions();
+    let prepared = prepare::apply(spec.as_ref(), decoded);
+    assert_eq!(
+        (
+            u64::from(prepared.width()),
+            u64::from(prepared.height()),
+            hex::encode(sha2::Sha256::digest(prepared.as_raw()))
+        ),
+        (
+            prep[0].as_u64().expect("width"),
+            prep[1].as_u64().expect("height"),
+            prep[2].as_str().expect("sha256").to_string()
+        ),
+        "{name} ({w}x{h}): prepared pixels differ from PIL's"
+    );
+    let bytes = bytes::Bytes::from(bytes);
+    let e = pl
+        .embed_image(bytes.clone(), ImageUse::Store)
+        .await
+        .expect("embeds");
+    let want = base64::engine::general_purpose::STANDARD
+        .decode(case["code"].as_str().expect("code"))
+        .expect("base64");
+    assert_eq!(
+        e.code.packed(),
+        &want[..],
+        "{name} ({}): ternary code differs from the trainer's",
+        case["crop_mode"]
+    );
+    let (plus, minus) = e.code.counts();
+    assert_eq!(
+        (plus + minus) as u64,
+        case["nonzero"].as_u64().expect("nonzero"),
+        "{name}: nonzero count"
+    );
+    let d = max_diff(&e.vector, case["vector"].as_array().expect("vector"));
+    assert!(
+        d <= 1e-5,
+        "{name} ({}): joint vector differs by {d}",
+        case["crop_mode"]
+    );
+    // The hubness offset (the fixture has a bank); a bundle without one would give 0 and fail this.
+    let want = case["offset"].as_f64().expect("offset") as f32;
+    assert!(
+        (e.offset - want).abs() <= 1e-5 && want != 0.0,
+        "{name} ({}): offset {} against the trainer's {want}",
+        case["crop_mode"],
+        e.offset
+    );
+    // A query image needs no offset and skips the bank; its code and vector are the stored image's.
+    let q = pl
+        .embed_image(bytes, ImageUse::Query)
+        .await
+        .expect("embeds");
+    assert_eq!(
+        (q.offset, &q.vector, q.code.packed()),
+        (0.0, &e.vector, e.code.packed())
+    );
+    (w, h) != (224, 224)
+}
+
 #[tokio::test]
 async fn image_codes_and_vectors_match_the_trainer() {
     let p = parity();
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(p["images_dir"].as_str().expect("images_dir"));
     let (ten, center) = (pipeline("ten"), pipeline("center"));
-    let mut checked = 0;
+    let modes = [("ten", &ten), ("center", &center)];
+    let (mut checked, mut squashed) = (0, 0);
     for case in p["images"].as_array().expect("images") {
         let name = case["image"].as_str().expect("image");
         let bytes = std::fs::read(dir.join(name)).expect("fixture image");
-        let pl = match case["crop_mode"].as_str() {
-            Some("ten") => &ten,
-            Some("center") => &center,
-            other => panic!("unknown crop mode {other:?}"),
-        };
-        let bytes = bytes::Bytes::from(bytes);
-        let e = pl
-            .embed_image(bytes.clone(), ImageUse::Store)
-            .await
-            .expect("embeds");
-        let want = base64::engine::general_purpose::STANDARD
-            .decode(case["code"].as_str().expect("code"))
-            .expect("base64");
-        assert_eq!(
-            e.code.packed(),
-            &want[..],
-            "{name} ({}): ternary code differs from the trainer's",
-            case["crop_mode"]
-        );
-        let (plus, minus) = e.code.counts();
-        assert_eq!(
-            (plus + minus) as u64,
-            case["nonzero"].as_u64().expect("nonzero"),
-            "{name}: nonzero count"
-        );
-        let d = max_diff(&e.vector, case["vector"].as_array().expect("vector"));
-        assert!(
-            d <= 1e-5,
-            "{name} ({}): joint vector differs by {d}",
-            case["crop_mode"]
-        );
-        // The hubness offset (the fixture has a bank); a bundle without one would give 0 and fail this.
-        let want = case["offset"].as_f64().expect("offset") as f32;
-        assert!(
-            (e.offset - want).abs() <= 1e-5 && want != 0.0,
-            "{name} ({}): offset {} against the trainer's {want}",
-            case["crop_mode"],
-            e.offset
-        );
-        // A query image needs no offset and skips the bank; its code and vector are the stored image's.
-        let q = pl
-            .embed_image(bytes, ImageUse::Query)
-            .await
-            .expect("embeds");
-        assert_eq!(
-            (q.offset, &q.vector, q.code.packed()),
-            (0.0, &e.vector, e.code.packed())
-        );
+        squashed += usize::from(check_case(&modes, name, bytes, case).await);
         checked += 1;
     }
     assert!(checked >= 8, "parity.json should cover the fixture images");
+    // Photos larger and smaller than 224x224 (fixtures 1-5 and 7), in both crop modes, were squashed.
+    assert_eq!(
+        squashed, 12,
+        "the cases of photos of another size than the prepared one"
+    );
+}
+
+/// Real camera-size photos (scikit-image's samples, 451x300 to 640x427, a JPEG among them) go through the
+/// preparation and the whole image path exactly as the trainer's reference takes them.
+#[tokio::test]
+async fn real_photos_larger_than_224_are_squashed_as_the_trainer_squashes_them() {
+    let p = parity();
+    let photos = &p["photos"];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(photos["dir"].as_str().expect("photos dir"));
+    let ten = pipeline("ten");
+    let cases = photos["cases"].as_array().expect("photo cases");
+    assert!(cases.len() >= 4, "parity.json should cover the real photos");
+    for case in cases {
+        let name = case["image"].as_str().expect("image");
+        let bytes = std::fs::read(dir.join(name)).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; scripts/test.sh fetches the photos ({}) with \
+                 `python -m jointspace_train photos`",
+                dir.join(name).display(),
+                photos["source"]
+            )
+        });
+        assert!(
+            check_case(&[("ten", &ten)], name, bytes, case).await,
+            "{name} is larger than 224x224, so it must have been squashed"
+        );
+    }
 }
 
 #[tokio::test]
