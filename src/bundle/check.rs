@@ -1,0 +1,218 @@
+//! The checks a bundle must pass to load: the manifest's internal agreement, every file's sha256, and the
+//! names, dtypes and shapes of its tensors. Each failure names the file and what is wrong with it.
+
+use std::{fs, path::Path};
+
+use sha2::{Digest, Sha256};
+
+use super::{BundleError, FORMAT, Manifest, Similarity};
+
+pub(super) struct Checker<'a> {
+    pub dir: &'a Path,
+}
+
+impl Checker<'_> {
+    pub(super) fn invalid(&self, file: &str, message: impl Into<String>) -> BundleError {
+        BundleError::Invalid {
+            dir: self.dir.to_path_buf(),
+            file: file.to_string(),
+            message: message.into(),
+        }
+    }
+
+    pub(super) fn manifest(&self, m: &Manifest) -> Result<(), BundleError> {
+        let bad = |msg: String| Err(self.invalid("bundle.json", msg));
+        if m.format != FORMAT {
+            return Err(BundleError::Format {
+                dir: self.dir.to_path_buf(),
+                found: m.format,
+            });
+        }
+        let v = &m.vision;
+        let taps: usize = v.taps.iter().map(|t| t.channels).sum();
+        if taps != v.raw_dim {
+            return bad(format!(
+                "vision.taps sum to {taps} channels but vision.raw_dim is {}",
+                v.raw_dim
+            ));
+        }
+        if m.fne.dim != v.raw_dim {
+            return bad(format!(
+                "fne.dim is {} but vision.raw_dim is {}",
+                m.fne.dim, v.raw_dim
+            ));
+        }
+        if let Some(p) = &v.prepare {
+            if !(1..=16_384).contains(&p.width()) || !(1..=16_384).contains(&p.height()) {
+                return bad(format!(
+                    "vision.prepare.resize {:?} must be two sizes in 1..=16384",
+                    p.resize
+                ));
+            }
+        }
+        if v.input_size == 0 || v.input_size > v.resize {
+            return bad(format!(
+                "vision.input_size {} must be in 1..=resize ({})",
+                v.input_size, v.resize
+            ));
+        }
+        let [lo, hi] = m.fne.thresholds;
+        if !matches!(
+            lo.partial_cmp(&hi),
+            Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+        ) {
+            return bad(format!("fne.thresholds [{lo}, {hi}] must be ordered"));
+        }
+        if m.projection.joint_dim == 0 || m.text.max_tokens == 0 {
+            return bad("projection.joint_dim and text.max_tokens must be positive".into());
+        }
+        if let Some(h) = &m.hubness {
+            if m.similarity != Similarity::Cosine {
+                return bad(
+                    "hubness offsets cosine scores; this bundle's similarity is order".into(),
+                );
+            }
+            if h.k == 0 || h.k > h.captions {
+                return bad(format!(
+                    "hubness.k {} must be in 1..=hubness.captions ({})",
+                    h.k, h.captions
+                ));
+            }
+            if !(h.alpha.is_finite() && h.alpha >= 0.0) {
+                return bad(format!(
+                    "hubness.alpha {} must be a finite number >= 0",
+                    h.alpha
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn read(&self, file: &str) -> Result<Vec<u8>, BundleError> {
+        fs::read(self.dir.join(file)).map_err(|e| self.unopened(file, e))
+    }
+
+    /// Missing, or there and unreadable (permissions, a folder in its place): the fixes differ.
+    pub(super) fn unopened(&self, file: &str, e: std::io::Error) -> BundleError {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return self.missing(file);
+        }
+        BundleError::Unreadable {
+            dir: self.dir.to_path_buf(),
+            file: file.to_string(),
+            message: e.to_string(),
+        }
+    }
+
+    pub(super) fn missing(&self, file: &str) -> BundleError {
+        let hint = if file.ends_with(".onnx") {
+            " (a vision graph that is not committed is built by scripts/setup-python.sh)"
+        } else {
+            ""
+        };
+        BundleError::Missing {
+            dir: self.dir.to_path_buf(),
+            file: file.to_string(),
+            hint,
+        }
+    }
+
+    pub(super) fn sha256(&self, file: &str, expected: &str) -> Result<(), BundleError> {
+        use std::io::Read;
+        let mut f = fs::File::open(self.dir.join(file)).map_err(|e| self.unopened(file, e))?;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = f
+                .read(&mut buf)
+                .map_err(|e| self.invalid(file, e.to_string()))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        let found = hex::encode(h.finalize());
+        if !found.eq_ignore_ascii_case(expected) {
+            return Err(BundleError::Checksum {
+                dir: self.dir.to_path_buf(),
+                file: file.to_string(),
+                expected: expected.to_string(),
+                found,
+            });
+        }
+        Ok(())
+    }
+
+    pub(super) fn safetensors<'d>(
+        &self,
+        file: &str,
+        data: &'d [u8],
+    ) -> Result<safetensors::SafeTensors<'d>, BundleError> {
+        safetensors::SafeTensors::deserialize(data)
+            .map_err(|e| self.invalid(file, format!("not a safetensors file: {e}")))
+    }
+
+    /// Reads an int8 tensor of exactly `shape`.
+    pub(super) fn int8_tensor(
+        &self,
+        file: &str,
+        st: &safetensors::SafeTensors<'_>,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Vec<i8>, BundleError> {
+        let t = st
+            .tensor(name)
+            .map_err(|_| self.invalid(file, format!("has no tensor \"{name}\"")))?;
+        if t.dtype() != safetensors::Dtype::I8 || t.shape() != shape {
+            return Err(self.invalid(
+                file,
+                format!(
+                    "tensor \"{name}\" is {:?} {:?}; int8 {shape:?} expected",
+                    t.dtype(),
+                    t.shape()
+                ),
+            ));
+        }
+        Ok(t.data().iter().map(|&b| b as i8).collect())
+    }
+
+    /// Reads a float16/float32 tensor of exactly `shape` as f32.
+    pub(super) fn tensor(
+        &self,
+        file: &str,
+        st: &safetensors::SafeTensors<'_>,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Vec<f32>, BundleError> {
+        use safetensors::Dtype;
+        let t = st
+            .tensor(name)
+            .map_err(|_| self.invalid(file, format!("has no tensor \"{name}\"")))?;
+        if t.shape() != shape {
+            return Err(self.invalid(
+                file,
+                format!(
+                    "tensor \"{name}\" has shape {:?}, bundle.json implies {shape:?}",
+                    t.shape()
+                ),
+            ));
+        }
+        let bytes = t.data();
+        Ok(match t.dtype() {
+            Dtype::F32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            Dtype::F16 => bytes
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            other => {
+                return Err(self.invalid(
+                    file,
+                    format!("tensor \"{name}\" is {other:?}; float32 or float16 expected"),
+                ));
+            }
+        })
+    }
+}

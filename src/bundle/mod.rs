@@ -1,0 +1,194 @@
+//! The model bundle (docs/bundle.md): parse `bundle.json`, verify every file's sha256 and every tensor's
+//! shape, and load the small tensors (FNE statistics, W). A bundle loads fully or not at all.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+mod check;
+mod manifest;
+
+use sha2::{Digest, Sha256};
+
+use crate::hubness::Hubness;
+use check::Checker;
+pub use manifest::{
+    ColorOrder, CropMode, FneSpec, HubnessSpec, Manifest, Prepare, PrepareFilter, ProjectionSpec,
+    Similarity, Tap, TextSpec, VisionSpec,
+};
+
+/// The only `format` this server reads.
+pub const FORMAT: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error(
+        "bundle {dir}: cannot read bundle.json ({reason}); give the bundle folder with --bundle or JOINTSPACE_BUNDLE"
+    )]
+    Manifest { dir: PathBuf, reason: String },
+    #[error("bundle {dir}: bundle.json is not valid: {message}")]
+    Parse { dir: PathBuf, message: String },
+    #[error("bundle {dir}: bundle.json has format {found}, this server reads format {FORMAT} only")]
+    Format { dir: PathBuf, found: u32 },
+    #[error("bundle {dir}: {file} is missing{hint}")]
+    Missing {
+        dir: PathBuf,
+        file: String,
+        hint: &'static str,
+    },
+    #[error(
+        "bundle {dir}: cannot read {file}: {message} (if the server runs as another user than the one that wrote the bundle, check the file's permissions)"
+    )]
+    Unreadable {
+        dir: PathBuf,
+        file: String,
+        message: String,
+    },
+    #[error("bundle {dir}: {file} has sha256 {found} but bundle.json says {expected}")]
+    Checksum {
+        dir: PathBuf,
+        file: String,
+        expected: String,
+        found: String,
+    },
+    #[error("bundle {dir}: {file}: {message}")]
+    Invalid {
+        dir: PathBuf,
+        file: String,
+        message: String,
+    },
+}
+
+/// A verified bundle: the manifest plus the tensors the server keeps in memory. The ONNX graphs and the
+/// tokenizer are opened by their own modules from the verified paths.
+#[derive(Debug)]
+pub struct Bundle {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+    /// `name@<first 12 hex of sha256(bundle.json)>`: stored with every vector, so that vectors from two
+    /// bundles are never mixed silently.
+    pub id: String,
+    /// Identifies everything up to the ternary code (graph, preprocessing, statistics, thresholds): two
+    /// bundles with the same `vision_id` produce the same codes, so a new W can be applied to stored codes.
+    pub vision_id: String,
+    pub fne_mean: Vec<f32>,
+    pub fne_std: Vec<f32>,
+    /// W as stored, row-major `[joint_dim, fne_dim]`, converted to f32.
+    pub projection: Vec<f32>,
+    pub hubness: Option<Hubness>,
+}
+
+impl Bundle {
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
+    /// Reads and verifies a bundle directory.
+    pub fn load(dir: &Path) -> Result<Bundle, BundleError> {
+        let dir = dir.to_path_buf();
+        let raw = fs::read(dir.join("bundle.json")).map_err(|e| BundleError::Manifest {
+            dir: dir.clone(),
+            reason: e.to_string(),
+        })?;
+        let manifest: Manifest = serde_json::from_slice(&raw).map_err(|e| BundleError::Parse {
+            dir: dir.clone(),
+            message: e.to_string(),
+        })?;
+        let check = Checker { dir: &dir };
+        check.manifest(&manifest)?;
+        // Checksums first: a shape check on a corrupt file would give a misleading message.
+        for (file, expected) in &manifest.files {
+            check.sha256(file, expected)?;
+        }
+        let (v, f, p, t) = (
+            &manifest.vision,
+            &manifest.fne,
+            &manifest.projection,
+            &manifest.text,
+        );
+        let bank = manifest.hubness.as_ref().map(|h| &h.bank);
+        for file in [&v.onnx, &f.stats, &p.weights, &t.onnx, &t.tokenizer]
+            .into_iter()
+            .chain(bank)
+        {
+            if !manifest.files.contains_key(file.as_str()) {
+                return Err(
+                    check.invalid("bundle.json", format!("`files` has no sha256 for {file}"))
+                );
+            }
+        }
+        let stats = check.read(&f.stats)?;
+        let stats = check.safetensors(&f.stats, &stats)?;
+        let fne_mean = check.tensor(&f.stats, &stats, "mean", &[f.dim])?;
+        let fne_std = check.tensor(&f.stats, &stats, "std", &[f.dim])?;
+        let weights = check.read(&p.weights)?;
+        let weights = check.safetensors(&p.weights, &weights)?;
+        let projection = check.tensor(&p.weights, &weights, "weight", &[p.joint_dim, f.dim])?;
+        let hubness = match &manifest.hubness {
+            None => None,
+            Some(h) => {
+                let data = check.read(&h.bank)?;
+                let st = check.safetensors(&h.bank, &data)?;
+                let vectors =
+                    check.int8_tensor(&h.bank, &st, "vectors", &[h.captions, p.joint_dim])?;
+                let scales = check.tensor(&h.bank, &st, "scales", &[h.captions])?;
+                if scales.iter().any(|s| !s.is_finite()) {
+                    return Err(check.invalid(&h.bank, "tensor \"scales\" has a non-finite value"));
+                }
+                Some(Hubness::from_int8(
+                    &vectors,
+                    &scales,
+                    p.joint_dim,
+                    h.k,
+                    h.alpha,
+                ))
+            }
+        };
+
+        let id = format!(
+            "{}@{}",
+            manifest.name,
+            &hex::encode(Sha256::digest(&raw))[..12]
+        );
+        let vision_id = vision_id(&manifest);
+        Ok(Bundle {
+            dir,
+            manifest,
+            id,
+            vision_id,
+            fne_mean,
+            fne_std,
+            projection,
+            hubness,
+        })
+    }
+}
+
+fn vision_id(m: &Manifest) -> String {
+    let mut h = Sha256::new();
+    let v = &m.vision;
+    for part in [
+        m.files.get(&v.onnx).map(String::as_str).unwrap_or(""),
+        m.files.get(&m.fne.stats).map(String::as_str).unwrap_or(""),
+        &serde_json::to_string(&(
+            v.input_size,
+            v.resize,
+            v.crop_mode,
+            v.color_order,
+            v.mean,
+            v.scale,
+        ))
+        .unwrap_or_default(),
+        &serde_json::to_string(&(m.fne.thresholds, m.fne.std_eps)).unwrap_or_default(),
+    ] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    // Only when present, so that the codes of bundles without one keep their id.
+    if let Some(p) = &v.prepare {
+        h.update(serde_json::to_string(p).unwrap_or_default().as_bytes());
+        h.update([0]);
+    }
+    hex::encode(h.finalize())[..16].to_string()
+}
