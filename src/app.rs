@@ -119,6 +119,13 @@ impl Application {
         }
         let pipeline = load_pipeline_with(&cfg.model, &metrics)?;
         let service = open_service(pipeline, &cfg.store, metrics).await?;
+        // Before the listener: the first requests find the runtime's buffers sized and the pages warm.
+        match service.warm_up().await {
+            Ok(took) => tracing::info!(ms = took.as_millis() as u64, "warmed up"),
+            Err(e) => {
+                tracing::warn!(error = %e, "warming up failed; the first requests will be slower")
+            }
+        }
         let listener = TcpListener::bind(cfg.addr)
             .await
             .with_context(|| format!("cannot listen on {}", cfg.addr))?;

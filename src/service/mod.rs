@@ -14,6 +14,7 @@ mod items;
 mod registry;
 mod reindex;
 mod search;
+mod warm;
 
 use std::{path::PathBuf, sync::Arc};
 

@@ -94,7 +94,7 @@ impl Service {
     }
 
     /// How a query of modality `qm` scores stored items of `target` under the loaded bundle.
-    fn score(&self, qm: Modality, target: Modality) -> Score {
+    pub(super) fn score(&self, qm: Modality, target: Modality) -> Score {
         Score::new(
             self.pipeline.similarity(),
             qm,

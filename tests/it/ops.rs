@@ -493,3 +493,20 @@ async fn request_ids_and_cors() {
     assert!(r.headers().get("access-control-allow-origin").is_none());
     app.stop().await;
 }
+
+/// The server warms up before it listens (issue 29: the first searches after a start were the slow ones): its
+/// text graph has run on every common query shape, one to four sentences of one to twenty words, before the
+/// first request arrives.
+#[tokio::test]
+async fn the_text_graph_is_warm_before_the_first_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(&dir.path().join("js.db"), &[]).await;
+    let m = common::metrics_text(&app.client, &app.base).await;
+    let warmed: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("jointspace_embedded_items_total{kind=\"text\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no text embeddings counted before any request:\n{m}"));
+    assert_eq!(warmed, 4 * 20, "20 sentences in batches of one, two, three and four");
+    app.stop().await;
+}
