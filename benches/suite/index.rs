@@ -1,8 +1,12 @@
 //! The vector index alone: build time, HNSW recall@10 against the exact ranking at each ef, query times of
 //! both, resident memory per vector, snapshot save and load times. With `--database-url`, the index is the
 //! one the server serves: the seeded collection's image vectors from the database and the graph from the
-//! server's own snapshot (so a 100k graph is not built twice); otherwise the bench builds its own.
-use std::{collections::HashSet, time::Instant};
+//! server's own snapshot (so a 100k graph is not built twice), scored as the server scores a sentence query
+//! (with each image's hubness offset when the bundle has a bank); otherwise the bench builds its own.
+use std::{
+    collections::{HashMap, HashSet},
+    time::Instant,
+};
 
 use anyhow::ensure;
 use jointspace::index::{IndexParams, Score, VectorIndex};
@@ -45,20 +49,27 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
     // The seeded collections' image vectors come from `Clustered::new(dim, 100, 1)`: the same generator, run
     // past them, gives queries from the same clusters that are not in the index.
     let mut gen_ = Clustered::new(o.dim, 100, 1);
-    let (data, snapshot) = match &o.database_url {
+    let (data, snapshot, offsets) = match &o.database_url {
         Some(url) => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let bundle_id = jointspace::bundle::Bundle::load(std::path::Path::new(&o.bundle))?.id;
-            let (data, generation, cid) = rt.block_on(async {
+            let bundle = jointspace::bundle::Bundle::load(std::path::Path::new(&o.bundle))?;
+            let bundle_id = bundle.id.clone();
+            let (data, generation, cid, offsets) = rt.block_on(async {
                 let store = jointspace::store::Store::connect(url).await?;
                 let c = store.collection(&format!("n{}", o.n)).await?;
                 let v = store
                     .vectors(c.id, jointspace::store::Modality::Images)
                     .await?;
-                anyhow::Ok((v, c.generation, c.id))
+                let offsets = store.image_offsets(c.id).await?;
+                anyhow::Ok((v, c.generation, c.id, offsets))
             })?;
+            // A sentence query's score under a bundle with a bank: cosine plus the image's offset.
+            let offsets: HashMap<i64, f32> = match bundle.hubness {
+                Some(_) => offsets.into_iter().collect(),
+                None => HashMap::new(),
+            };
             ensure!(
                 data.len() == o.n,
                 "the database holds {} vectors, not {}",
@@ -67,14 +78,20 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             );
             (0..o.n).for_each(|i| drop(gen_.sample(i)));
             let name = jointspace::index::snapshot_name(cid, jointspace::store::Modality::Images);
-            (data, Some((name, generation, bundle_id)))
+            (data, Some((name, generation, bundle_id)), offsets)
         }
         None => {
             let data: Vec<(i64, Vec<f32>)> =
                 (0..o.n).map(|i| (i as i64 + 1, gen_.sample(i))).collect();
-            (data, None)
+            (data, None, HashMap::new())
         }
     };
+    let score = if offsets.is_empty() {
+        Score::Cosine
+    } else {
+        Score::CosineOffset
+    };
+    let offset_of = |id: &i64| offsets.get(id).copied().unwrap_or(0.0);
     let queries: Vec<Vec<f32>> = (0..o.queries).map(|i| gen_.sample(i * 7 + 3)).collect();
 
     // The exact top 10 (brute force with the server's scoring and ordering), timed per query.
@@ -85,7 +102,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             let t = Instant::now();
             let mut all: Vec<(i64, f32)> = data
                 .iter()
-                .map(|(id, v)| (*id, Score::Cosine.eval(q, v)))
+                .map(|(id, v)| (*id, score.eval(q, v) + offset_of(id)))
                 .collect();
             let cmp = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
             let k = 10.min(all.len() - 1);
@@ -146,11 +163,12 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             "the loaded index has {} points",
             idx.len()
         );
+        idx.set_offsets(offsets.iter().map(|(id, o)| (*id, *o)));
         let mut times = Vec::with_capacity(o.queries);
         let mut hit = 0;
         for (q, want) in queries.iter().zip(&exact) {
             let t = Instant::now();
-            let got = idx.search(q, Score::Cosine, 0, 10, None);
+            let got = idx.search(q, score, 0, 10, None);
             times.push(t.elapsed());
             let got: HashSet<i64> = got.into_iter().map(|h| h.0).collect();
             hit += want.iter().filter(|id| got.contains(id)).count();
@@ -165,6 +183,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
         "n": o.n, "dim": o.dim, "queries": o.queries,
         "max_connections": base.max_connections, "ef_construction": base.ef_construction,
         "source": if snapshot.is_some() { "server snapshot + database" } else { "built here" },
+        "score": format!("{score:?}"),
         "build_or_first_load_s": round(build_s, 2),
         "rss_per_vector_bytes": (rss_after.saturating_sub(rss_before)) / o.n.max(1) as u64,
         "raw_vector_bytes": o.dim * 4,

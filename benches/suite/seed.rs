@@ -7,6 +7,7 @@ use std::{path::Path, time::Instant};
 use jointspace::{
     bundle::Bundle,
     fne::TernaryCode,
+    hubness,
     store::{NewCaption, NewImage, Provenance, Store},
 };
 use serde_json::{Value, json};
@@ -60,8 +61,16 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         let mut images = Clustered::new(joint, 100, 1);
         let mut caps = Clustered::new(joint, 100, 2);
         for start in (0..n).step_by(1000) {
+            let vectors: Vec<Vec<f32>> = (start..(start + 1000).min(n))
+                .map(|i| images.sample(i))
+                .collect();
+            // Each image's search offset from the bundle's hubness bank, as an ingest computes it, so that
+            // sentence searches re-rank by the scores they would have on real data.
+            let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+            let offsets = hubness::offsets(b.hubness.as_ref(), &refs);
             let rows: Vec<NewImage> = (start..(start + 1000).min(n))
-                .map(|i| {
+                .zip(vectors.into_iter().zip(offsets))
+                .map(|(i, (vector, offset))| {
                     let vals = rng.ternary(dim, 0.3);
                     NewImage {
                         external_id: Some(format!("synthetic-{i}")),
@@ -69,8 +78,8 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                         width: 500,
                         height: 375,
                         code: TernaryCode::from_values(&vals).packed().to_vec(),
-                        vector: images.sample(i),
-                        offset: 0.0,
+                        vector,
+                        offset,
                         captions: vec![],
                     }
                 })
