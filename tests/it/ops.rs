@@ -507,6 +507,10 @@ async fn the_text_graph_is_warm_before_the_first_request() {
         .find_map(|l| l.strip_prefix("jointspace_embedded_items_total{kind=\"text\"} "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no text embeddings counted before any request:\n{m}"));
-    assert_eq!(warmed, 4 * 20, "20 sentences in batches of one, two, three and four");
+    assert_eq!(
+        warmed,
+        4 * 20,
+        "20 sentences in batches of one, two, three and four"
+    );
     app.stop().await;
 }
