@@ -276,11 +276,8 @@ impl Pipeline {
         &self,
         texts: &[String],
     ) -> Result<Vec<Vec<f32>>, (usize, EmbedError)> {
-        if texts.is_empty() {
-            return Ok(vec![]);
-        }
         let ids = self.tokenize(texts).map_err(|(i, e)| (i, e.into()))?;
-        self.text.embed(ids).await.map_err(|e| (0, e.into()))
+        self.embed_tokens(ids).await.map_err(|e| (0, e))
     }
 
     /// Sentences tokenised by `tokenize` already, so that a caller checking input first tokenises once.

@@ -209,7 +209,7 @@ impl RouteInfos {
         } else {
             method.clone()
         };
-        let found = matched.and_then(|p| self.0.get(&(lookup, p)).copied());
+        let found = matched.and_then(|p| self.get(&lookup, p));
         found.unwrap_or_else(|| {
             if !path.starts_with("/v1/") {
                 PUBLIC
@@ -223,10 +223,7 @@ impl RouteInfos {
 
     /// A route of the table by its OpenAPI method and path.
     pub fn get(&self, method: &Method, path: &str) -> Option<RouteInfo> {
-        self.0
-            .iter()
-            .find(|((m, p), _)| m == method && *p == path)
-            .map(|(_, info)| *info)
+        self.0.get(&(method.clone(), path)).copied()
     }
 }
 

@@ -215,21 +215,12 @@ impl Store {
         offset: i64,
         limit: i64,
     ) -> Result<Vec<ImageRow>, StoreError> {
-        let f = dialect::compile_filter(self.engine, filter, 2)?;
-        let sql = format!(
-            "SELECT {} FROM images WHERE collection_id = $1{} ORDER BY id LIMIT {limit} OFFSET {offset}",
-            dialect::image_columns(self.engine),
-            f.clause
-        );
-        let mut q = sqlx::query(&sql).bind(collection_id);
-        for b in f.binds {
-            q = b.bind(q);
-        }
-        Ok(q.fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(image_row)
-            .collect())
+        let columns = dialect::image_columns(self.engine);
+        let page = format!("LIMIT {limit} OFFSET {offset}");
+        let rows = self
+            .filtered_images(columns, collection_id, filter, &page)
+            .await?;
+        Ok(rows.iter().map(image_row).collect())
     }
 
     /// Ids of the images matching a metadata filter (for filtered search).
@@ -238,20 +229,31 @@ impl Store {
         collection_id: i64,
         filter: &BTreeMap<String, Value>,
     ) -> Result<Vec<i64>, StoreError> {
+        let rows = self
+            .filtered_images("id", collection_id, filter, "")
+            .await?;
+        Ok(rows.iter().map(|r| r.get::<i64, _>(0)).collect())
+    }
+
+    /// `columns` of the collection's images whose metadata matches `filter`, in id order, then `tail`
+    /// (a LIMIT/OFFSET, or nothing).
+    async fn filtered_images(
+        &self,
+        columns: &str,
+        collection_id: i64,
+        filter: &BTreeMap<String, Value>,
+        tail: &str,
+    ) -> Result<Vec<AnyRow>, StoreError> {
         let f = dialect::compile_filter(self.engine, filter, 2)?;
         let sql = format!(
-            "SELECT id FROM images WHERE collection_id = $1{} ORDER BY id",
+            "SELECT {columns} FROM images WHERE collection_id = $1{} ORDER BY id {tail}",
             f.clause
         );
         let mut q = sqlx::query(&sql).bind(collection_id);
         for b in f.binds {
             q = b.bind(q);
         }
-        Ok(q.fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| r.get::<i64, _>(0))
-            .collect())
+        Ok(q.fetch_all(&self.pool).await?)
     }
 
     /// Deletes an image with its captions; returns the captions' ids.

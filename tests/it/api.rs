@@ -80,6 +80,16 @@ on_both_engines!(
     survives_restarts_a_crash_a_lost_snapshot_and_a_reindex,
 );
 
+/// The image ids of a search answer, in rank order.
+fn image_ids(answer: &serde_json::Value) -> Vec<i64> {
+    answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|h| h["image"]["id"].as_i64().expect("id"))
+        .collect()
+}
+
 /// The shop: collection "shop", img-0 by multipart (red, one caption), img-1..7 by JSON (red when even,
 /// two captions each), and one free caption. Returns the server and the ids of img-1..7.
 async fn shop(db: &Db) -> (TestApp, Vec<i64>) {
@@ -178,12 +188,7 @@ async fn searches_images_by_photo_stored_image_and_sentence(db: Db) {
         )
         .await;
     assert_eq!(s, 200, "{r}");
-    let got: Vec<i64> = r["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|h| h["image"]["id"].as_i64().expect("id"))
-        .collect();
+    let got = image_ids(&r);
     assert_eq!(got.len(), 4);
     assert!(!got.contains(&ids[0]));
     // Paging by a stored image neither skips nor repeats.
@@ -193,12 +198,7 @@ async fn searches_images_by_photo_stored_image_and_sentence(db: Db) {
             json!({"image_id": ids[0], "k": 2, "offset": 2}),
         )
         .await;
-    let page2: Vec<i64> = p2["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|h| h["image"]["id"].as_i64().expect("id"))
-        .collect();
+    let page2 = image_ids(&p2);
     assert_eq!(page2, got[2..4].to_vec());
 
     // By text, with a metadata filter and paging.
@@ -289,12 +289,7 @@ async fn a_deleted_image_leaves_every_answer(db: Db) {
             &[("k", "10".into())],
         )
         .await;
-    let after: Vec<i64> = r["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|h| h["image"]["id"].as_i64().expect("id"))
-        .collect();
+    let after = image_ids(&r);
     assert_eq!(after.len(), 7);
     assert!(!after.contains(&victim));
     let (_, caps) = app
@@ -328,15 +323,7 @@ async fn serves_its_contract_metrics_and_readiness(db: Db) {
         "served /openapi.yaml differs from the committed openapi.yaml"
     );
 
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = crate::common::metrics_text(&app.client, &app.base).await;
     assert!(
         metrics.contains("jointspace_http_requests_total"),
         "{metrics}"

@@ -80,15 +80,7 @@ async fn batched_requests_give_the_same_vectors_as_single_ones() {
             .fold(0.0, f64::max);
         assert!(d < 1e-5, "text vector moved by {d} when padded in a batch");
     }
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = common::metrics_text(&app.client, &app.base).await;
     assert!(
         metrics.contains("jointspace_embedded_items_total{kind=\"image\"} 32"),
         "{metrics}"
