@@ -19,6 +19,9 @@ from .filemode import shareable
 from .images import PREPARE_FILTERS
 
 FORMAT = 1
+# cosine: unit vectors; order: Vendrov et al.'s S on |unit vectors|; euclidean: -||c - i||^2 on the vectors as
+# they are (the closed-form regression and plain CCA)
+SIMILARITIES = ("cosine", "order", "euclidean")
 
 
 class BundleError(Exception):
@@ -34,8 +37,12 @@ def write_fne(path, mean: np.ndarray, std: np.ndarray) -> None:
     shareable(path)
 
 
-def write_projection(path, weight: np.ndarray, dtype=np.float16) -> None:
-    save_file({"weight": np.ascontiguousarray(weight, dtype)}, str(path))
+def write_projection(path, weight: np.ndarray, dtype=np.float16, bias: np.ndarray | None = None) -> None:
+    """W [joint_dim, fne_dim] and, for affine maps (the closed-form methods), a bias [joint_dim] (float32)."""
+    tensors = {"weight": np.ascontiguousarray(weight, dtype)}
+    if bias is not None:
+        tensors["bias"] = np.ascontiguousarray(bias, np.float32)
+    save_file(tensors, str(path))
     shareable(path)
 
 
@@ -59,6 +66,7 @@ class Bundle:
     fne_mean: np.ndarray
     fne_std: np.ndarray
     projection: np.ndarray  # [joint_dim, fne_dim] float32
+    bias: np.ndarray | None = None  # [joint_dim] float32: added to W . code before normalisation, if present
     hubness: np.ndarray | None = None  # the search-offset bank, float32 [captions, joint_dim], if the bundle has one
 
     @property
@@ -113,13 +121,22 @@ def read(directory: str | Path) -> Bundle:
     for k in ("mean", "std"):
         if k not in stats or stats[k].shape != (f["dim"],) or stats[k].dtype != np.float32:
             raise BundleError(f"{directory / f['stats']}: tensor {k!r} must be float32 [{f['dim']}]")
-    w = load_file(str(directory / pr["weights"])).get("weight")
+    tensors = load_file(str(directory / pr["weights"]))
+    w = tensors.get("weight")
     if w is None or w.shape != (pr["joint_dim"], f["dim"]) or w.dtype not in (np.float16, np.float32):
         raise BundleError(f"{directory / pr['weights']}: tensor 'weight' must be float16/float32 "
                           f"[{pr['joint_dim']}, {f['dim']}], found {None if w is None else (w.dtype, w.shape)}")
-    if m["similarity"] not in ("cosine", "order"):
-        raise BundleError(f"{mf}: similarity must be 'cosine' or 'order'")
-    return Bundle(directory, m, stats["mean"], stats["std"], w.astype(np.float32), _hubness(directory, m))
+    bias = tensors.get("bias")
+    if bias is not None and (bias.shape != (pr["joint_dim"],) or bias.dtype not in (np.float16, np.float32)):
+        raise BundleError(f"{directory / pr['weights']}: tensor 'bias' must be float16/float32 "
+                          f"[{pr['joint_dim']}], found {(bias.dtype, bias.shape)}")
+    if m["similarity"] not in SIMILARITIES:
+        raise BundleError(f"{mf}: similarity must be one of {', '.join(map(repr, SIMILARITIES))}")
+    if m["similarity"] == "euclidean" and pr["abs"]:
+        raise BundleError(f"{mf}: projection.abs is for order embeddings; a euclidean bundle's vectors are used "
+                          "as they are")
+    return Bundle(directory, m, stats["mean"], stats["std"], w.astype(np.float32),
+                  bias=None if bias is None else bias.astype(np.float32), hubness=_hubness(directory, m))
 
 
 def _hubness(directory: Path, m: dict) -> np.ndarray | None:

@@ -40,14 +40,24 @@ def write(directory: str | Path, *, name: str, vision: dict, vision_onnx: str | 
           projection: np.ndarray, text: TextEncoder | StackedText, tok, max_tokens: int, similarity: str,
           use_abs: bool, training: dict, projection_dtype=np.float16) -> dict:
     """Write every file and bundle.json; `vision` is the manifest's vision section (taps, colour order...)."""
+    return write_files(directory, name=name, vision=vision, vision_onnx=vision_onnx, fne_mean=fne_mean,
+                       fne_std=fne_std, projection=projection, write_text=lambda path: export_text(text, path),
+                       tok=tok, max_tokens=max_tokens, similarity=similarity, use_abs=use_abs, training=training,
+                       projection_dtype=projection_dtype)
+
+
+def write_files(directory: str | Path, *, name: str, vision: dict, vision_onnx: str | Path, fne_mean, fne_std,
+                projection: np.ndarray, write_text, tok, max_tokens: int, similarity: str, use_abs: bool,
+                training: dict, projection_dtype=np.float16, bias: np.ndarray | None = None) -> dict:
+    """Any model's bundle: `write_text(path)` writes its text graph, `bias` (optional) is the projection's."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     vision = {"onnx": "vision.onnx", **vision}
     if Path(vision_onnx).resolve() != (d / "vision.onnx").resolve():
         shutil.copyfile(vision_onnx, d / "vision.onnx")
     bundle_mod.write_fne(d / "fne.safetensors", fne_mean, fne_std)
-    bundle_mod.write_projection(d / "projection.safetensors", projection, projection_dtype)
-    export_text(text, d / "text.onnx")
+    bundle_mod.write_projection(d / "projection.safetensors", projection, projection_dtype, bias)
+    write_text(d / "text.onnx")
     tok.save(str(d / "tokenizer.json"))
     joint_dim = int(projection.shape[0])
     manifest = {
@@ -62,4 +72,3 @@ def write(directory: str | Path, *, name: str, vision: dict, vision_onnx: str | 
         "training": training,
     }
     return bundle_mod.finish(d, manifest)
-

@@ -1,7 +1,8 @@
 """A bundle run end to end in Python: the reference that the server's path must reproduce.
 
-Images: crops -> vision graph -> mean over crops -> FNE code -> W . code -> unit vector.
-Captions: tokenizer.json -> text graph -> unit vector.
+Images: crops -> vision graph -> mean over crops -> FNE code -> W . code (+ bias) -> unit vector (as it is
+under euclidean similarity).
+Captions: tokenizer.json -> text graph -> the joint vector.
 Search scores: similarity + each image's hubness offset, when the bundle has a bank.
 """
 from __future__ import annotations
@@ -38,6 +39,10 @@ class Pipeline:
 
     def project(self, codes: np.ndarray) -> np.ndarray:
         v = codes.astype(np.float32) @ self.bundle.projection.T
+        if self.bundle.bias is not None:
+            v += self.bundle.bias
+        if self.m["similarity"] == "euclidean":  # used as they are: no normalisation
+            return v.astype(np.float32)
         n = np.linalg.norm(v, axis=1, keepdims=True)
         v = np.where(n > 0, v / np.where(n > 0, n, 1), 0).astype(np.float32)
         return np.abs(v) if self.m["projection"]["abs"] else v
@@ -72,6 +77,10 @@ def similarities(images: np.ndarray, captions: np.ndarray, similarity: str) -> n
     """[N_img, N_cap] in the bundle's similarity."""
     if similarity == "cosine":
         return images @ captions.T
+    if similarity == "euclidean":
+        from .closed import neg_sqdist
+
+        return neg_sqdist(images, captions).astype(np.float32)
     import torch
 
     from .losses import order_scores_blocked

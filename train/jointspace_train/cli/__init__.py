@@ -14,6 +14,7 @@ from .ensemble import add_ensemble
 from .eval_bundle import add_eval
 from .export_runs import add_export
 from .extract import add_features
+from .fit import add_fit
 from .graphs import add_rebuild_vision, add_vision_export
 from .hubness_bank import add_hubness
 from .pack import add_pack
@@ -25,7 +26,7 @@ from .training import add_train
 __all__ = ["main", "parser"]
 
 # in the order `--help` lists them
-COMMANDS = (add_vision_export, add_rebuild_vision, add_features, add_train, add_export, add_eval, add_ensemble,
+COMMANDS = (add_vision_export, add_rebuild_vision, add_features, add_train, add_fit, add_export, add_eval, add_ensemble,
             add_hubness, add_pack, add_split_run, add_join_run, add_fixture, add_report, add_quantize_text,
             add_prepare, add_photos, add_check)
 
