@@ -66,10 +66,11 @@ def fit_ridge(t: np.ndarray, x: np.ndarray, owner, reg: float) -> Ridge:
     return Ridge(mt, a, mx)
 
 
-def _inv_sqrt(c: np.ndarray, reg: float) -> np.ndarray:
-    """(C + reg x mean eigenvalue x I)^(-1/2), symmetric."""
-    vals, vecs = np.linalg.eigh(c)
-    vals = np.maximum(vals, 0) + reg * np.trace(c) / len(c)
+def _inv_sqrt(eig: tuple[np.ndarray, np.ndarray], reg: float) -> np.ndarray:
+    """(C + reg x mean eigenvalue x I)^(-1/2), symmetric, from C's eigendecomposition."""
+    vals, vecs = eig
+    vals = np.maximum(vals, 0)
+    vals = vals + reg * vals.sum() / len(vals)
     return (vecs / np.sqrt(vals)) @ vecs.T
 
 
@@ -88,15 +89,25 @@ class CCA:
         return (Affine(self.image.mean, self.image.w[:, :c] * s), Affine(self.text.mean, self.text.w[:, :c] * s))
 
 
+class CCAProblem:
+    """The training pairs' moments and each view's eigendecomposition, computed once for every ridge tried."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, owner):
+        self.mx, self.my, cxx, self.cxy, cyy = _pair_moments(x, y, owner)
+        self.eig_x, self.eig_y = np.linalg.eigh(cxx), np.linalg.eigh(cyy)
+
+    def fit(self, reg_x: float, reg_y: float, dims: int | None = None) -> CCA:
+        """Regularised CCA: whiten each view (ridge reg x the mean eigenvalue), then the SVD of the whitened
+        cross-covariance. Projections have unit variance on the (regularised) training pairs and the canonical
+        correlations come out sorted, in [0, 1]."""
+        kx, ky = _inv_sqrt(self.eig_x, reg_x), _inv_sqrt(self.eig_y, reg_y)
+        u, s, vt = np.linalg.svd(kx @ self.cxy @ ky, full_matrices=False)
+        k = len(s) if dims is None else min(dims, len(s))
+        return CCA(Affine(self.mx, kx @ u[:, :k]), Affine(self.my, ky @ vt[:k].T), np.clip(s[:k], 0.0, 1.0))
+
+
 def fit_cca(x: np.ndarray, y: np.ndarray, owner, reg_x: float, reg_y: float, dims: int | None = None) -> CCA:
-    """Regularised CCA: whiten each view (ridge reg x the mean eigenvalue), then the SVD of the whitened
-    cross-covariance. Projections have unit variance on the (regularised) training pairs and the canonical
-    correlations come out sorted, in [0, 1]."""
-    mx, my, cxx, cxy, cyy = _pair_moments(x, y, owner)
-    kx, ky = _inv_sqrt(cxx, reg_x), _inv_sqrt(cyy, reg_y)
-    u, s, vt = np.linalg.svd(kx @ cxy @ ky, full_matrices=False)
-    k = len(s) if dims is None else min(dims, len(s))
-    return CCA(Affine(mx, kx @ u[:, :k]), Affine(my, ky @ vt[:k].T), np.clip(s[:k], 0.0, 1.0))
+    return CCAProblem(x, y, owner).fit(reg_x, reg_y, dims)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -151,8 +151,9 @@ def candidates(s: Fit, v: Views):
     power = g.powers if s.method != "cca" else (0.0,)
     sim = "euclidean" if s.method == "cca" else "cosine"
     if s.method in ("cca", "ncca"):
+        problem = closed.CCAProblem(x, t, own)
         for rx, ry in itertools.product(g.reg_image, g.reg_text):
-            c = closed.fit_cca(x, t, own, rx, ry, max(g.dims))
+            c = problem.fit(rx, ry, max(g.dims))
             for dims, p in itertools.product(g.dims, power):
                 img, txt = c.top(dims, p)
                 yield Model({"reg_image": rx, "reg_text": ry, "dims": dims, "power": p}, img.w,
@@ -162,8 +163,9 @@ def candidates(s: Fit, v: Views):
     # captions' tags), stacked onto both views, then normalized CCA on the stacked views.
     photo_tags = np.zeros((len(x), len(v.tag_ids)))
     np.maximum.at(photo_tags, own, (v.tags["train"] > 0).astype(np.float64))
+    aux_problem = closed.CCAProblem(x, photo_tags, np.arange(len(x)))
     for rx, ry, aux_dims in itertools.product(g.reg_image, g.reg_text, g.aux_dims):
-        aux = closed.fit_cca(x, photo_tags, np.arange(len(x)), rx, ry, aux_dims)
+        aux = aux_problem.fit(rx, ry, aux_dims)
         for p_aux, beta in itertools.product(g.aux_powers, g.aux_weights):
             ai, at = aux.top(aux_dims, p_aux)
             xs = np.hstack([x, beta * ai(x)])
@@ -231,7 +233,7 @@ def run_fit(s: Fit) -> None:
     if s.method == "linreg":
         result["test_five_captions_averaged"] = five_caption_metrics(model, v, "test")
     say(f"best {json.dumps(model.settings)}: dev {dev}\ntest {test}")
-    if s.bundle_out:
+    if s.feats.input == "fne":  # measured again through its files, and its text cost, bundle kept or not
         result["bundle"] = write(s, d, v, model, result, say)
     (run / "result.json").write_text(json.dumps(result, indent=1) + "\n")
 
@@ -267,7 +269,7 @@ def write(s: Fit, d: Prepared, v: Views, model: Model, result: dict, say) -> dic
     from .. import bundle as bundle_mod
     from .. import data, export, pipeline, vision
 
-    out = Path(s.bundle_out)
+    out = Path(s.bundle_out or Path(s.run_dir) / "bundle")
     vis = vision.vision_section(d.weights, s.feats.tap_point, s.feats.crop)
     vis["prepare"] = data.PREPARATION
     dim = v.x["train"].shape[1]
@@ -328,5 +330,6 @@ def add_fit(sub) -> None:
                    help="SAE: scale of the stacked auxiliary block against the original features")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--run-dir", required=True, help="where log.txt and result.json go")
-    p.add_argument("--bundle-out", help="write the chosen model as a bundle here (models/<name>)")
+    p.add_argument("--bundle-out", help="write the chosen model's bundle here (models/<name>) instead of into "
+                                        "the run dir")
     p.set_defaults(fn=lambda ns, argv: run_fit(Fit.from_args(ns, argv)))
