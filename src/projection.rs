@@ -1,5 +1,6 @@
-//! Step 5: joint vector = W · code, as signed column sums (the code is ternary: no multiplications), then
-//! L2 normalisation and, for order embeddings, |·|.
+//! Step 5: joint vector = W · code, as signed column sums (the code is ternary: no multiplications), plus
+//! the bias of an affine map (the closed-form systems), then L2 normalisation and, for order embeddings,
+//! |·|. Under euclidean similarity the vector is used as it is.
 
 use crate::{bundle::Bundle, fne::TernaryCode};
 
@@ -9,19 +10,25 @@ pub struct Projection {
     joint: usize,
     dim: usize,
     abs: bool,
+    bias: Option<Vec<f32>>,
+    normalise: bool,
 }
 
 impl Projection {
     pub fn new(bundle: &Bundle) -> Projection {
-        Projection::from_matrix(
+        let m = &bundle.manifest;
+        let mut p = Projection::from_matrix(
             &bundle.projection,
-            bundle.manifest.projection.joint_dim,
-            bundle.manifest.fne.dim,
-            bundle.manifest.projection.abs,
-        )
+            m.projection.joint_dim,
+            m.fne.dim,
+            m.projection.abs,
+        );
+        p.bias = bundle.projection_bias.clone();
+        p.normalise = m.similarity.normalises();
+        p
     }
 
-    /// From W, row-major `[joint, dim]`.
+    /// From W, row-major `[joint, dim]`: a linear map to unit vectors (no bias).
     pub fn from_matrix(w: &[f32], joint: usize, dim: usize, abs: bool) -> Projection {
         assert_eq!(w.len(), joint * dim, "W must be [joint, dim]");
         let mut wt = vec![0f32; w.len()];
@@ -35,6 +42,8 @@ impl Projection {
             joint,
             dim,
             abs,
+            bias: None,
+            normalise: true,
         }
     }
 
@@ -71,7 +80,12 @@ impl Projection {
 
     pub fn project(&self, code: &TernaryCode) -> Vec<f32> {
         let mut v = self.signed_sum(code);
-        normalise(&mut v, self.abs);
+        if let Some(b) = &self.bias {
+            v.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+        }
+        if self.normalise {
+            normalise(&mut v, self.abs);
+        }
         v
     }
 }
@@ -134,5 +148,17 @@ mod tests {
                 "signed sum differs from the dense product"
             );
         }
+    }
+
+    #[test]
+    fn an_affine_euclidean_map_adds_the_bias_and_keeps_the_length() {
+        // W = [[1, 2], [0.5, -1]], code = [+1, -1]: W · code = [-1, 1.5].
+        let mut p = Projection::from_matrix(&[1.0, 2.0, 0.5, -1.0], 2, 2, false);
+        let code = TernaryCode::from_values(&[1, -1]);
+        let n = 3.25f32.sqrt();
+        assert_eq!(p.project(&code), vec![-1.0 / n, 1.5 / n]);
+        p.bias = Some(vec![10.0, -0.5]);
+        p.normalise = false;
+        assert_eq!(p.project(&code), vec![9.0, 1.0]);
     }
 }

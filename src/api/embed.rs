@@ -27,7 +27,7 @@ pub struct EmbedTextRequest {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EmbedTextResponse {
     pub dim: usize,
-    /// Unit vectors in the joint space, one per sentence.
+    /// Vectors in the joint space, one per sentence: unit length, except under a euclidean bundle.
     pub embeddings: Vec<Vec<f32>>,
 }
 
@@ -59,7 +59,7 @@ pub struct FneCode {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EmbedImageResponse {
     pub dim: usize,
-    /// Unit vector in the joint space.
+    /// The vector in the joint space: unit length, except under a euclidean bundle.
     pub embedding: Vec<f32>,
     pub code: FneCode,
     pub width: u32,

@@ -54,7 +54,8 @@ pub struct SearchMultipart {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ImageResult {
-    /// Higher is more similar: cosine similarity, or the order-embedding score (<= 0). For a sentence query
+    /// Higher is more similar: cosine similarity, the order-embedding score (<= 0), or under a euclidean
+    /// bundle the negative squared distance (<= 0). For a sentence query
     /// under a bundle with a hubness bank, the cosine plus the image's offset (<= 0 for an image close to many
     /// training captions), which demotes images that match many sentences loosely.
     pub score: f32,

@@ -66,11 +66,15 @@ impl Checker<'_> {
         if m.projection.joint_dim == 0 || m.text.max_tokens == 0 {
             return bad("projection.joint_dim and text.max_tokens must be positive".into());
         }
+        if m.similarity == Similarity::Euclidean && m.projection.abs {
+            return bad("projection.abs is for order embeddings; a euclidean bundle's vectors are used as they are (set abs to false)".into());
+        }
         if let Some(h) = &m.hubness {
             if m.similarity != Similarity::Cosine {
-                return bad(
-                    "hubness offsets cosine scores; this bundle's similarity is order".into(),
-                );
+                return bad(format!(
+                    "hubness offsets cosine scores; this bundle's similarity is {}",
+                    serde_json::to_string(&m.similarity).unwrap_or_default()
+                ));
             }
             if h.k == 0 || h.k > h.captions {
                 return bad(format!(

@@ -60,6 +60,15 @@ pub enum ColorOrder {
 pub enum Similarity {
     Cosine,
     Order,
+    /// `-‖c - i‖²` on the vectors as they are, never normalised: the closed-form regression and CCA.
+    Euclidean,
+}
+
+impl Similarity {
+    /// Whether joint vectors are L2-normalised (cosine and order are defined on unit vectors).
+    pub fn normalises(self) -> bool {
+        self != Similarity::Euclidean
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -128,6 +137,7 @@ pub struct FneSpec {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProjectionSpec {
+    /// Tensor "weight" `[joint_dim, fne.dim]` and, for an affine map, "bias" `[joint_dim]`.
     pub weights: String,
     pub joint_dim: usize,
     pub abs: bool,

@@ -76,6 +76,8 @@ pub struct Bundle {
     pub fne_std: Vec<f32>,
     /// W as stored, row-major `[joint_dim, fne_dim]`, converted to f32.
     pub projection: Vec<f32>,
+    /// The affine maps' bias `[joint_dim]` (tensor "bias" beside W), added before any normalisation.
+    pub projection_bias: Option<Vec<f32>>,
     pub hubness: Option<Hubness>,
 }
 
@@ -125,6 +127,15 @@ impl Bundle {
         let weights = check.read(&p.weights)?;
         let weights = check.safetensors(&p.weights, &weights)?;
         let projection = check.tensor(&p.weights, &weights, "weight", &[p.joint_dim, f.dim])?;
+        let projection_bias = if weights.names().contains(&"bias") {
+            let b = check.tensor(&p.weights, &weights, "bias", &[p.joint_dim])?;
+            if b.iter().any(|x| !x.is_finite()) {
+                return Err(check.invalid(&p.weights, "tensor \"bias\" has a non-finite value"));
+            }
+            Some(b)
+        } else {
+            None
+        };
         let hubness = match &manifest.hubness {
             None => None,
             Some(h) => {
@@ -160,6 +171,7 @@ impl Bundle {
             fne_mean,
             fne_std,
             projection,
+            projection_bias,
             hubness,
         })
     }

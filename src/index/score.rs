@@ -11,7 +11,8 @@ pub enum Score {
     CosineOffset,
     /// Order embeddings, `-‖max(0, c - i)‖²`; `query_is_caption` says which side the query is.
     Order { query_is_caption: bool },
-    /// Negative squared distance (image to image under an order bundle, where S is not symmetric).
+    /// Negative squared distance: every pair under a euclidean bundle, and image to image under an order
+    /// bundle (where S is not symmetric).
     NegL2,
 }
 
@@ -29,7 +30,7 @@ impl Score {
             (Similarity::Order, Modality::Images, Modality::Captions) => Score::Order {
                 query_is_caption: false,
             },
-            (Similarity::Order, _, _) => Score::NegL2,
+            (Similarity::Order, _, _) | (Similarity::Euclidean, _, _) => Score::NegL2,
         }
     }
 
@@ -40,7 +41,9 @@ impl Score {
 
     /// How many graph candidates (by L2 in bfloat16) to score exactly for the best `want`: twice as many
     /// absorbs the rounding under cosine; order similarity, and cosine with offsets (which can lift an image
-    /// the cosine alone ranks lower), re-rank more of them.
+    /// the cosine alone ranks lower), re-rank more of them. Negative distance is the graph's own metric, but
+    /// its vectors are not unit-length, so bfloat16's rounding is relative to larger norms: it keeps the wider
+    /// re-rank.
     pub fn candidates(self, want: usize) -> usize {
         match self {
             Score::Cosine => want * 2,
@@ -97,5 +100,20 @@ mod tests {
         );
         assert_eq!(Score::Cosine.candidates(10), 20);
         assert_eq!(Score::CosineOffset.candidates(10), 100);
+    }
+
+    #[test]
+    fn euclidean_bundles_score_every_pair_by_negative_squared_distance() {
+        for (q, t) in [
+            (Modality::Captions, Modality::Images),
+            (Modality::Images, Modality::Captions),
+            (Modality::Images, Modality::Images),
+        ] {
+            let s = Score::new(Similarity::Euclidean, q, t, false);
+            assert!(matches!(s, Score::NegL2), "{q:?} -> {t:?}: {s:?}");
+            // Not a dot product: far-apart long vectors score below near short ones.
+            assert_eq!(s.eval(&[3.0, 0.0], &[3.0, 1.0]), -1.0);
+            assert!(s.eval(&[3.0, 0.0], &[0.0, 3.0]) < s.eval(&[0.1, 0.0], &[0.0, 0.1]));
+        }
     }
 }

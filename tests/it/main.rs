@@ -17,4 +17,5 @@ mod ops;
 mod parity;
 mod reindex;
 mod replicas;
+mod similarity;
 mod trainer_features;

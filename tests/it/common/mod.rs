@@ -247,6 +247,18 @@ pub fn variant_bundle(
     edit: impl FnOnce(&mut serde_json::Value),
     w: Option<Vec<f32>>,
 ) -> PathBuf {
+    variant_bundle_affine(dir, edit, w.map(|w| (w, None)))
+}
+
+/// A tensor "bias" for a variant's projection file: its values and the shape to write (any, to test refusals).
+pub type Bias = (Vec<f32>, Vec<usize>);
+
+/// As `variant_bundle`, the new projection file optionally with a tensor "bias" (f32).
+pub fn variant_bundle_affine(
+    dir: &Path,
+    edit: impl FnOnce(&mut serde_json::Value),
+    projection: Option<(Vec<f32>, Option<Bias>)>,
+) -> PathBuf {
     use sha2::{Digest, Sha256};
     std::fs::create_dir_all(dir).expect("dir");
     for e in std::fs::read_dir(BUNDLE).expect("fixture bundle") {
@@ -256,17 +268,27 @@ pub fn variant_bundle(
     let mut m: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("bundle.json")).expect("read"))
             .expect("json");
-    if let Some(w) = w {
+    if let Some((w, bias)) = projection {
         let (j, d) = (
             m["projection"]["joint_dim"].as_u64().expect("joint") as usize,
             m["fne"]["dim"].as_u64().expect("dim") as usize,
         );
         assert_eq!(w.len(), j * d);
-        let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let le = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let bytes = le(&w);
         let view =
             safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![j, d], &bytes)
                 .expect("view");
-        let data = safetensors::serialize([("weight", view)], None).expect("serialize");
+        let bias = bias.map(|(b, shape)| (le(&b), shape));
+        let mut tensors = vec![("weight", view)];
+        if let Some((bytes, shape)) = &bias {
+            tensors.push((
+                "bias",
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
+                    .expect("bias view"),
+            ));
+        }
+        let data = safetensors::serialize(tensors, None).expect("serialize");
         std::fs::write(dir.join("projection.safetensors"), &data).expect("write");
         m["files"]["projection.safetensors"] = hex::encode(Sha256::digest(&data)).into();
     }
