@@ -41,8 +41,11 @@ pub fn inspect(dir: PathBuf, graphs: bool, rt: RuntimeArgs) -> anyhow::Result<()
         m.fne.dim, m.fne.thresholds, b.vision_id
     );
     println!(
-        "projection [{}, {}], abs {}",
-        m.projection.joint_dim, m.fne.dim, m.projection.abs
+        "projection [{}, {}], abs {}, bias {}",
+        m.projection.joint_dim,
+        m.fne.dim,
+        m.projection.abs,
+        if b.projection_bias.is_some() { "yes" } else { "no" }
     );
     println!(
         "text       {} + {}, max {} tokens",
