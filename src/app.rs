@@ -14,7 +14,7 @@ use crate::{
     index::IndexParams,
     metrics::Metrics,
     pipeline::{Pipeline, PipelineOptions},
-    runtime::{self, Backend, OrtBackend},
+    runtime::{self, Backend, OrtBackend, Provider},
     service::{Service, ServiceOptions},
     store::Store,
 };
@@ -34,14 +34,15 @@ pub fn load_pipeline_with(model: &ModelArgs, metrics: &Metrics) -> anyhow::Resul
         model.runtime.device,
         model.runtime.intra_threads,
     )?);
+    let provider = backend.provider();
     tracing::info!(
-        bundle = %bundle.id, similarity = ?bundle.manifest.similarity, provider = backend.provider(),
-        onnxruntime = %dylib.display(), "model bundle loaded"
+        bundle = %bundle.id, similarity = ?bundle.manifest.similarity, device = ?model.runtime.device,
+        provider = provider.as_str(), onnxruntime = %dylib.display(), "model bundle loaded"
     );
-    let default_batch_wait_ms = if backend.provider() == "CUDAExecutionProvider" {
-        2
-    } else {
-        0
+    metrics.set_provider(provider);
+    let default_batch_wait_ms = match provider {
+        Provider::Cuda => 2,
+        Provider::Cpu => 0,
     };
     let opts = PipelineOptions {
         limits: DecodeLimits {

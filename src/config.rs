@@ -57,7 +57,8 @@ pub struct RuntimeArgs {
     /// libonnxruntime.so; default: .venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so*
     #[arg(long, env = "ORT_DYLIB_PATH")]
     pub ort_dylib: Option<PathBuf>,
-    /// Execution provider; `cuda` falls back to the CPU (with a warning) when CUDA is unavailable.
+    /// Execution provider: `cpu`; `cuda` (refuses to start when ONNX Runtime cannot use CUDA); `auto` (CUDA
+    /// when it can be used, else the CPU, with a warning saying why).
     #[arg(long, env = "JOINTSPACE_DEVICE", value_enum, default_value = "cpu")]
     pub device: Device,
     /// Intra-op threads of the vision session (default: ONNX Runtime's choice, all cores); the text session

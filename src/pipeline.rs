@@ -12,7 +12,7 @@ use crate::{
     fne::{Fne, TernaryCode},
     hubness, prepare,
     projection::Projection,
-    runtime::{Backend, RuntimeError},
+    runtime::{Backend, Provider, RuntimeError},
     text::{TextEncoder, TextError, TextTokenizer},
     vision::Vision,
 };
@@ -70,7 +70,7 @@ pub struct Pipeline {
     pub bundle: Arc<Bundle>,
     pub crop_mode: CropMode,
     pub limits: DecodeLimits,
-    provider: String,
+    provider: Provider,
     vision: Vision,
     // Shared with the blocking pool, where codes are made and projected.
     fne: Arc<Fne>,
@@ -119,7 +119,7 @@ impl Pipeline {
                 },
                 opts.text_stats,
             ),
-            provider: backend.provider().to_string(),
+            provider: backend.provider(),
             crop_mode,
             limits: opts.limits,
             decode_permits: Arc::new(tokio::sync::Semaphore::new(2 * cores)),
@@ -127,8 +127,8 @@ impl Pipeline {
         })
     }
 
-    pub fn provider(&self) -> &str {
-        &self.provider
+    pub fn provider(&self) -> Provider {
+        self.provider
     }
 
     pub fn similarity(&self) -> Similarity {

@@ -106,7 +106,7 @@ pub async fn bundle(State(s): State<AppState>) -> Json<BundleInfo> {
         joint_dim: m.projection.joint_dim,
         fne_dim: m.fne.dim,
         crop_mode: format!("{:?}", p.crop_mode).to_lowercase(),
-        provider: p.provider().to_string(),
+        provider: p.provider().ort_name().to_string(),
         training: m.training.clone(),
     })
 }

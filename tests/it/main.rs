@@ -11,6 +11,7 @@ mod cli;
 mod concurrency;
 mod decode;
 mod default_bundle;
+mod device;
 mod faults;
 mod openapi;
 mod ops;
