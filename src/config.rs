@@ -166,6 +166,18 @@ pub struct ServeArgs {
     /// follow writes made by other replicas sharing the database (0: never).
     #[arg(long, env = "JOINTSPACE_FOLLOW_INTERVAL_MS", default_value_t = 500)]
     pub follow_interval_ms: u64,
+    /// Milliseconds `/readyz` waits for a probe inference through each model's worker (and for the
+    /// database); a worker that does not answer in time (wedged, or busy behind a long queue) is not ready.
+    #[arg(
+        long,
+        env = "JOINTSPACE_READY_PROBE_TIMEOUT_MS",
+        default_value_t = 2000
+    )]
+    pub ready_probe_timeout_ms: u64,
+    /// Milliseconds the indexes may go without catching up with the database's change sequence before
+    /// `/readyz` reports them stale (with --follow-interval-ms 0 nothing is followed and this is not checked).
+    #[arg(long, env = "JOINTSPACE_READY_MAX_LAG_MS", default_value_t = 5000)]
+    pub ready_max_lag_ms: u64,
     #[command(flatten)]
     pub http: HttpArgs,
 }

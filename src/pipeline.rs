@@ -131,6 +131,17 @@ impl Pipeline {
         self.provider
     }
 
+    /// Whether the vision worker's ONNX Runtime session answers (see `Batcher::probe`).
+    pub async fn probe_vision(&self, fresh: Duration, timeout: Duration) -> Result<(), EmbedError> {
+        Ok(self.vision.probe(fresh, timeout).await?)
+    }
+
+    /// Whether the text worker's session answers, on a one-word sentence.
+    pub async fn probe_text(&self, fresh: Duration, timeout: Duration) -> Result<(), EmbedError> {
+        let ids = self.tokenizer.ids("a")?;
+        Ok(self.text.probe(ids, fresh, timeout).await?)
+    }
+
     pub fn similarity(&self) -> Similarity {
         self.bundle.manifest.similarity
     }

@@ -38,6 +38,11 @@ pub enum RuntimeError {
     Run(String),
     #[error("the inference worker has stopped")]
     Stopped,
+    /// A readiness probe waited this long for the worker (wedged, or busy behind that many rows).
+    #[error(
+        "the inference worker did not answer a probe within {waited_ms} ms ({queued} rows queued)"
+    )]
+    Unresponsive { waited_ms: u64, queued: usize },
     #[error(
         "the server is at capacity: its inference queue is full (at most {queue} crops or sentences, and no more than the wait it admits); retry shortly"
     )]

@@ -34,7 +34,7 @@ use tower_http::{
 };
 use tracing::Level;
 
-use crate::service::Service;
+use crate::service::{ReadyOptions, Service};
 use error::{ApiError, BodyLimit};
 pub use middleware::auth::ApiKeys;
 use middleware::{auth::KeyCheck, timeout::Timeout};
@@ -44,6 +44,8 @@ use routes::RouteInfos;
 #[derive(Clone)]
 pub struct AppState {
     pub service: Arc<Service>,
+    /// What `/readyz` demands.
+    pub ready: ReadyOptions,
 }
 
 /// What the HTTP layer enforces around the handlers.
@@ -53,6 +55,7 @@ pub struct RouterOptions {
     pub keys: ApiKeys,
     pub request_timeout: Option<Duration>,
     pub cors_origins: Vec<String>,
+    pub ready: ReadyOptions,
 }
 
 /// The router with an open API, no timeout and no CORS (for embedders; the server uses `router_with`).
@@ -94,7 +97,10 @@ fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
 
 pub fn router_with(service: Arc<Service>, opts: RouterOptions) -> anyhow::Result<Router> {
     let max_request_bytes = opts.max_request_bytes;
-    let state = AppState { service };
+    let state = AppState {
+        service,
+        ready: opts.ready,
+    };
     let table = routes::table();
     let infos = RouteInfos::of(&table);
     let app = routes::router(table)

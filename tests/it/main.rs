@@ -16,6 +16,7 @@ mod faults;
 mod openapi;
 mod ops;
 mod parity;
+mod readiness;
 mod reindex;
 mod replicas;
 mod trainer_features;
