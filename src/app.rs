@@ -163,6 +163,8 @@ impl Application {
                 keys,
                 request_timeout: (cfg.http.request_timeout > 0)
                     .then(|| Duration::from_secs(cfg.http.request_timeout)),
+                body_read_timeout: (cfg.http.body_read_timeout_ms > 0)
+                    .then(|| Duration::from_millis(cfg.http.body_read_timeout_ms)),
                 cors_origins: cfg.http.cors_origins.clone(),
                 ready: ReadyOptions {
                     probe_timeout: Duration::from_millis(cfg.ready_probe_timeout_ms.max(1)),

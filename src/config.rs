@@ -201,6 +201,14 @@ pub struct HttpArgs {
     /// Seconds a request may take before it is answered 503 (0: no limit).
     #[arg(long, env = "JOINTSPACE_REQUEST_TIMEOUT", default_value_t = 120)]
     pub request_timeout: u64,
+    /// Milliseconds a request's body may take to arrive after its headers; a client that stalls or trickles
+    /// it gets 408 and its connection closed (0: no limit of its own, only --request-timeout).
+    #[arg(
+        long,
+        env = "JOINTSPACE_BODY_READ_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    pub body_read_timeout_ms: u64,
     /// Browser origins allowed to call the API (comma-separated; `*` for any). None: no CORS headers.
     #[arg(long, env = "JOINTSPACE_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<String>,

@@ -37,7 +37,7 @@ use tracing::Level;
 use crate::service::{ReadyOptions, Service};
 use error::{ApiError, BodyLimit};
 pub use middleware::auth::ApiKeys;
-use middleware::{auth::KeyCheck, timeout::Timeout};
+use middleware::{auth::KeyCheck, body_timeout::BodyTimeout, timeout::Timeout};
 pub use openapi::ApiDoc;
 use routes::RouteInfos;
 
@@ -54,6 +54,8 @@ pub struct RouterOptions {
     pub max_request_bytes: usize,
     pub keys: ApiKeys,
     pub request_timeout: Option<Duration>,
+    /// How long a request's body may take to arrive after its headers (none: no limit of its own).
+    pub body_read_timeout: Option<Duration>,
     pub cors_origins: Vec<String>,
     pub ready: ReadyOptions,
 }
@@ -110,6 +112,12 @@ pub fn router_with(service: Arc<Service>, opts: RouterOptions) -> anyhow::Result
         .layer(from_fn_with_state(
             BodyLimit(max_request_bytes),
             middleware::body_limit::check_length,
+        ))
+        .layer(from_fn_with_state(
+            BodyTimeout {
+                limit: opts.body_read_timeout,
+            },
+            middleware::body_timeout::body_timeout,
         ))
         .layer(from_fn_with_state(
             KeyCheck {
