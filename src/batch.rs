@@ -240,34 +240,34 @@ impl<I: Send + 'static> Batcher<I> {
             return Ok(());
         }
         let mut slot = self.pending_probe.lock().await;
-        let mut reply = match slot.take() {
-            Some(r) => r,
-            None => {
-                let (reply, rx) = oneshot::channel();
-                let depth = self.queued.fetch_add(1, Ordering::AcqRel) + 1;
-                self.stats.queue_depth.set(depth as i64);
-                let job = Job {
-                    input: input(),
-                    rows: 1,
-                    reply,
-                };
-                if self.tx.send(job).is_err() {
-                    self.queued.fetch_sub(1, Ordering::AcqRel);
-                    return Err(RuntimeError::Stopped);
-                }
-                rx
+        if slot.is_none() {
+            let (reply, rx) = oneshot::channel();
+            let depth = self.queued.fetch_add(1, Ordering::AcqRel) + 1;
+            self.stats.queue_depth.set(depth as i64);
+            let job = Job {
+                input: input(),
+                rows: 1,
+                reply,
+            };
+            if self.tx.send(job).is_err() {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+                return Err(RuntimeError::Stopped);
             }
+            *slot = Some(rx);
+        }
+        // Awaited in place: a caller that gives up (a probe client hanging up) leaves it for the next one.
+        let Some(reply) = slot.as_mut() else {
+            return Err(RuntimeError::Stopped);
         };
-        match tokio::time::timeout(timeout, &mut reply).await {
-            Ok(Ok(out)) => out.map(drop),
-            Ok(Err(_)) => Err(RuntimeError::Stopped),
-            Err(_) => {
-                *slot = Some(reply);
-                Err(RuntimeError::Unresponsive {
-                    waited_ms: timeout.as_millis() as u64,
-                    queued: self.queued.load(Ordering::Acquire),
-                })
+        match tokio::time::timeout(timeout, reply).await {
+            Ok(answer) => {
+                *slot = None;
+                answer.map_err(|_| RuntimeError::Stopped)?.map(drop)
             }
+            Err(_) => Err(RuntimeError::Unresponsive {
+                waited_ms: timeout.as_millis() as u64,
+                queued: self.queued.load(Ordering::Acquire),
+            }),
         }
     }
 
@@ -499,6 +499,13 @@ mod tests {
             Err(RuntimeError::Unresponsive { waited_ms: 100, .. }) => {}
             other => panic!("expected Unresponsive, got {other:?}"),
         }
+        // A caller that gives up mid-wait (a probe client hanging up) leaves the probe for the next one.
+        let gave_up = tokio::time::timeout(
+            Duration::from_millis(20),
+            b.probe(never, Duration::ZERO, long),
+        )
+        .await;
+        assert!(gave_up.is_err());
         assert!(matches!(
             b.probe(never, Duration::ZERO, ms).await,
             Err(RuntimeError::Unresponsive { .. })

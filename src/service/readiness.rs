@@ -4,7 +4,10 @@
 //! loaded, no full rebuild is under way, the indexes have followed the database within the allowed lag, and
 //! the database answers. Each part that fails says why.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
 
 use super::Service;
 use crate::runtime::Provider;
@@ -72,14 +75,11 @@ impl Service {
     /// Notes that the indexes hold everything committed before `read_at` (a follow step succeeded).
     pub(super) fn mark_followed(&self, read_at: Instant) {
         let ms = read_at.saturating_duration_since(self.started).as_millis() as u64;
-        self.followed_at_ms
-            .fetch_max(ms, std::sync::atomic::Ordering::AcqRel);
+        self.followed_at_ms.fetch_max(ms, Ordering::AcqRel);
     }
 
     fn follow_lag(&self) -> Duration {
-        let at = self
-            .followed_at_ms
-            .load(std::sync::atomic::Ordering::Acquire);
+        let at = self.followed_at_ms.load(Ordering::Acquire);
         self.started
             .elapsed()
             .saturating_sub(Duration::from_millis(at))
