@@ -154,6 +154,62 @@ async fn a_wedged_or_dead_inference_worker_is_not_ready_and_says_why() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reindex_under_way_is_not_ready() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("js.db").display());
+    let mode = Arc::new((Mutex::new(Mode::Healthy), Condvar::new()));
+    let m = mode.clone();
+    let app = TestApp::start_wrapped(
+        BUNDLE,
+        &url,
+        &["--ready-probe-timeout-ms", "300"],
+        move |inner| Arc::new(Faulty { inner, mode: m }),
+    )
+    .await;
+    assert_eq!(
+        app.post_json("/v1/collections", json!({"name": "c"}))
+            .await
+            .0,
+        201
+    );
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/c/captions",
+            json!({"captions": [{"text": "a dog runs on the grass"}]}),
+        )
+        .await;
+    assert_eq!(s, 201, "{r}");
+    // The reindex stops at the caption's text run while the text graph is wedged: stored vectors and indexes
+    // disagree until it ends.
+    set(&mode, Mode::Wedged);
+    let reindex = {
+        let (client, url) = (app.client.clone(), app.url("/v1/admin/reindex"));
+        tokio::spawn(async move { client.post(url).json(&json!({})).send().await })
+    };
+    let t0 = Instant::now();
+    loop {
+        let (s, body) = app.get_json("/readyz").await;
+        let reason = body["checks"]["index"]["reason"].as_str().unwrap_or("");
+        if reason.contains("being rebuilt") {
+            assert_eq!(s, 503, "{body}");
+            assert_eq!(body["index"], false, "{body}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the reindex never showed: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    set(&mode, Mode::Healthy);
+    let done = reindex.await.expect("task").expect("reindex answered");
+    assert_eq!(done.status().as_u16(), 200);
+    let (body, _) = readyz_until(&app, 200).await;
+    assert_eq!(body["checks"]["index"]["ok"], true, "{body}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collection_without_its_index_is_not_ready_until_followed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("js.db");
