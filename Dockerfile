@@ -58,6 +58,8 @@ RUN python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2
 # The two final stages repeat their last lines on purpose: one stage on a base picked by an ARG
 # (FROM base-${VARIANT}) would be shorter, but buildah 1.28 does not resolve a stage name through an ARG.
 # ---- cuda: unbuilt on the project's machines (no CUDA base image there); same binary, CUDA provider ----
+# JOINTSPACE_DEVICE=cuda: without a usable GPU the server exits at start saying why (no silent CPU fallback);
+# JOINTSPACE_DEVICE=auto accepts the CPU, with a warning.
 FROM ${CUDA_IMAGE} AS cuda
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \

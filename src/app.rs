@@ -14,8 +14,8 @@ use crate::{
     index::IndexParams,
     metrics::Metrics,
     pipeline::{Pipeline, PipelineOptions},
-    runtime::{self, Backend, OrtBackend},
-    service::{Service, ServiceOptions},
+    runtime::{self, Backend, OrtBackend, Provider},
+    service::{ReadyOptions, Service, ServiceOptions},
     store::Store,
 };
 
@@ -26,22 +26,32 @@ pub fn load_pipeline(model: &ModelArgs) -> anyhow::Result<Arc<Pipeline>> {
 
 /// As `load_pipeline`, with the batchers reporting to `metrics`.
 pub fn load_pipeline_with(model: &ModelArgs, metrics: &Metrics) -> anyhow::Result<Arc<Pipeline>> {
+    load_wrapped(model, metrics, |b| b)
+}
+
+/// As `load_pipeline_with`, the runtime seen through `wrap`.
+fn load_wrapped(
+    model: &ModelArgs,
+    metrics: &Metrics,
+    wrap: impl FnOnce(Arc<dyn Backend>) -> Arc<dyn Backend>,
+) -> anyhow::Result<Arc<Pipeline>> {
     let bundle = Arc::new(Bundle::load(&model.bundle)?);
     let dylib = runtime::locate_dylib(model.runtime.ort_dylib.as_deref())?;
-    let backend: Arc<dyn Backend> = Arc::new(OrtBackend::new(
+    let backend: Arc<dyn Backend> = wrap(Arc::new(OrtBackend::new(
         &bundle,
         &dylib,
         model.runtime.device,
         model.runtime.intra_threads,
-    )?);
+    )?));
+    let provider = backend.provider();
     tracing::info!(
-        bundle = %bundle.id, similarity = ?bundle.manifest.similarity, provider = backend.provider(),
-        onnxruntime = %dylib.display(), "model bundle loaded"
+        bundle = %bundle.id, similarity = ?bundle.manifest.similarity, device = ?model.runtime.device,
+        provider = provider.as_str(), onnxruntime = %dylib.display(), "model bundle loaded"
     );
-    let default_batch_wait_ms = if backend.provider() == "CUDAExecutionProvider" {
-        2
-    } else {
-        0
+    metrics.set_provider(provider);
+    let default_batch_wait_ms = match provider {
+        Provider::Cuda => 2,
+        Provider::Cpu => 0,
     };
     let opts = PipelineOptions {
         limits: DecodeLimits {
@@ -103,6 +113,23 @@ pub struct Application {
 
 impl Application {
     pub async fn build(cfg: ServeArgs) -> anyhow::Result<Application> {
+        Self::build_with(cfg, |b| b).await
+    }
+
+    /// As `build`, with the runtime seen through `wrap`: the seam where the tests put a backend that wedges
+    /// or dies, and where an embedder could instrument inference.
+    pub async fn build_with(
+        cfg: ServeArgs,
+        wrap: impl FnOnce(Arc<dyn Backend>) -> Arc<dyn Backend>,
+    ) -> anyhow::Result<Application> {
+        if cfg.follow_interval_ms > 0 && cfg.ready_max_lag_ms <= cfg.follow_interval_ms {
+            anyhow::bail!(
+                "--ready-max-lag-ms ({}) must be longer than --follow-interval-ms ({}): the indexes catch up \
+                 with the database only once per interval",
+                cfg.ready_max_lag_ms,
+                cfg.follow_interval_ms
+            );
+        }
         let metrics = Arc::new(Metrics::new());
         let keys = ApiKeys::from_args(&cfg.http)?;
         if keys.is_open() {
@@ -117,7 +144,7 @@ impl Application {
                 "API keys required (Authorization: Bearer)"
             );
         }
-        let pipeline = load_pipeline_with(&cfg.model, &metrics)?;
+        let pipeline = load_wrapped(&cfg.model, &metrics, wrap)?;
         let service = open_service(pipeline, &cfg.store, metrics).await?;
         // Before the listener: the first requests find the runtime's buffers sized and the pages warm.
         match service.warm_up().await {
@@ -136,7 +163,14 @@ impl Application {
                 keys,
                 request_timeout: (cfg.http.request_timeout > 0)
                     .then(|| Duration::from_secs(cfg.http.request_timeout)),
+                body_read_timeout: (cfg.http.body_read_timeout_ms > 0)
+                    .then(|| Duration::from_millis(cfg.http.body_read_timeout_ms)),
                 cors_origins: cfg.http.cors_origins.clone(),
+                ready: ReadyOptions {
+                    probe_timeout: Duration::from_millis(cfg.ready_probe_timeout_ms.max(1)),
+                    max_lag: (cfg.follow_interval_ms > 0)
+                        .then(|| Duration::from_millis(cfg.ready_max_lag_ms)),
+                },
             },
         )?;
         Ok(Application {

@@ -7,6 +7,9 @@
 //! unbounded time behind the backlog. The wait bound matters on a CPU, where a row of the vision model costs
 //! ~0.4 s: 256 queued crops would be minutes. A request always fits an empty queue, so no single request is
 //! refused for its size alone.
+//!
+//! `probe` tells readiness whether the worker answers: a run that succeeded a moment ago is answer enough;
+//! otherwise one row goes through the queue like any request.
 
 use std::{
     sync::{
@@ -71,7 +74,15 @@ pub struct Batcher<I> {
     row_nanos: Arc<AtomicU64>,
     max_queue_wait: Duration,
     stats: BatchStats,
+    /// When the last runtime call succeeded, in milliseconds after `epoch` (0: never).
+    last_ok: Arc<AtomicU64>,
+    epoch: Instant,
+    /// A probe that has not answered yet: the next probe waits on it rather than queueing another behind a
+    /// wedged worker.
+    pending_probe: Arc<tokio::sync::Mutex<Option<Reply>>>,
 }
+
+type Reply = oneshot::Receiver<Result<Vec<f32>, RuntimeError>>;
 
 impl<I> Clone for Batcher<I> {
     fn clone(&self) -> Self {
@@ -82,6 +93,9 @@ impl<I> Clone for Batcher<I> {
             row_nanos: self.row_nanos.clone(),
             max_queue_wait: self.max_queue_wait,
             stats: self.stats.clone(),
+            last_ok: self.last_ok.clone(),
+            epoch: self.epoch,
+            pending_probe: self.pending_probe.clone(),
         }
     }
 }
@@ -110,9 +124,13 @@ impl<I: Send + 'static> Batcher<I> {
             st.queue_depth.set(left as i64);
         };
         let st = stats.clone();
+        let (epoch, last_ok) = (Instant::now(), Arc::new(AtomicU64::new(0)));
+        let ok_at = last_ok.clone();
+        let worker = name.to_string();
         let spawned = thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
+                let _dies_loudly = DiesLoudly(worker);
                 let mut pending: Option<Job<I>> = None;
                 loop {
                     let first = match pending.take() {
@@ -165,6 +183,8 @@ impl<I: Send + 'static> Batcher<I> {
                     per_row.store(avg.max(1), Ordering::Relaxed);
                     match result {
                         Ok(out) if out.len() == rows * dim => {
+                            let ms = epoch.elapsed().as_millis() as u64;
+                            ok_at.store(ms.max(1), Ordering::Relaxed);
                             let mut rest = out.as_slice();
                             for job in jobs {
                                 let (mine, tail) = rest.split_at(job.rows * dim);
@@ -199,6 +219,55 @@ impl<I: Send + 'static> Batcher<I> {
             row_nanos,
             max_queue_wait: opts.max_queue_wait,
             stats,
+            last_ok,
+            epoch,
+            pending_probe: Arc::default(),
+        }
+    }
+
+    /// Whether the worker answers. Ok at once when a runtime call succeeded within `fresh`; otherwise a
+    /// one-row `input` is queued (past the admission bounds: a probe is never refused as overloaded) and
+    /// must come back within `timeout`. A probe that times out stays queued, and the next call waits on it.
+    pub async fn probe(
+        &self,
+        input: impl FnOnce() -> I,
+        fresh: Duration,
+        timeout: Duration,
+    ) -> Result<(), RuntimeError> {
+        let last = self.last_ok.load(Ordering::Relaxed);
+        let since = (self.epoch.elapsed().as_millis() as u64).saturating_sub(last);
+        if last > 0 && !fresh.is_zero() && since <= fresh.as_millis() as u64 {
+            return Ok(());
+        }
+        let mut slot = self.pending_probe.lock().await;
+        if slot.is_none() {
+            let (reply, rx) = oneshot::channel();
+            let depth = self.queued.fetch_add(1, Ordering::AcqRel) + 1;
+            self.stats.queue_depth.set(depth as i64);
+            let job = Job {
+                input: input(),
+                rows: 1,
+                reply,
+            };
+            if self.tx.send(job).is_err() {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+                return Err(RuntimeError::Stopped);
+            }
+            *slot = Some(rx);
+        }
+        // Awaited in place: a caller that gives up (a probe client hanging up) leaves it for the next one.
+        let Some(reply) = slot.as_mut() else {
+            return Err(RuntimeError::Stopped);
+        };
+        match tokio::time::timeout(timeout, reply).await {
+            Ok(answer) => {
+                *slot = None;
+                answer.map_err(|_| RuntimeError::Stopped)?.map(drop)
+            }
+            Err(_) => Err(RuntimeError::Unresponsive {
+                waited_ms: timeout.as_millis() as u64,
+                queued: self.queued.load(Ordering::Acquire),
+            }),
         }
     }
 
@@ -248,6 +317,17 @@ impl<I: Send + 'static> Batcher<I> {
             out.push(rx.await.map_err(|_| RuntimeError::Stopped)??);
         }
         Ok(out)
+    }
+}
+
+/// Logs a worker thread that ends in a panic: inference is down from then on (readiness says so too).
+struct DiesLoudly(String);
+
+impl Drop for DiesLoudly {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            tracing::error!(worker = %self.0, "the inference worker panicked and has stopped");
+        }
     }
 }
 
@@ -382,6 +462,63 @@ mod tests {
                 expect_refusal,
                 "bound {bound_ms} ms: {refused} refused"
             );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_probe_skips_a_fresh_worker_waits_once_for_a_wedged_one_and_sees_a_dead_one() {
+        // Input 7 blocks the run until released; a negative input panics, ending the worker thread.
+        let (release, released) = mpsc::channel::<()>();
+        let released = std::sync::Mutex::new(released);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let b: Batcher<f32> =
+            Batcher::spawn("t", opts(4, 0), 1, BatchStats::default(), move |jobs| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                for j in jobs {
+                    assert!(j.input >= 0.0, "the worker dies");
+                    if j.input == 7.0 {
+                        let _ = released.lock().unwrap().recv();
+                    }
+                }
+                Ok(jobs.iter().map(|j| j.input).collect())
+            });
+        let (ms, long) = (Duration::from_millis(100), Duration::from_secs(60));
+        let never = || -> f32 { panic!("no probe may be queued here") };
+
+        assert_eq!(b.submit(1.0, 1).await.unwrap(), vec![1.0]);
+        // A run just succeeded: that is the answer, nothing is queued.
+        b.probe(never, long, ms).await.unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        // Otherwise one row goes through the worker.
+        b.probe(|| 2.0, Duration::ZERO, long).await.unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+        // Wedged: the probe gives up after its timeout, and the next one waits on it instead of queueing more.
+        match b.probe(|| 7.0, Duration::ZERO, ms).await {
+            Err(RuntimeError::Unresponsive { waited_ms: 100, .. }) => {}
+            other => panic!("expected Unresponsive, got {other:?}"),
+        }
+        // A caller that gives up mid-wait (a probe client hanging up) leaves the probe for the next one.
+        let gave_up = tokio::time::timeout(
+            Duration::from_millis(20),
+            b.probe(never, Duration::ZERO, long),
+        )
+        .await;
+        assert!(gave_up.is_err());
+        assert!(matches!(
+            b.probe(never, Duration::ZERO, ms).await,
+            Err(RuntimeError::Unresponsive { .. })
+        ));
+        release.send(()).unwrap();
+        b.probe(never, Duration::ZERO, long).await.unwrap();
+
+        // Dead: the probe that kills it, and every later one, say the worker has stopped.
+        for input in [-1.0, 3.0] {
+            match b.probe(move || input, Duration::ZERO, long).await {
+                Err(RuntimeError::Stopped) => {}
+                other => panic!("expected Stopped, got {other:?}"),
+            }
         }
     }
 }

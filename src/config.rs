@@ -57,7 +57,8 @@ pub struct RuntimeArgs {
     /// libonnxruntime.so; default: .venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so*
     #[arg(long, env = "ORT_DYLIB_PATH")]
     pub ort_dylib: Option<PathBuf>,
-    /// Execution provider; `cuda` falls back to the CPU (with a warning) when CUDA is unavailable.
+    /// Execution provider: `cpu`; `cuda` (refuses to start when ONNX Runtime cannot use CUDA); `auto` (CUDA
+    /// when it can be used, else the CPU, with a warning saying why).
     #[arg(long, env = "JOINTSPACE_DEVICE", value_enum, default_value = "cpu")]
     pub device: Device,
     /// Intra-op threads of the vision session (default: ONNX Runtime's choice, all cores); the text session
@@ -165,6 +166,18 @@ pub struct ServeArgs {
     /// follow writes made by other replicas sharing the database (0: never).
     #[arg(long, env = "JOINTSPACE_FOLLOW_INTERVAL_MS", default_value_t = 500)]
     pub follow_interval_ms: u64,
+    /// Milliseconds `/readyz` waits for a probe inference through each model's worker (and for the
+    /// database); a worker that does not answer in time (wedged, or busy behind a long queue) is not ready.
+    #[arg(
+        long,
+        env = "JOINTSPACE_READY_PROBE_TIMEOUT_MS",
+        default_value_t = 2000
+    )]
+    pub ready_probe_timeout_ms: u64,
+    /// Milliseconds the indexes may go without catching up with the database's change sequence before
+    /// `/readyz` reports them stale (with --follow-interval-ms 0 nothing is followed and this is not checked).
+    #[arg(long, env = "JOINTSPACE_READY_MAX_LAG_MS", default_value_t = 5000)]
+    pub ready_max_lag_ms: u64,
     #[command(flatten)]
     pub http: HttpArgs,
 }
@@ -188,6 +201,14 @@ pub struct HttpArgs {
     /// Seconds a request may take before it is answered 503 (0: no limit).
     #[arg(long, env = "JOINTSPACE_REQUEST_TIMEOUT", default_value_t = 120)]
     pub request_timeout: u64,
+    /// Milliseconds a request's body may take to arrive after its headers; a client that stalls or trickles
+    /// it gets 408 and its connection closed (0: no limit of its own, only --request-timeout).
+    #[arg(
+        long,
+        env = "JOINTSPACE_BODY_READ_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    pub body_read_timeout_ms: u64,
     /// Browser origins allowed to call the API (comma-separated; `*` for any). None: no CORS headers.
     #[arg(long, env = "JOINTSPACE_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<String>,

@@ -1,9 +1,9 @@
 //! Prometheus metrics: HTTP traffic, embedding and search latency, inference batching and queueing, database
-//! latency, index sizes.
+//! latency, index sizes, the execution provider.
 
 use std::time::Duration;
 
-use crate::batch::BatchStats;
+use crate::{batch::BatchStats, runtime::Provider};
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -25,6 +25,11 @@ pub struct KindLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ModelLabels {
     pub model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    pub provider: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -56,6 +61,7 @@ pub struct Metrics {
     batch_rows: Family<ModelLabels, Histogram>,
     rejected: Family<ModelLabels, Counter>,
     db_seconds: Family<OpLabels, Histogram>,
+    provider: Family<ProviderLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -143,8 +149,15 @@ impl Metrics {
             "Database call latency by operation",
             db_seconds.clone(),
         );
+        let provider = Family::<ProviderLabels, Gauge>::default();
+        registry.register(
+            "execution_provider",
+            "1 for the ONNX Runtime execution provider that runs the graphs (cpu, cuda)",
+            provider.clone(),
+        );
         Metrics {
             registry,
+            provider,
             http_in_flight,
             queue_depth,
             batch_rows,
@@ -213,6 +226,15 @@ impl Metrics {
     pub fn set_index_sizes(&self, images: i64, captions: i64) {
         self.index_images.set(images);
         self.index_captions.set(captions);
+    }
+
+    /// Marks the execution provider in use: one series, at 1 (an info-style gauge, its label the value).
+    pub fn set_provider(&self, p: Provider) {
+        self.provider
+            .get_or_create(&ProviderLabels {
+                provider: p.as_str().to_string(),
+            })
+            .set(1);
     }
 
     pub fn render(&self) -> String {

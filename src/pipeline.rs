@@ -12,7 +12,7 @@ use crate::{
     fne::{Fne, TernaryCode},
     hubness, prepare,
     projection::Projection,
-    runtime::{Backend, RuntimeError},
+    runtime::{Backend, Provider, RuntimeError},
     text::{TextEncoder, TextError, TextTokenizer},
     vision::Vision,
 };
@@ -70,7 +70,7 @@ pub struct Pipeline {
     pub bundle: Arc<Bundle>,
     pub crop_mode: CropMode,
     pub limits: DecodeLimits,
-    provider: String,
+    provider: Provider,
     vision: Vision,
     // Shared with the blocking pool, where codes are made and projected.
     fne: Arc<Fne>,
@@ -119,7 +119,7 @@ impl Pipeline {
                 },
                 opts.text_stats,
             ),
-            provider: backend.provider().to_string(),
+            provider: backend.provider(),
             crop_mode,
             limits: opts.limits,
             decode_permits: Arc::new(tokio::sync::Semaphore::new(2 * cores)),
@@ -127,8 +127,19 @@ impl Pipeline {
         })
     }
 
-    pub fn provider(&self) -> &str {
-        &self.provider
+    pub fn provider(&self) -> Provider {
+        self.provider
+    }
+
+    /// Whether the vision worker's ONNX Runtime session answers (see `Batcher::probe`).
+    pub async fn probe_vision(&self, fresh: Duration, timeout: Duration) -> Result<(), EmbedError> {
+        Ok(self.vision.probe(fresh, timeout).await?)
+    }
+
+    /// Whether the text worker's session answers, on a one-word sentence.
+    pub async fn probe_text(&self, fresh: Duration, timeout: Duration) -> Result<(), EmbedError> {
+        let ids = self.tokenizer.ids("a")?;
+        Ok(self.text.probe(ids, fresh, timeout).await?)
     }
 
     pub fn similarity(&self) -> Similarity {

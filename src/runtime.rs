@@ -26,26 +26,69 @@ pub enum RuntimeError {
     Load { path: PathBuf, message: String },
     #[error("{graph}: {message}")]
     Graph { graph: String, message: String },
+    /// `--device cuda` and CUDA cannot run the graphs: refusing beats a server that
+    /// silently runs on the CPU.
+    #[error(
+        "--device cuda, but ONNX Runtime cannot use the CUDA execution provider ({0}). It needs onnxruntime-gpu's \
+         library (ORT_DYLIB_PATH), CUDA 12 and cuDNN 9 and an NVIDIA GPU visible to this process; \
+         or start with --device auto (CUDA when it works, else the CPU) or --device cpu"
+    )]
+    NoCuda(String),
     #[error("inference failed: {0}")]
     Run(String),
     #[error("the inference worker has stopped")]
     Stopped,
+    /// A readiness probe waited this long for the worker (wedged, or busy behind that many rows).
+    #[error(
+        "the inference worker did not answer a probe within {waited_ms} ms ({queued} rows queued)"
+    )]
+    Unresponsive { waited_ms: u64, queued: usize },
     #[error(
         "the server is at capacity: its inference queue is full (at most {queue} crops or sentences, and no more than the wait it admits); retry shortly"
     )]
     Overloaded { queue: usize },
 }
 
+/// What `--device` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Device {
+    /// The CPU execution provider.
+    Cpu,
+    /// CUDA, or refuse to start.
+    Cuda,
+    /// CUDA when it can be used, else the CPU (the log says which, and why).
+    Auto,
+}
+
+/// The execution provider that actually runs the graphs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
     Cpu,
     Cuda,
 }
 
+impl Provider {
+    /// As `--device` spells it: the label of `/metrics`' gauge and `/readyz`' field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Cpu => "cpu",
+            Provider::Cuda => "cuda",
+        }
+    }
+
+    /// ONNX Runtime's name for it (as `/v1/bundle` reports it).
+    pub fn ort_name(self) -> &'static str {
+        match self {
+            Provider::Cpu => "CPUExecutionProvider",
+            Provider::Cuda => "CUDAExecutionProvider",
+        }
+    }
+}
+
 /// Runs the bundle's two graphs. Inputs are borrowed, outputs are row-major `[n, dim]`.
 pub trait Backend: Send + Sync {
-    /// The execution provider that actually runs (for logs, /readyz and /v1/bundle).
-    fn provider(&self) -> &str;
+    /// The execution provider that actually runs (for logs, /readyz, /metrics and /v1/bundle).
+    fn provider(&self) -> Provider;
     /// `crops`: `[n, 3, side, side]` NCHW float32 -> `[n, raw_dim]`.
     fn vision(&self, crops: &[f32], n: usize, side: usize) -> Result<Vec<f32>, RuntimeError>;
     /// `ids`: `[n, t]` right-padded, `lengths`: `[n]` -> `[n, joint_dim]`.
@@ -106,7 +149,7 @@ fn init_ort(dylib: &Path) -> Result<ort::environment::Environment, RuntimeError>
 }
 
 pub struct OrtBackend {
-    provider: String,
+    provider: Provider,
     // `Session::run` needs `&mut`; the batchers call from one thread each, so these locks are uncontended.
     vision: Mutex<Session>,
     text: Mutex<Session>,
@@ -127,7 +170,12 @@ impl OrtBackend {
         // The text graph is a GRU: one small step after another, where a second intra-op thread costs more in
         // hand-offs than it gives (one sentence: 3.8 ms on one thread, 15 ms on two; docs/benchmarks.md).
         // Concurrent sentences are batched into one run instead.
-        let (text, _) = open(&env, &bundle.path(&m.text.onnx), device, Some(1))?;
+        // On the provider the vision graph got: `auto` has decided (and said so) once.
+        let text_device = match provider {
+            Provider::Cpu => Device::Cpu,
+            Provider::Cuda => Device::Cuda,
+        };
+        let (text, _) = open(&env, &bundle.path(&m.text.onnx), text_device, Some(1))?;
         expect_io(
             &vision,
             &m.vision.onnx,
@@ -172,32 +220,42 @@ fn open(
     path: &Path,
     device: Device,
     intra_threads: Option<usize>,
-) -> Result<(Session, String), RuntimeError> {
+) -> Result<(Session, Provider), RuntimeError> {
     let graph = path.display().to_string();
     let err = |e: &dyn std::fmt::Display| RuntimeError::Graph {
         graph: graph.clone(),
         message: e.to_string(),
     };
-    let mut builder = Session::builder(env).map_err(|e| err(&e))?;
-    builder = builder
-        .with_optimization_level(GraphOptimizationLevel::All)
-        .map_err(|e| err(&e))?;
-    if let Some(n) = intra_threads {
-        builder = builder.with_intra_threads(n).map_err(|e| err(&e))?;
-    }
-    let mut provider = "CPUExecutionProvider".to_string();
-    if device == Device::Cuda {
-        // Registering fails when the library has no CUDA EP (the CPU-only wheel) or CUDA is absent: fall back
-        // loudly rather than refuse to start.
-        match ep::CUDA::default().register(&mut builder) {
-            Ok(()) => provider = "CUDAExecutionProvider".to_string(),
-            Err(e) => {
-                tracing::warn!(error = %e, "CUDA execution provider unavailable, running on CPU")
-            }
+    let builder = || -> Result<_, RuntimeError> {
+        let mut b = Session::builder(env).map_err(|e| err(&e))?;
+        b = b
+            .with_optimization_level(GraphOptimizationLevel::All)
+            .map_err(|e| err(&e))?;
+        if let Some(n) = intra_threads {
+            b = b.with_intra_threads(n).map_err(|e| err(&e))?;
         }
+        Ok(b)
+    };
+    if device == Device::Cpu {
+        let session = builder()?.commit_from_file(path).map_err(|e| err(&e))?;
+        return Ok((session, Provider::Cpu));
     }
-    let session = builder.commit_from_file(path).map_err(|e| err(&e))?;
-    Ok((session, provider))
+    // Registering fails when the library has no CUDA EP (the CPU-only wheel); with onnxruntime-gpu but no
+    // usable GPU or CUDA libraries, creating the session fails instead. Either way CUDA is not running.
+    let mut b = builder()?;
+    let cuda = ep::CUDA::default()
+        .register(&mut b)
+        .map_err(|e| e.to_string())
+        .and_then(|()| b.commit_from_file(path).map_err(|e| e.to_string()));
+    match (cuda, device) {
+        (Ok(session), _) => Ok((session, Provider::Cuda)),
+        (Err(why), Device::Auto) => {
+            tracing::warn!(graph = %graph, error = %why, "--device auto: CUDA cannot be used, running on the CPU");
+            let session = builder()?.commit_from_file(path).map_err(|e| err(&e))?;
+            Ok((session, Provider::Cpu))
+        }
+        (Err(why), _) => Err(RuntimeError::NoCuda(why.trim_end_matches('.').to_string())),
+    }
 }
 
 fn expect_io(
@@ -273,8 +331,8 @@ fn run_err(e: impl std::fmt::Display) -> RuntimeError {
 }
 
 impl Backend for OrtBackend {
-    fn provider(&self) -> &str {
-        &self.provider
+    fn provider(&self) -> Provider {
+        self.provider
     }
 
     fn vision(&self, crops: &[f32], n: usize, side: usize) -> Result<Vec<f32>, RuntimeError> {

@@ -1,6 +1,6 @@
 //! Step 6: sentence -> token ids (the bundle's tokenizer.json) -> text graph -> unit joint vector.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use crate::{
     batch::{BatchOptions, BatchStats, Batcher, Job},
@@ -51,6 +51,17 @@ impl TextEncoder {
             },
         );
         TextEncoder { batcher, joint_dim }
+    }
+
+    /// Whether the worker answers (readiness): `ids`, one short sentence, through the queue, unless a run
+    /// just succeeded.
+    pub async fn probe(
+        &self,
+        ids: Vec<i64>,
+        fresh: Duration,
+        timeout: Duration,
+    ) -> Result<(), RuntimeError> {
+        self.batcher.probe(|| vec![ids], fresh, timeout).await
     }
 
     /// Token ids of each sentence -> one unit vector each.

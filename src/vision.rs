@@ -2,7 +2,7 @@
 //! of at most `max_batch_crops` crops (whole images per run): concurrent requests share a `session.run`,
 //! and a large upload cannot ask for gigabytes of activations at once.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use crate::{
     batch::{BatchOptions, BatchStats, Batcher, Job},
@@ -50,6 +50,12 @@ impl Vision {
             crop_len,
             raw_dim,
         }
+    }
+
+    /// Whether the worker answers (readiness): one black crop through the queue, unless a run just succeeded.
+    pub async fn probe(&self, fresh: Duration, timeout: Duration) -> Result<(), RuntimeError> {
+        let len = self.crop_len;
+        self.batcher.probe(|| vec![0.0; len], fresh, timeout).await
     }
 
     pub fn raw_dim(&self) -> usize {

@@ -34,16 +34,18 @@ use tower_http::{
 };
 use tracing::Level;
 
-use crate::service::Service;
+use crate::service::{ReadyOptions, Service};
 use error::{ApiError, BodyLimit};
 pub use middleware::auth::ApiKeys;
-use middleware::{auth::KeyCheck, timeout::Timeout};
+use middleware::{auth::KeyCheck, body_timeout::BodyTimeout, timeout::Timeout};
 pub use openapi::ApiDoc;
 use routes::RouteInfos;
 
 #[derive(Clone)]
 pub struct AppState {
     pub service: Arc<Service>,
+    /// What `/readyz` demands.
+    pub ready: ReadyOptions,
 }
 
 /// What the HTTP layer enforces around the handlers.
@@ -52,7 +54,10 @@ pub struct RouterOptions {
     pub max_request_bytes: usize,
     pub keys: ApiKeys,
     pub request_timeout: Option<Duration>,
+    /// How long a request's body may take to arrive after its headers (none: no limit of its own).
+    pub body_read_timeout: Option<Duration>,
     pub cors_origins: Vec<String>,
+    pub ready: ReadyOptions,
 }
 
 /// The router with an open API, no timeout and no CORS (for embedders; the server uses `router_with`).
@@ -94,7 +99,10 @@ fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
 
 pub fn router_with(service: Arc<Service>, opts: RouterOptions) -> anyhow::Result<Router> {
     let max_request_bytes = opts.max_request_bytes;
-    let state = AppState { service };
+    let state = AppState {
+        service,
+        ready: opts.ready,
+    };
     let table = routes::table();
     let infos = RouteInfos::of(&table);
     let app = routes::router(table)
@@ -104,6 +112,12 @@ pub fn router_with(service: Arc<Service>, opts: RouterOptions) -> anyhow::Result
         .layer(from_fn_with_state(
             BodyLimit(max_request_bytes),
             middleware::body_limit::check_length,
+        ))
+        .layer(from_fn_with_state(
+            BodyTimeout {
+                limit: opts.body_read_timeout,
+            },
+            middleware::body_timeout::body_timeout,
         ))
         .layer(from_fn_with_state(
             KeyCheck {

@@ -20,14 +20,50 @@ pub struct Health {
     pub status: String,
 }
 
+/// Whether this process should be sent traffic, part by part.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Readiness {
     pub ready: bool,
+    /// Both graphs answer (`checks.vision` and `checks.text`).
     pub bundle: bool,
     pub database: bool,
     pub index: bool,
+    /// The ONNX Runtime execution provider running the graphs: `cpu` or `cuda`.
+    pub execution_provider: String,
+    pub checks: ReadyChecks,
+    /// The failing checks' reasons, joined; absent when ready.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReadyChecks {
+    /// The vision graph's worker answers a probe inference (or ran a batch within the last second).
+    pub vision: Check,
+    /// The text graph's worker answers a probe inference (or ran a batch within the last second).
+    pub text: Check,
+    /// The database answers.
+    pub database: Check,
+    /// Every collection's indexes are loaded, none is being rebuilt, and they follow the database within
+    /// the allowed lag.
+    pub index: Check,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Check {
+    pub ok: bool,
+    /// Why not, when not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl From<&Result<(), String>> for Check {
+    fn from(r: &Result<(), String>) -> Check {
+        Check {
+            ok: r.is_ok(),
+            reason: r.as_ref().err().cloned(),
+        }
+    }
 }
 
 #[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, description = "the process is up", body = Health)))]
@@ -38,26 +74,35 @@ pub async fn healthz() -> Json<Health> {
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "system",
-    responses((status = 200, body = Readiness), (status = 503, description = "not ready", body = Readiness)))]
+    responses((status = 200, description = "ready: every check passes", body = Readiness),
+              (status = 503, description = "not ready: the failing checks say why", body = Readiness)))]
 pub async fn readyz(State(s): State<AppState>) -> (StatusCode, Json<Readiness>) {
-    // The bundle and the indexes are loaded before the listener opens; the database is checked live.
-    let db = s.service.ping_database().await;
-    let ready = db.is_ok();
-    let r = Readiness {
+    let r = s.service.readiness(s.ready).await;
+    let ready = r.ready();
+    let reasons: Vec<&str> = [&r.vision, &r.text, &r.database, &r.index]
+        .into_iter()
+        .filter_map(|c| c.as_ref().err().map(String::as_str))
+        .collect();
+    let body = Readiness {
         ready,
-        bundle: true,
-        database: ready,
-        index: true,
-        message: db.err().map(|e| e.to_string()),
-    };
-    (
-        if ready {
-            StatusCode::OK
-        } else {
-            StatusCode::SERVICE_UNAVAILABLE
+        bundle: r.vision.is_ok() && r.text.is_ok(),
+        database: r.database.is_ok(),
+        index: r.index.is_ok(),
+        execution_provider: r.provider.as_str().to_string(),
+        checks: ReadyChecks {
+            vision: (&r.vision).into(),
+            text: (&r.text).into(),
+            database: (&r.database).into(),
+            index: (&r.index).into(),
         },
-        Json(r),
-    )
+        message: (!reasons.is_empty()).then(|| reasons.join("; ")),
+    };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body))
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Prometheus text format", body = String)))]
@@ -106,7 +151,7 @@ pub async fn bundle(State(s): State<AppState>) -> Json<BundleInfo> {
         joint_dim: m.projection.joint_dim,
         fne_dim: m.fne.dim,
         crop_mode: format!("{:?}", p.crop_mode).to_lowercase(),
-        provider: p.provider().to_string(),
+        provider: p.provider().ort_name().to_string(),
         training: m.training.clone(),
     })
 }

@@ -47,6 +47,8 @@ impl Service {
     /// database is down) nothing is skipped: the next step starts from the same position.
     pub async fn follow_once(&self) -> Result<FollowReport> {
         let mut st = self.follow.lock().await;
+        // The indexes are current as of this read once the step succeeds (readiness measures the lag).
+        let read_at = Instant::now();
         if st.last_ok.elapsed() > CHANGE_RETENTION / 2 {
             tracing::warn!(
                 "the change sequence was unreadable for too long; reloading every index"
@@ -54,6 +56,7 @@ impl Service {
             let cursor = self.store.change_cursor().await?;
             self.reload_all().await?;
             (st.cursor, st.last_ok) = (cursor, Instant::now());
+            self.mark_followed(read_at);
             return Ok(FollowReport {
                 changes: 0,
                 reloaded: true,
@@ -63,6 +66,7 @@ impl Service {
         let n = changes.len();
         let reloaded = self.apply(changes).await?;
         (st.cursor, st.last_ok) = (next, Instant::now());
+        self.mark_followed(read_at);
         if st
             .last_prune
             .is_none_or(|t| t.elapsed() > Duration::from_secs(60))
@@ -187,6 +191,7 @@ impl Service {
 
     /// Rebuilds every index from the database (after a reindex elsewhere, or a long absence).
     async fn reload_all(&self) -> Result<()> {
+        let _rebuilding = self.indexes.rebuilding();
         let mut fresh = HashMap::new();
         for c in self.store.list_collections().await? {
             fresh.insert(c.id, self.load_indexes(&c).await?);

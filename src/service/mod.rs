@@ -4,19 +4,25 @@
 //! (api, cli) see rows and hits, never the store itself.
 //!
 //! One file per area: `collections`, `ingest` (adding images and captions), `items` (reading and deleting
-//! them), `search`, `reindex`, `follow` (other replicas' writes); `registry` holds the indexes.
+//! them), `search`, `reindex`, `follow` (other replicas' writes), `readiness` (whether to send this process
+//! traffic); `registry` holds the indexes.
 
 mod collections;
 mod error;
 mod follow;
 mod ingest;
 mod items;
+mod readiness;
 mod registry;
 mod reindex;
 mod search;
 mod warm;
 
-use std::{path::PathBuf, sync::Arc};
+use std::{
+    path::PathBuf,
+    sync::{Arc, atomic::AtomicU64},
+    time::Instant,
+};
 
 use bytes::Bytes;
 
@@ -26,6 +32,7 @@ pub use collections::{CollectionName, validate_collection_name};
 pub use error::{Result, ServiceError};
 pub use follow::{CHANGE_RETENTION, FollowReport};
 pub use ingest::{AddedImage, ImageInput};
+pub use readiness::{ReadinessReport, ReadyOptions};
 pub use search::{CaptionHit, ImageHit, Query, SearchParams};
 
 use crate::{
@@ -58,6 +65,11 @@ pub struct Service {
     indexes: IndexRegistry,
     /// Where this process stands in the database's change sequence (src/service/follow.rs).
     follow: tokio::sync::Mutex<follow::FollowState>,
+    /// When this service opened; `followed_at_ms` counts from it.
+    started: Instant,
+    /// When the indexes last held everything committed (the open, then each follow step that succeeded).
+    followed_at_ms: AtomicU64,
+    probes: readiness::ProbeCache,
 }
 
 impl Service {
@@ -69,6 +81,7 @@ impl Service {
         opts: ServiceOptions,
     ) -> Result<Service> {
         // Before reading any vector: whatever commits from here on is replayed by the follower.
+        let started = Instant::now();
         let cursor = store.change_cursor().await?;
         let svc = Service {
             pipeline,
@@ -77,6 +90,9 @@ impl Service {
             opts,
             indexes: IndexRegistry::default(),
             follow: tokio::sync::Mutex::new(follow::FollowState::new(cursor)),
+            started,
+            followed_at_ms: AtomicU64::new(0),
+            probes: Default::default(),
         };
         svc.check_provenance().await?;
         for c in svc.store.list_collections().await? {
@@ -93,11 +109,6 @@ impl Service {
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
-    }
-
-    /// Whether the database answers (for readiness).
-    pub async fn ping_database(&self) -> Result<()> {
-        Ok(self.store.ping().await?)
     }
 
     /// Vectors from another bundle would be silently wrong: say so, and say how to fix it.

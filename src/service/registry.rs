@@ -4,7 +4,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard},
+    sync::{
+        Arc, RwLock, RwLockReadGuard, RwLockWriteGuard,
+        atomic::{AtomicUsize, Ordering},
+    },
 };
 
 use crate::{index::VectorIndex, modality::Modality};
@@ -28,6 +31,17 @@ impl CollectionIndexes {
 #[derive(Default)]
 pub(super) struct IndexRegistry {
     map: RwLock<HashMap<i64, CollectionIndexes>>,
+    /// Full rebuilds under way (a reindex, a reload of everything): readiness is off meanwhile.
+    rebuilds: AtomicUsize,
+}
+
+/// Held while every index is being rebuilt from the database; dropping it (also on an error) ends that.
+pub(super) struct Rebuilding<'a>(&'a AtomicUsize);
+
+impl Drop for Rebuilding<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl IndexRegistry {
@@ -65,6 +79,16 @@ impl IndexRegistry {
     /// Replaces every collection's indexes at once.
     pub fn replace_all(&self, fresh: HashMap<i64, CollectionIndexes>) {
         *self.write() = fresh;
+    }
+
+    /// Marks a full rebuild as under way until the guard is dropped.
+    pub fn rebuilding(&self) -> Rebuilding<'_> {
+        self.rebuilds.fetch_add(1, Ordering::AcqRel);
+        Rebuilding(&self.rebuilds)
+    }
+
+    pub fn is_rebuilding(&self) -> bool {
+        self.rebuilds.load(Ordering::Acquire) > 0
     }
 
     /// Points in all image indexes and all caption indexes.

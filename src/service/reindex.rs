@@ -12,6 +12,8 @@ use crate::{
 impl Service {
     /// Refuses codes from another vision model. Returns the images and captions rewritten.
     pub async fn reindex(&self) -> Result<(usize, usize)> {
+        // Stored vectors and indexes disagree until the end: not ready meanwhile.
+        let _rebuilding = self.indexes.rebuilding();
         let images = self.reindex_images().await?;
         let captions = self.reindex_captions().await?;
         // Other replicas reload too when they read this.

@@ -69,6 +69,14 @@ impl Store {
         Ok(rows.iter().map(collection_row).collect())
     }
 
+    /// Every collection's id and name, without the row counts (readiness asks this every few seconds).
+    pub async fn collection_names(&self) -> Result<Vec<(i64, String)>, StoreError> {
+        let rows = sqlx::query("SELECT id, name FROM collections ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(|r| (r.get("id"), r.get("name"))).collect())
+    }
+
     pub async fn collection(&self, name: &str) -> Result<CollectionRow, StoreError> {
         let row = sqlx::query(&format!("{COLLECTION_SELECT} WHERE c.name = $1"))
             .bind(name)

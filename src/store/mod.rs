@@ -269,3 +269,55 @@ pub(crate) mod testing {
             .expect("in-memory sqlite")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Store;
+
+    /// The regression test of `write_tx`'s BEGIN IMMEDIATE on SQLite: a write transaction reads, another
+    /// connection commits, then the transaction writes. Deferred, that write fails at once with "database is
+    /// locked" (SQLITE_BUSY_SNAPSHOT: its read snapshot is stale, and the busy timeout does not apply);
+    /// immediate, the transaction holds the write lock from BEGIN, the other writer waits for it, and both
+    /// succeed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_transaction_that_reads_first_survives_a_concurrent_writer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}", dir.path().join("w.db").display());
+        let store = Store::connect(&url).await.expect("store");
+        let mut tx = store.write_tx().await.expect("begin");
+        let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM collections")
+            .fetch_one(&mut *tx)
+            .await
+            .expect("read");
+        let other = store.clone();
+        let mut concurrent =
+            tokio::spawn(async move { other.create_collection("other", "").await });
+        // Deferred, the other writer commits now; immediate, it waits for this transaction's lock.
+        let early = tokio::time::timeout(Duration::from_millis(500), &mut concurrent)
+            .await
+            .ok();
+        let wrote = sqlx::query(
+            "INSERT INTO collections (name, description, created_at) VALUES ('mine', '', 'now')",
+        )
+        .execute(&mut *tx)
+        .await;
+        assert!(
+            wrote.is_ok(),
+            "the write after a read failed ({:?}); the other writer committed in between: {}",
+            wrote.err(),
+            early.is_some()
+        );
+        tx.commit().await.expect("commit");
+        let other_done = match early {
+            Some(done) => done,
+            None => concurrent.await,
+        };
+        other_done
+            .expect("task")
+            .expect("the other writer waited for the lock and committed");
+        let after = store.collection_names().await.expect("names").len() as i64;
+        assert_eq!(after, before + 2);
+    }
+}

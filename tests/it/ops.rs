@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::{TestApp, b64, fixture_image};
 use serde_json::json;
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
+    io::{AsyncRead, AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
 
@@ -316,7 +316,7 @@ async fn start_slow_request(port: u16, path: &str, body: &[u8], first: usize) ->
 }
 
 /// Reads one response (head and a Content-Length body), without waiting for the connection to close.
-async fn read_response(s: &mut TcpStream) -> String {
+async fn read_response(s: &mut (impl AsyncRead + Unpin)) -> String {
     let mut out = Vec::new();
     let read = async {
         let mut buf = [0u8; 4096];
@@ -366,6 +366,69 @@ async fn a_request_past_the_timeout_is_a_503_and_the_server_goes_on() {
         .post_json("/v1/embed/text", json!({"texts": ["a dog"]}))
         .await;
     assert_eq!(st, 200);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_that_stalls_or_trickles_is_a_408_and_the_server_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(
+        &dir.path().join("js.db"),
+        &["--body-read-timeout-ms", "300"],
+    )
+    .await;
+    let port: u16 = app.base.rsplit(':').next().unwrap().parse().unwrap();
+    let body = br#"{"texts": ["a dog runs along the beach with a ball in its mouth"]}"#;
+
+    // Stalls: the head and five bytes, then nothing.
+    let t = Instant::now();
+    let mut s = start_slow_request(port, "/v1/embed/text", body, 5).await;
+    let res = read_response(&mut s).await;
+    assert!(res.starts_with("HTTP/1.1 408"), "{res}");
+    assert!(
+        res.contains("\"request_timeout\"") && res.contains("within 0.3s of its headers"),
+        "{res}"
+    );
+    assert!(
+        res.to_ascii_lowercase().contains("connection: close"),
+        "{res}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+
+    // Trickles: a byte every 50 ms never leaves a gap of 300 ms, but the whole body would take 3 s.
+    let t = Instant::now();
+    let s = start_slow_request(port, "/v1/embed/text", body, 1).await;
+    let (mut rd, mut wr) = s.into_split();
+    let rest = body[1..].to_vec();
+    let trickle = tokio::spawn(async move {
+        for b in rest {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if wr.write_all(&[b]).await.is_err() {
+                break;
+            }
+        }
+    });
+    let res = read_response(&mut rd).await;
+    assert!(res.starts_with("HTTP/1.1 408"), "{res}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "answered after {:?}: the deadline is for the whole body",
+        t.elapsed()
+    );
+    trickle.abort();
+
+    // The server goes on, and a body that arrives in time is served.
+    app.assert_alive().await;
+    let (st, _) = app
+        .post_json("/v1/embed/text", json!({"texts": ["a dog"]}))
+        .await;
+    assert_eq!(st, 200);
+    assert!(
+        app.metrics().await.contains(
+            "jointspace_http_requests_total{method=\"POST\",route=\"/v1/embed/text\",status=\"408\"} 2"
+        ),
+        "both refusals are counted"
+    );
     app.stop().await;
 }
 

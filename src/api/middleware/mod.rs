@@ -1,7 +1,8 @@
-//! What the HTTP layer does around every handler, one file each: the key check, the body limit, the
-//! request timeout, and request metrics. What each route needs comes from the route table (../routes.rs).
+//! What the HTTP layer does around every handler, one file each: the key check, the body limit, the body
+//! read timeout, the request timeout, and request metrics. What each route needs comes from the route table (../routes.rs).
 
 pub mod auth;
 pub mod body_limit;
+pub mod body_timeout;
 pub mod observe;
 pub mod timeout;

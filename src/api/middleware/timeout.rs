@@ -1,21 +1,17 @@
 //! The request timeout: a read past it is cancelled; a write runs on to completion (its body under a deadline
 //! of its own) while the client gets 503 at once.
 
-use std::{
-    future::Future,
-    pin::Pin,
-    task::{Context as TaskContext, Poll},
-    time::Duration,
-};
+use std::time::Duration;
 
 use axum::{
-    body::{Body, Bytes, HttpBody},
+    body::Body,
     extract::{Request, State},
     http::{HeaderValue, StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
 
+use super::body_timeout::Deadline;
 use crate::api::{error::ApiError, routes::RouteInfos};
 
 /// The timeout's state: the limit (none: no timeout) and the route table that says which routes write.
@@ -39,8 +35,12 @@ pub async fn timeout(State(rule): State<Timeout>, req: Request, next: Next) -> R
         // before they apply anything, so a body cut off here means nothing was stored. The grace keeps the
         // 503 first.
         let (parts, body) = req.into_parts();
-        let sleep = Box::pin(tokio::time::sleep(limit + BODY_GRACE));
-        Request::from_parts(parts, Body::new(Deadline { body, sleep }))
+        let (body, _) = Deadline::new(
+            body,
+            limit + BODY_GRACE,
+            "the request body did not arrive before the server's timeout",
+        );
+        Request::from_parts(parts, Body::new(body))
     } else {
         req
     };
@@ -79,41 +79,3 @@ pub async fn timeout(State(rule): State<Timeout>, req: Request, next: Next) -> R
 }
 
 const BODY_GRACE: Duration = Duration::from_millis(200);
-
-/// A request body that fails when its deadline passes before it has fully arrived. A total deadline, not
-/// tower-http's `RequestBodyTimeoutLayer`: that one resets after every frame, so a client trickling a byte at a
-/// time would never reach it.
-struct Deadline {
-    body: Body,
-    sleep: Pin<Box<tokio::time::Sleep>>,
-}
-
-impl HttpBody for Deadline {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        let this = self.get_mut();
-        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
-            return Poll::Ready(frame);
-        }
-        // Polling the timer registers the waker, so a silent client still wakes the task at the deadline.
-        match this.sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(
-                "the request body did not arrive before the server's timeout",
-            )))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}

@@ -3,9 +3,12 @@
 
 pub mod pg;
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
-use jointspace::{app::Application, config::ServeArgs};
+use jointspace::{app::Application, config::ServeArgs, runtime::Backend};
 use tokio::{sync::oneshot, task::JoinHandle};
 
 pub const BUNDLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny");
@@ -41,6 +44,16 @@ impl TestApp {
 
     /// On any database URL (`sqlite://...` or `postgres://...`).
     pub async fn start_url(bundle: &str, url: &str, extra: &[&str]) -> TestApp {
+        Self::start_wrapped(bundle, url, extra, |b| b).await
+    }
+
+    /// As `start_url`, with the runtime seen through `wrap` (a backend that wedges or dies on cue).
+    pub async fn start_wrapped(
+        bundle: &str,
+        url: &str,
+        extra: &[&str],
+        wrap: impl FnOnce(Arc<dyn Backend>) -> Arc<dyn Backend>,
+    ) -> TestApp {
         let mut flags = vec![
             "--addr",
             "127.0.0.1:0",
@@ -53,7 +66,9 @@ impl TestApp {
         ];
         flags.extend_from_slice(extra);
         let cfg = ServeArgs::try_from_flags(flags).expect("flags");
-        let app = Application::build(cfg).await.expect("application starts");
+        let app = Application::build_with(cfg, wrap)
+            .await
+            .expect("application starts");
         let base = format!("http://127.0.0.1:{}", app.port());
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(app.run_until(async {
