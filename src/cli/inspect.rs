@@ -45,7 +45,11 @@ pub fn inspect(dir: PathBuf, graphs: bool, rt: RuntimeArgs) -> anyhow::Result<()
         m.projection.joint_dim,
         m.fne.dim,
         m.projection.abs,
-        if b.projection_bias.is_some() { "yes" } else { "no" }
+        if b.projection_bias.is_some() {
+            "yes"
+        } else {
+            "no"
+        }
     );
     println!(
         "text       {} + {}, max {} tokens",
