@@ -106,6 +106,8 @@ def build(blocks: list[Mapped], bias: np.ndarray, normalise: bool, path: str | P
     if normalise:
         sq = node("ReduceSum", [node("Mul", [out, out], "squares"), "ax1"], "norm2", keepdims=1)
         node("Div", [out, node("Sqrt", [node("Max", [sq, "tiny"], "norm2_safe")], "norm")], "embedding")
+    used = {i for n in nodes for i in n.input}  # constants this graph's feature modes do not use would make
+    inits = [t for t in inits if t.name in used]  # ONNX Runtime warn at every load
     graph = helper.make_graph(
         nodes, "closed_form_text",
         [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", "T"]),

@@ -119,6 +119,17 @@ def test_text_graph_computes_the_trainers_features(tok, tmp_path):
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
 
 
+def test_the_text_graph_carries_only_the_constants_it_uses(tok, tmp_path):
+    """An unused initializer makes ONNX Runtime warn at every load of the bundle."""
+    import onnx
+
+    ids, lengths = textfeat.encode(tok, ["a dog runs on the grass ."], 64)
+    term = textfeat.tfidf_term(tok, ids, lengths, 4)
+    textgraph.build([textgraph.Mapped(term, np.ones((4, 2)))], np.zeros(2), True, tmp_path / "t.onnx")
+    g = onnx.load(str(tmp_path / "t.onnx")).graph
+    assert {t.name for t in g.initializer} <= {i for n in g.node for i in n.input}
+
+
 def test_an_affine_euclidean_bundle_round_trips(repo, tmp_path):
     """A projection bias and `similarity: euclidean` (the closed-form bundles): read back, the image vector is
     W . code + bias as it is, and scores are -||c - i||^2."""
