@@ -1,4 +1,4 @@
-//! The default bundle loads in the server (checksums, shapes, both graphs) and embeds into unit vectors.
+//! The shipped bundles load in the server (checksums, shapes, both graphs) and embed into unit vectors.
 //! Skipped where the bundle or its vision graph (built by scripts/setup-python.sh) is absent.
 
 use crate::common;
@@ -75,4 +75,40 @@ async fn default_bundle_loads_and_embeds() {
         (640, 480),
         "the upload's own size is kept"
     );
+}
+
+/// The normalized-CCA bundle (docs/results.md, "Closed-form systems"): TF-IDF over 3,000 words in its text graph,
+/// an affine map of the FNE code, cosine. It loads, embeds unit vectors, and its text side ranks a paraphrase
+/// above an unrelated sentence.
+#[tokio::test]
+async fn ncca_bundle_loads_and_embeds() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models/flickr8k-vgg16-ncca");
+    if !std::path::Path::new(dir).join("vision.onnx").exists() {
+        eprintln!("skipped: {dir}/vision.onnx is absent (scripts/setup-python.sh builds it)");
+        return;
+    }
+    let cfg = ServeArgs::try_from_flags(["--bundle", dir]).expect("flags");
+    let p = load_pipeline(&cfg.model).expect("the nCCA bundle loads");
+    assert_eq!(p.similarity(), jointspace::bundle::Similarity::Cosine);
+    assert!(p.bundle.projection_bias.is_some(), "an affine map");
+    let mut texts = Vec::new();
+    for s in [
+        "a dog running on the beach",
+        "two dogs run along the beach",
+        "a man is playing a guitar on stage",
+    ] {
+        texts.push(p.embed_text(s).await.expect("text"));
+    }
+    let img = p
+        .embed_image(common::fixture_image(0).into(), ImageUse::Store)
+        .await
+        .expect("image");
+    for x in texts.iter().chain([&img.vector]) {
+        assert_eq!(x.len(), p.joint_dim());
+        let norm = x.iter().map(|a| a * a).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
+    }
+    let cos = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    let (near, far) = (cos(&texts[0], &texts[1]), cos(&texts[0], &texts[2]));
+    assert!(near > far + 0.2, "paraphrase {near}, unrelated {far}");
 }
