@@ -19,6 +19,9 @@ def dataset_features(source: VisionWeights, extraction: Extraction, weights: vis
     graph = graph_file(source, weights, "both")
     names = data.all_images(extraction.data)
     v = vision.vision_section(weights, "both", crop)
+    # Every bundle records this preparation and the server applies it, so the features trained on are made from
+    # photos prepared the same way (a no-op on Flickr8k's own 224x224 photos: their cached features stand).
+    v["prepare"] = data.PREPARATION
     f = features.extract(graph, v, Path(extraction.data) / "images", names, crop, cache=source.cache,
                          batch_images=extraction.batch_images, threads=extraction.ort_threads)
     crops = features.crops_of(graph, names, crop, source.cache) if per_crop else None
