@@ -16,6 +16,10 @@ echo "== trainer tests (pytest)"
 (cd train && ../.venv/bin/python -m pytest)
 echo "== trainer lint (ruff check; settings in train/pyproject.toml)"
 (cd train && ../.venv/bin/ruff check .)
+echo "== deploy manifests (deploy/k8s against the Kubernetes API schemas, offline: npm kubernetes-models)"
+command -v npm >/dev/null || { echo "scripts/test.sh: validating deploy/k8s needs node and npm (apt-get install nodejs npm)" >&2; exit 1; }
+(cd deploy/validate && npm ci --no-audit --no-fund --loglevel=error)
+node deploy/validate/validate.mjs deploy/k8s --self-test
 echo "== server style and lints (cargo fmt --check; cargo clippy --all-targets -D warnings, [lints] in Cargo.toml)"
 cargo fmt --check
 # --release shares the build scripts' C and C++ outputs (mozjpeg, USearch) with the test build below.
