@@ -42,6 +42,7 @@ fn load_wrapped(
         &dylib,
         model.runtime.device,
         model.runtime.intra_threads,
+        model.runtime.release_inference_memory,
     )?));
     let provider = backend.provider();
     tracing::info!(

@@ -65,6 +65,14 @@ pub struct RuntimeArgs {
     /// always runs on one (docs/benchmarks.md).
     #[arg(long, env = "JOINTSPACE_INTRA_THREADS")]
     pub intra_threads: Option<usize>,
+    /// Give inference memory back after each run: ONNX Runtime's CPU arena and memory pattern off. With the
+    /// default bundle, resident memory after ingesting photos is about 470 MB instead of 1.4 GB, and about
+    /// 220 MB with glibc's `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304` (the container and manifests
+    /// set it), for ingest 3-7% slower (docs/operations.md, "Memory"). `false` keeps ONNX Runtime's arena,
+    /// which holds the largest run's buffers for reuse.
+    #[arg(long, env = "JOINTSPACE_RELEASE_INFERENCE_MEMORY", default_value_t = true,
+          action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub release_inference_memory: bool,
 }
 
 /// The model bundle and how inputs are turned into vectors.

@@ -158,15 +158,23 @@ pub struct OrtBackend {
 }
 
 impl OrtBackend {
+    /// `release_memory`: give each run's buffers back when it ends (`--release-inference-memory`).
     pub fn new(
         bundle: &Bundle,
         dylib: &Path,
         device: Device,
         intra_threads: Option<usize>,
+        release_memory: bool,
     ) -> Result<OrtBackend, RuntimeError> {
         let env = init_ort(dylib)?;
         let m = &bundle.manifest;
-        let (vision, provider) = open(&env, &bundle.path(&m.vision.onnx), device, intra_threads)?;
+        let (vision, provider) = open(
+            &env,
+            &bundle.path(&m.vision.onnx),
+            device,
+            intra_threads,
+            release_memory,
+        )?;
         // The text graph is a GRU: one small step after another, where a second intra-op thread costs more in
         // hand-offs than it gives (one sentence: 3.8 ms on one thread, 15 ms on two; docs/benchmarks.md).
         // Concurrent sentences are batched into one run instead.
@@ -175,7 +183,13 @@ impl OrtBackend {
             Provider::Cpu => Device::Cpu,
             Provider::Cuda => Device::Cuda,
         };
-        let (text, _) = open(&env, &bundle.path(&m.text.onnx), text_device, Some(1))?;
+        let (text, _) = open(
+            &env,
+            &bundle.path(&m.text.onnx),
+            text_device,
+            Some(1),
+            release_memory,
+        )?;
         expect_io(
             &vision,
             &m.vision.onnx,
@@ -220,6 +234,7 @@ fn open(
     path: &Path,
     device: Device,
     intra_threads: Option<usize>,
+    release_memory: bool,
 ) -> Result<(Session, Provider), RuntimeError> {
     let graph = path.display().to_string();
     let err = |e: &dyn std::fmt::Display| RuntimeError::Graph {
@@ -233,6 +248,15 @@ fn open(
             .map_err(|e| err(&e))?;
         if let Some(n) = intra_threads {
             b = b.with_intra_threads(n).map_err(|e| err(&e))?;
+        }
+        if release_memory {
+            // Without the arena and the memory pattern, a run's buffers are freed when it ends instead of
+            // being kept for the next one (docs/operations.md, "Memory").
+            b = b.with_memory_pattern(false).map_err(|e| err(&e))?;
+            ep::CPU::default()
+                .with_arena_allocator(false)
+                .register(&mut b)
+                .map_err(|e| err(&e))?;
         }
         Ok(b)
     };

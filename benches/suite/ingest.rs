@@ -77,6 +77,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         &dylib,
         Device::Cpu,
         Some(o.threads),
+        true, // as the server runs by default (--release-inference-memory)
     )?);
     let limits = DecodeLimits {
         max_bytes: 20 << 20,

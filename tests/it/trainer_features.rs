@@ -40,6 +40,7 @@ fn raw_features_match_the_trainer_cache_on_real_jpegs() {
         &locate_dylib(None).expect("onnxruntime"),
         Device::Cpu,
         None,
+        true,
     )
     .expect("runtime");
     let names: Vec<String> =
