@@ -71,6 +71,7 @@ ENV ORT_DYLIB_PATH=/opt/onnxruntime/lib/libonnxruntime.so \
     LD_LIBRARY_PATH=/opt/onnxruntime/lib \
     JOINTSPACE_DEVICE=cuda \
     JOINTSPACE_ADDR=0.0.0.0:8080 \
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304 \
     JOINTSPACE_BUNDLE=/opt/jointspace/models/flickr8k-vgg16-fne \
     JOINTSPACE_DATABASE_URL=sqlite:///var/lib/jointspace/jointspace.db \
     JOINTSPACE_LOG_JSON=1
@@ -94,6 +95,7 @@ COPY models/flickr8k-vgg16-fne /opt/jointspace/models/flickr8k-vgg16-fne
 ENV ORT_DYLIB_PATH=/opt/onnxruntime/lib/libonnxruntime.so \
     JOINTSPACE_DEVICE=cpu \
     JOINTSPACE_ADDR=0.0.0.0:8080 \
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304 \
     JOINTSPACE_BUNDLE=/opt/jointspace/models/flickr8k-vgg16-fne \
     JOINTSPACE_DATABASE_URL=sqlite:///var/lib/jointspace/jointspace.db \
     JOINTSPACE_LOG_JSON=1
