@@ -14,7 +14,7 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         mpsc::{self, RecvTimeoutError, TryRecvError},
     },
     thread,
@@ -80,6 +80,8 @@ pub struct Batcher<I> {
     /// A probe that has not answered yet: the next probe waits on it rather than queueing another behind a
     /// wedged worker.
     pending_probe: Arc<tokio::sync::Mutex<Option<Reply>>>,
+    /// False once the worker thread has ended (a panic): nothing will run again in this process.
+    alive: Arc<AtomicBool>,
 }
 
 type Reply = oneshot::Receiver<Result<Vec<f32>, RuntimeError>>;
@@ -96,6 +98,7 @@ impl<I> Clone for Batcher<I> {
             last_ok: self.last_ok.clone(),
             epoch: self.epoch,
             pending_probe: self.pending_probe.clone(),
+            alive: self.alive.clone(),
         }
     }
 }
@@ -127,10 +130,12 @@ impl<I: Send + 'static> Batcher<I> {
         let (epoch, last_ok) = (Instant::now(), Arc::new(AtomicU64::new(0)));
         let ok_at = last_ok.clone();
         let worker = name.to_string();
+        let alive = Arc::new(AtomicBool::new(true));
+        let living = alive.clone();
         let spawned = thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
-                let _dies_loudly = DiesLoudly(worker);
+                let _dies_loudly = DiesLoudly(worker, living);
                 let mut pending: Option<Job<I>> = None;
                 loop {
                     let first = match pending.take() {
@@ -211,6 +216,7 @@ impl<I: Send + 'static> Batcher<I> {
             });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot spawn the {name} worker");
+            alive.store(false, Ordering::Release);
         }
         Batcher {
             tx,
@@ -222,7 +228,13 @@ impl<I: Send + 'static> Batcher<I> {
             last_ok,
             epoch,
             pending_probe: Arc::default(),
+            alive,
         }
+    }
+
+    /// Whether the worker thread still runs (liveness: a stopped one never comes back).
+    pub fn alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
     }
 
     /// Whether the worker answers. Ok at once when a runtime call succeeded within `fresh`; otherwise a
@@ -320,11 +332,13 @@ impl<I: Send + 'static> Batcher<I> {
     }
 }
 
-/// Logs a worker thread that ends in a panic: inference is down from then on (readiness says so too).
-struct DiesLoudly(String);
+/// Logs a worker thread that ends in a panic and marks it stopped: inference is down from then on (readiness
+/// and liveness say so).
+struct DiesLoudly(String, Arc<AtomicBool>);
 
 impl Drop for DiesLoudly {
     fn drop(&mut self) {
+        self.1.store(false, Ordering::Release);
         if thread::panicking() {
             tracing::error!(worker = %self.0, "the inference worker panicked and has stopped");
         }

@@ -142,6 +142,18 @@ impl Pipeline {
         Ok(self.text.probe(ids, fresh, timeout).await?)
     }
 
+    /// The inference worker that has stopped, if one has: it never restarts, so the process is no longer
+    /// alive for its purpose (`/healthz` says so, and an orchestrator restarts it).
+    pub fn stopped_worker(&self) -> Option<&'static str> {
+        if !self.vision.alive() {
+            Some("vision")
+        } else if !self.text.alive() {
+            Some("text")
+        } else {
+            None
+        }
+    }
+
     pub fn similarity(&self) -> Similarity {
         self.bundle.manifest.similarity
     }

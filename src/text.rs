@@ -64,6 +64,11 @@ impl TextEncoder {
         self.batcher.probe(|| vec![ids], fresh, timeout).await
     }
 
+    /// Whether the worker thread still runs (see `Batcher::alive`).
+    pub fn alive(&self) -> bool {
+        self.batcher.alive()
+    }
+
     /// Token ids of each sentence -> one unit vector each.
     pub async fn embed(&self, ids: Vec<Vec<i64>>) -> Result<Vec<Vec<f32>>, RuntimeError> {
         let n = ids.len();

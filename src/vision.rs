@@ -58,6 +58,11 @@ impl Vision {
         self.batcher.probe(|| vec![0.0; len], fresh, timeout).await
     }
 
+    /// Whether the worker thread still runs (see `Batcher::alive`).
+    pub fn alive(&self) -> bool {
+        self.batcher.alive()
+    }
+
     pub fn raw_dim(&self) -> usize {
         self.raw_dim
     }

@@ -66,11 +66,26 @@ impl From<&Result<(), String>> for Check {
     }
 }
 
-#[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, description = "the process is up", body = Health)))]
-pub async fn healthz() -> Json<Health> {
-    Json(Health {
-        status: "ok".into(),
-    })
+#[utoipa::path(get, path = "/healthz", tag = "system",
+    responses((status = 200, description = "the process is up", body = Health),
+              (status = 503, description = "an inference worker has stopped and never comes back: restart the process", body = Health)))]
+pub async fn healthz(State(s): State<AppState>) -> (StatusCode, Json<Health>) {
+    match s.service.pipeline().stopped_worker() {
+        None => (
+            StatusCode::OK,
+            Json(Health {
+                status: "ok".into(),
+            }),
+        ),
+        Some(worker) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(Health {
+                status: format!(
+                    "the {worker} inference worker has stopped (see the log); restart the process"
+                ),
+            }),
+        ),
+    }
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "system",

@@ -149,7 +149,16 @@ async fn a_wedged_or_dead_inference_worker_is_not_ready_and_says_why() {
         503,
         "a dead worker stays not ready"
     );
-    app.assert_alive().await;
+    // And the process is no longer alive for its purpose: liveness fails, so an orchestrator restarts it.
+    let (status, body) = app.get_json("/healthz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["status"]
+            .as_str()
+            .unwrap_or("")
+            .contains("the text inference worker has stopped"),
+        "{body}"
+    );
     app.stop().await;
 }
 
