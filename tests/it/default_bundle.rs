@@ -8,15 +8,22 @@ use jointspace::{
     prepare,
 };
 
+/// A shipped bundle's pipeline, or None (said on stderr) where its vision graph has not been built.
+fn shipped(name: &str) -> Option<std::sync::Arc<jointspace::pipeline::Pipeline>> {
+    let dir = format!("{}/models/{name}", env!("CARGO_MANIFEST_DIR"));
+    if !std::path::Path::new(&dir).join("vision.onnx").exists() {
+        eprintln!("skipped: {dir}/vision.onnx is absent (scripts/setup-python.sh builds it)");
+        return None;
+    }
+    let cfg = ServeArgs::try_from_flags(["--bundle", dir.as_str()]).expect("flags");
+    Some(load_pipeline(&cfg.model).unwrap_or_else(|e| panic!("{name} loads: {e:#}")))
+}
+
 #[tokio::test]
 async fn default_bundle_loads_and_embeds() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models/flickr8k-vgg16-fne");
-    if !std::path::Path::new(dir).join("vision.onnx").exists() {
-        eprintln!("skipped: {dir}/vision.onnx is absent (scripts/setup-python.sh builds it)");
+    let Some(p) = shipped("flickr8k-vgg16-fne") else {
         return;
-    }
-    let cfg = ServeArgs::try_from_flags(["--bundle", dir]).expect("flags");
-    let p = load_pipeline(&cfg.model).expect("the default bundle loads");
+    };
     let v = p
         .embed_text("a dog running on the beach")
         .await
@@ -82,13 +89,9 @@ async fn default_bundle_loads_and_embeds() {
 /// above an unrelated sentence.
 #[tokio::test]
 async fn ncca_bundle_loads_and_embeds() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models/flickr8k-vgg16-ncca");
-    if !std::path::Path::new(dir).join("vision.onnx").exists() {
-        eprintln!("skipped: {dir}/vision.onnx is absent (scripts/setup-python.sh builds it)");
+    let Some(p) = shipped("flickr8k-vgg16-ncca") else {
         return;
-    }
-    let cfg = ServeArgs::try_from_flags(["--bundle", dir]).expect("flags");
-    let p = load_pipeline(&cfg.model).expect("the nCCA bundle loads");
+    };
     assert_eq!(p.similarity(), jointspace::bundle::Similarity::Cosine);
     assert!(p.bundle.projection_bias.is_some(), "an affine map");
     let mut texts = Vec::new();

@@ -68,6 +68,22 @@ fn set(mode: &(Mutex<Mode>, Condvar), m: Mode) {
     mode.1.notify_all();
 }
 
+/// A server on SQLite in `dir` whose text runs go through `Faulty` (healthy until the test says otherwise),
+/// with a 300 ms probe timeout.
+async fn start_faulty(dir: &std::path::Path) -> (TestApp, Arc<(Mutex<Mode>, Condvar)>) {
+    let url = format!("sqlite://{}", dir.join("js.db").display());
+    let mode = Arc::new((Mutex::new(Mode::Healthy), Condvar::new()));
+    let m = mode.clone();
+    let app = TestApp::start_wrapped(
+        BUNDLE,
+        &url,
+        &["--ready-probe-timeout-ms", "300"],
+        move |inner| Arc::new(Faulty { inner, mode: m }),
+    )
+    .await;
+    (app, mode)
+}
+
 /// Polls `/readyz` until it answers `status`; returns the body and how long the last call took.
 async fn readyz_until(app: &TestApp, status: u16) -> (Value, Duration) {
     let t0 = Instant::now();
@@ -88,16 +104,7 @@ async fn readyz_until(app: &TestApp, status: u16) -> (Value, Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wedged_or_dead_inference_worker_is_not_ready_and_says_why() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}", dir.path().join("js.db").display());
-    let mode = Arc::new((Mutex::new(Mode::Healthy), Condvar::new()));
-    let m = mode.clone();
-    let app = TestApp::start_wrapped(
-        BUNDLE,
-        &url,
-        &["--ready-probe-timeout-ms", "300"],
-        move |inner| Arc::new(Faulty { inner, mode: m }),
-    )
-    .await;
+    let (app, mode) = start_faulty(dir.path()).await;
 
     let (s, body) = app.get_json("/readyz").await;
     assert_eq!(s, 200, "{body}");
@@ -165,16 +172,7 @@ async fn a_wedged_or_dead_inference_worker_is_not_ready_and_says_why() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reindex_under_way_is_not_ready() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}", dir.path().join("js.db").display());
-    let mode = Arc::new((Mutex::new(Mode::Healthy), Condvar::new()));
-    let m = mode.clone();
-    let app = TestApp::start_wrapped(
-        BUNDLE,
-        &url,
-        &["--ready-probe-timeout-ms", "300"],
-        move |inner| Arc::new(Faulty { inner, mode: m }),
-    )
-    .await;
+    let (app, mode) = start_faulty(dir.path()).await;
     assert_eq!(
         app.post_json("/v1/collections", json!({"name": "c"}))
             .await

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{TestApp, b64, fixture_image, fixture_w, variant_bundle, variant_bundle_affine};
+use common::{TestApp, b64, fixture_image, variant_bundle, variant_bundle_affine};
 use serde_json::json;
 
 #[tokio::test]
@@ -26,19 +26,7 @@ async fn order_similarity_bundles_rank_by_s() {
         &["--exact-below", "0"],
     )
     .await;
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "c"}))
-            .await
-            .0,
-        201
-    );
-    let images: Vec<_> = (0..8).map(|i| json!({"data": b64(&fixture_image(i)), "external_id": format!("i{i}"), "captions": [format!("a dog number {i}")]})).collect();
-    assert_eq!(
-        app.post_json("/v1/collections/c/images", json!({ "images": images }))
-            .await
-            .0,
-        201
-    );
+    seed_dogs(&app).await;
     let (_, e) = app
         .post_json("/v1/embed/image", json!({"image": b64(&fixture_image(2))}))
         .await;
@@ -57,12 +45,7 @@ async fn order_similarity_bundles_rank_by_s() {
         )
         .await;
     assert_eq!(s, 200, "{r}");
-    let scores: Vec<f64> = r["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|h| h["score"].as_f64().expect("score"))
-        .collect();
+    let scores = hit_scores(&r);
     assert_eq!(scores.len(), 8);
     assert!(
         scores.iter().all(|s| *s <= 0.0),
@@ -86,6 +69,37 @@ async fn order_similarity_bundles_rank_by_s() {
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["results"].as_array().map(Vec::len), Some(3));
     app.stop().await;
+}
+
+/// Collection "c" with fixture images 0-7 (external ids i0-i7), each with the caption "a dog number i".
+async fn seed_dogs(app: &TestApp) {
+    assert_eq!(
+        app.post_json("/v1/collections", json!({"name": "c"}))
+            .await
+            .0,
+        201
+    );
+    let images: Vec<_> = (0..8).map(|i| json!({"data": b64(&fixture_image(i)), "external_id": format!("i{i}"), "captions": [format!("a dog number {i}")]})).collect();
+    assert_eq!(
+        app.post_json("/v1/collections/c/images", json!({ "images": images }))
+            .await
+            .0,
+        201
+    );
+}
+
+/// The scores of a search response's hits, in order.
+fn hit_scores(r: &serde_json::Value) -> Vec<f64> {
+    r["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|h| h["score"].as_f64().expect("score"))
+        .collect()
+}
+
+fn fixture() -> jointspace::bundle::Bundle {
+    jointspace::bundle::Bundle::load(std::path::Path::new(common::BUNDLE)).expect("fixture")
 }
 
 /// The fixture's W with a bias of `b[r] = 0.5 - r / joint` (far from zero, so a missed bias shows).
@@ -130,9 +144,8 @@ fn neg_sqdist(a: &[f32], b: &[f32]) -> f32 {
 #[tokio::test]
 async fn euclidean_bundles_add_the_bias_keep_the_length_and_rank_by_distance() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let w = fixture_w();
-    let base =
-        jointspace::bundle::Bundle::load(std::path::Path::new(common::BUNDLE)).expect("fixture");
+    let base = fixture();
+    let w = base.projection.clone();
     let (joint, dim) = (base.manifest.projection.joint_dim, base.manifest.fne.dim);
     let b = bias(joint);
     let bundle = variant_bundle_affine(
@@ -163,19 +176,7 @@ async fn euclidean_bundles_add_the_bias_keep_the_length_and_rank_by_distance() {
     assert!((norm - 1.0).abs() > 1e-3, "not normalised, norm {norm}");
 
     // Scores are -‖q - x‖² on the served vectors, for every pair of modalities.
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "c"}))
-            .await
-            .0,
-        201
-    );
-    let images: Vec<_> = (0..8).map(|i| json!({"data": b64(&fixture_image(i)), "external_id": format!("i{i}"), "captions": [format!("a dog number {i}")]})).collect();
-    assert_eq!(
-        app.post_json("/v1/collections/c/images", json!({ "images": images }))
-            .await
-            .0,
-        201
-    );
+    seed_dogs(&app).await;
     let mut vectors = Vec::new();
     for i in 0..8 {
         let (_, e) = app
@@ -230,12 +231,7 @@ async fn euclidean_bundles_add_the_bias_keep_the_length_and_rank_by_distance() {
         )
         .await;
     assert_eq!(s, 200, "{r}");
-    let scores: Vec<f64> = r["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|h| h["score"].as_f64().expect("score"))
-        .collect();
+    let scores = hit_scores(&r);
     assert_eq!(scores.len(), 8);
     assert!(scores.iter().all(|s| *s <= 0.0) && scores.windows(2).all(|w| w[0] >= w[1]));
     app.stop().await;
@@ -244,9 +240,8 @@ async fn euclidean_bundles_add_the_bias_keep_the_length_and_rank_by_distance() {
 #[test]
 fn a_bad_bias_or_an_abs_euclidean_bundle_does_not_load() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let w = fixture_w();
-    let base =
-        jointspace::bundle::Bundle::load(std::path::Path::new(common::BUNDLE)).expect("fixture");
+    let base = fixture();
+    let w = base.projection.clone();
     let joint_dim = base.manifest.projection.joint_dim;
     let short = variant_bundle_affine(
         &dir.path().join("short"),
