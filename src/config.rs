@@ -287,6 +287,10 @@ pub struct ReindexArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Rows staged per transaction. Smaller pages hold the database's write lock for less time at a time
+    /// (SQLite has one writer); nothing is visible until the final switch whatever the page.
+    #[arg(long, env = "JOINTSPACE_REINDEX_PAGE_ROWS", default_value_t = crate::service::REINDEX_PAGE_ROWS)]
+    pub page_rows: usize,
 }
 
 #[derive(Debug, Parser)]

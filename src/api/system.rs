@@ -13,7 +13,7 @@ use super::{
     ApiDoc, AppState,
     error::{ApiResult, ErrorBody},
 };
-use crate::bundle::Similarity;
+use crate::{bundle::Similarity, service::REINDEX_PAGE_ROWS};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
@@ -173,16 +173,24 @@ pub async fn bundle(State(s): State<AppState>) -> Json<BundleInfo> {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReindexReport {
-    pub images: usize,
-    pub captions: usize,
+    /// Images whose vectors were switched to the loaded bundle (recomputed from their stored codes).
+    pub images: u64,
+    /// Captions re-embedded with the loaded text model.
+    pub captions: u64,
+    /// Rows an interrupted reindex under the same bundle had staged, reused rather than recomputed.
+    pub resumed: u64,
 }
 
 #[utoipa::path(post, path = "/v1/admin/reindex", tag = "admin",
-    responses((status = 200, description = "every vector recomputed: images from their stored codes and the loaded W, captions with the loaded text model", body = ReindexReport),
+    responses((status = 200, description = "every vector of another bundle recomputed (images from their stored codes and the loaded W, captions with the loaded text model), staged, then switched in by one transaction: until then searches see the old vectors, and a reindex interrupted part-way resumes from what it staged", body = ReindexReport),
               (status = 422, description = "stored codes come from another vision model", body = ErrorBody)))]
 pub async fn reindex(State(s): State<AppState>) -> ApiResult<Json<ReindexReport>> {
-    let (images, captions) = s.service.reindex().await?;
-    Ok(Json(ReindexReport { images, captions }))
+    let r = s.service.reindex(REINDEX_PAGE_ROWS).await?;
+    Ok(Json(ReindexReport {
+        images: r.images,
+        captions: r.captions,
+        resumed: r.resumed,
+    }))
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -8,8 +8,11 @@ use crate::{app::open_service, config::ReindexArgs, metrics::Metrics};
 pub async fn reindex(args: ReindexArgs) -> anyhow::Result<()> {
     let pipeline = offline_pipeline(&args.model)?;
     let svc = open_service(pipeline, &args.store, Arc::new(Metrics::new())).await?;
-    let (images, captions) = svc.reindex().await?;
+    let r = svc.reindex(args.page_rows).await?;
     svc.snapshot().await?;
-    println!("reindexed {images} images (from their stored codes) and {captions} captions");
+    println!(
+        "reindexed {} images (from their stored codes) and {} captions; {} rows reused from an interrupted reindex",
+        r.images, r.captions, r.resumed
+    );
     Ok(())
 }

@@ -33,6 +33,7 @@ pub use error::{Result, ServiceError};
 pub use follow::{CHANGE_RETENTION, FollowReport};
 pub use ingest::{AddedImage, ImageInput};
 pub use readiness::{ReadinessReport, ReadyOptions};
+pub use reindex::{REINDEX_PAGE_ROWS, Reindexed};
 pub use search::{CaptionHit, ImageHit, Query, SearchParams};
 
 use crate::{
@@ -132,6 +133,13 @@ impl Service {
             if bundle_id != b.id {
                 tracing::warn!(count = n, stored = %bundle_id, loaded = %b.id, "captions were embedded with another bundle; run `jointspace reindex`");
             }
+        }
+        let staged = self.store.staged_rows(&b.id).await?;
+        if staged > 0 {
+            tracing::warn!(
+                staged,
+                "a reindex under this bundle was interrupted (the old vectors are still in use); run `jointspace reindex` to finish it: it reuses what was staged"
+            );
         }
         Ok(())
     }

@@ -165,18 +165,4 @@ impl Store {
             .map(|r| (r.get("bundle_id"), r.get("n")))
             .collect())
     }
-
-    /// A page of (id, text) of all captions after `after`, in id order, for reindexing.
-    pub async fn captions_page(
-        &self,
-        after: i64,
-        limit: i64,
-    ) -> Result<Vec<(i64, String)>, StoreError> {
-        let rows = sqlx::query("SELECT id, text FROM captions WHERE id > $1 ORDER BY id LIMIT $2")
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.iter().map(|r| (r.get("id"), r.get("text"))).collect())
-    }
 }

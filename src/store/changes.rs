@@ -86,14 +86,6 @@ impl Store {
         Ok(())
     }
 
-    /// Records that every vector may have changed (after a reindex): followers reload everything.
-    pub async fn log_reload(&self) -> Result<(), StoreError> {
-        let mut tx = self.write_tx().await?;
-        Self::log(&mut tx, 0, ChangeKind::All, false, &[0]).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
     /// The position now: every change committed before this call is before it. Take it *before* reading the
     /// data an index is built from, so that nothing committed meanwhile is missed (replaying a change that
     /// the build already saw is harmless).
@@ -218,7 +210,8 @@ mod tests {
         // A cursor taken now starts after everything committed so far.
         assert_eq!(store.change_cursor().await.expect("cursor"), after);
         store.delete_caption(c.id, ids[0]).await.expect("delete");
-        store.log_reload().await.expect("reload");
+        // A reindex's switch tells followers to reload everything.
+        store.switch_to_staged("b@1").await.expect("switch");
         let (later, _) = store.changes_since(after).await.expect("later");
         assert_eq!(
             kinds(&later),

@@ -291,25 +291,6 @@ impl Store {
             .collect())
     }
 
-    /// A page of the codes of all images after `after`, in id order, for reindexing.
-    pub async fn codes_page(&self, after: i64, limit: i64) -> Result<Vec<StoredCode>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, code, vision_id FROM images WHERE id > $1 ORDER BY id LIMIT $2",
-        )
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .iter()
-            .map(|r| StoredCode {
-                id: r.get("id"),
-                code: r.get("code"),
-                vision_id: r.get("vision_id"),
-            })
-            .collect())
-    }
-
     /// Every image's search offset in one collection (the index keeps them beside the vectors).
     pub async fn image_offsets(&self, collection_id: i64) -> Result<Vec<(i64, f32)>, StoreError> {
         let rows = sqlx::query("SELECT id, hub_offset FROM images WHERE collection_id = $1")
@@ -402,7 +383,10 @@ mod tests {
             store.image_vector(c.id, id).await.expect("vector"),
             [0.6, 0.8]
         );
-        let page = store.codes_page(0, 10).await.expect("codes");
+        let page = store
+            .stale_codes_page("another bundle", 0, 10)
+            .await
+            .expect("codes");
         assert_eq!((page[0].id, page[0].vision_id.as_str()), (id, "v@1"));
         let e = store
             .insert_images(c.id, &[image("a", json!({}), 0.0)], PROV)

@@ -13,6 +13,7 @@ pub mod codec;
 mod collections;
 mod dialect;
 mod images;
+mod reindex;
 mod vectors;
 
 use std::{path::Path, str::FromStr, time::Duration};
@@ -28,6 +29,7 @@ pub use self::{
     changes::{Change, ChangeKind, Cursor},
     collections::CollectionRow,
     images::{ImageRow, NewImage, Provenance, StoredCode},
+    reindex::Switch,
     vectors::StoredVector,
 };
 pub use crate::modality::Modality;

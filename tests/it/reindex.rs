@@ -1,10 +1,40 @@
 //! Reindex without the CNN: a bundle upgrade that keeps the vision part recomputes image vectors from the
 //! stored ternary codes and the new W; one that changes the vision part is refused with a clear message.
+//! A reindex killed part-way (kill -9 of `jointspace reindex`) leaves the old vectors everywhere, on SQLite
+//! and on Postgres, and the next run resumes from what was staged.
 
 use crate::common;
 
-use common::{TestApp, b64, fixture_image, fixture_w, variant_bundle};
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::{BUNDLE, TestApp, b64, fixture_image, fixture_w, pg::PgCluster, variant_bundle};
 use serde_json::json;
+
+/// An upgrade that keeps the vision part: the fixture with another W (rows permuted, one negated).
+fn upgraded_bundle(dir: &Path) -> PathBuf {
+    let w = fixture_w();
+    let (j, d) = (16, w.len() / 16);
+    let mut w2 = vec![0f32; w.len()];
+    for r in 0..j {
+        let src = (r + 5) % j;
+        for c in 0..d {
+            w2[r * d + c] = if r == 0 {
+                -w[src * d + c]
+            } else {
+                w[src * d + c]
+            };
+        }
+    }
+    variant_bundle(
+        &dir.join("upgraded"),
+        |m| m["name"] = "fixture-tiny-v2".into(),
+        Some(w2),
+    )
+}
 
 #[tokio::test]
 async fn new_w_is_applied_to_stored_codes_and_a_new_vision_part_is_refused() {
@@ -24,25 +54,7 @@ async fn new_w_is_applied_to_stored_codes_and_a_new_vision_part_is_refused() {
     assert_eq!(s, 201, "{body}");
     app.stop().await;
 
-    // Upgrade: same vision part, a different W (rows permuted and one negated).
-    let w = fixture_w();
-    let (j, d) = (16, w.len() / 16);
-    let mut w2 = vec![0f32; w.len()];
-    for r in 0..j {
-        let src = (r + 5) % j;
-        for c in 0..d {
-            w2[r * d + c] = if r == 0 {
-                -w[src * d + c]
-            } else {
-                w[src * d + c]
-            };
-        }
-    }
-    let upgraded = variant_bundle(
-        &dir.path().join("upgraded"),
-        |m| m["name"] = "fixture-tiny-v2".into(),
-        Some(w2),
-    );
+    let upgraded = upgraded_bundle(dir.path());
     let app = TestApp::start_with(upgraded.to_str().expect("path"), &db, &[]).await;
     let (s, r) = app.post_json("/v1/admin/reindex", json!({})).await;
     assert_eq!(s, 200, "{r}");
@@ -153,4 +165,146 @@ async fn a_bundle_with_a_bad_checksum_or_shape_does_not_load() {
             .to_string()
             .contains("format 2")
     );
+}
+
+/// The distinct bundle ids of the stored vectors (images and captions), and the rows staged.
+async fn stored_bundles(pool: &sqlx::AnyPool) -> (Vec<String>, i64) {
+    let ids: Vec<String> = sqlx::query_scalar(
+        "SELECT bundle_id FROM images UNION SELECT bundle_id FROM captions ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("bundle ids");
+    let staged: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reindex_staging")
+        .fetch_one(pool)
+        .await
+        .expect("staged");
+    (ids, staged)
+}
+
+fn reindex_cmd(bundle: &Path, url: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_jointspace"));
+    c.args(["reindex", "--bundle", bundle.to_str().expect("path")])
+        .args(["--database-url", url])
+        .env("RUST_LOG", "warn");
+    c
+}
+
+async fn killed_reindex_leaves_one_bundle_and_resumes(url: &str, dir: &Path) {
+    const N: usize = 120;
+    let app = TestApp::start_url(BUNDLE, url, &[]).await;
+    assert_eq!(
+        app.post_json("/v1/collections", json!({"name": "c"}))
+            .await
+            .0,
+        201
+    );
+    for batch in 0..N / 40 {
+        let images: Vec<_> = (0..40)
+            .map(|j| {
+                let i = batch * 40 + j;
+                json!({"data": b64(&fixture_image(i % 8)), "external_id": format!("i{i}"), "captions": [format!("caption number {i}")]})
+            })
+            .collect();
+        let (s, body) = app
+            .post_json("/v1/collections/c/images", json!({ "images": images }))
+            .await;
+        assert_eq!(s, 201, "{body}");
+    }
+    app.stop().await;
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(url).await.expect("pool");
+    let (old, _) = stored_bundles(&pool).await;
+    assert_eq!(old.len(), 1, "{old:?}");
+
+    // One row per transaction, so that the kill lands with part of the rows staged.
+    let upgraded = upgraded_bundle(dir);
+    let mut child = reindex_cmd(&upgraded, url)
+        .args(["--page-rows", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn reindex");
+    let t = Instant::now();
+    loop {
+        let (_, staged) = stored_bundles(&pool).await;
+        if staged as usize >= N / 2 {
+            break;
+        }
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "the reindex ended before half of its rows were staged ({staged})"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "reindex stalled at {staged}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    child.kill().expect("kill -9");
+    child.wait().expect("reap");
+    // Old vectors everywhere: nothing of the new bundle is visible, what was staged is kept.
+    let (after_kill, staged) = stored_bundles(&pool).await;
+    assert_eq!(
+        after_kill, old,
+        "a killed reindex left vectors of two bundles"
+    );
+    assert!(staged > 0);
+
+    // Run again: it resumes (reuses the staged rows) and switches everything.
+    let out = reindex_cmd(&upgraded, url).output().expect("reindex");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(&format!("reindexed {N} images"))
+            && said.contains(&format!("and {N} captions")),
+        "{said}"
+    );
+    let reused: i64 = said
+        .split("; ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("reused count");
+    assert!(reused >= staged, "{said} (staged {staged})");
+    let (now, staged) = stored_bundles(&pool).await;
+    assert_eq!(staged, 0);
+    assert_eq!(now.len(), 1);
+    assert!(now[0].starts_with("fixture-tiny-v2@"), "{now:?}");
+
+    // The switched vectors are the new bundle's: a photo finds its own record with a score of 1.
+    let app = TestApp::start_url(upgraded.to_str().expect("path"), url, &[]).await;
+    for i in [3usize, 7] {
+        let (s, hits) = app
+            .post_json(
+                "/v1/collections/c/images/search",
+                json!({"image": b64(&fixture_image(i)), "k": 1}),
+            )
+            .await;
+        assert_eq!(s, 200, "{hits}");
+        assert!(
+            hits["results"][0]["score"].as_f64().expect("score") > 0.9999,
+            "{hits}"
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reindex_killed_part_way_leaves_the_old_vectors_and_resumes_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("js.db").display());
+    killed_reindex_leaves_one_bundle_and_resumes(&url, dir.path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reindex_killed_part_way_leaves_the_old_vectors_and_resumes_on_postgres() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pg = PgCluster::start();
+    let url = pg.create_db("reindex").await;
+    killed_reindex_leaves_one_bundle_and_resumes(&url, dir.path()).await;
 }
