@@ -16,7 +16,7 @@ use crate::{
     pipeline::{Pipeline, PipelineOptions},
     runtime::{self, Backend, OrtBackend, Provider},
     service::{ReadyOptions, Service, ServiceOptions},
-    store::Store,
+    store::{self, Store, StoreError},
 };
 
 /// Loads and verifies the bundle and opens ONNX Runtime on it.
@@ -79,9 +79,17 @@ pub async fn open_service(
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Arc<Service>> {
     let timeout = Duration::from_secs(store_args.database_timeout.max(1));
-    let store = Store::connect_with(&store_args.database_url, timeout)
-        .await
-        .with_context(|| format!("cannot open the database {}", store_args.database_url))?;
+    let shown = store::redacted_url(&store_args.database_url);
+    let store = match Store::connect_with(&store_args.database_url, timeout).await {
+        Err(e @ StoreError::Tls(_)) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "cannot open the database {shown}: with sslmode=verify-ca or verify-full, sslrootcert must name \
+                 the PEM file of the CA that signed the server's certificate, and verify-full also needs the \
+                 host in the URL to be one the certificate names"
+            )));
+        }
+        r => r.with_context(|| format!("cannot open the database {shown}"))?,
+    };
     let snapshot_dir: Option<PathBuf> = store_args.index_dir.clone().or_else(|| {
         Store::file_path(&store_args.database_url).map(|f| {
             f.parent()

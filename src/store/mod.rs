@@ -77,6 +77,9 @@ pub enum StoreError {
     Db(sqlx::Error),
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The TLS handshake with the database failed (an untrusted or misnamed certificate): no retry fixes it.
+    #[error("the TLS handshake with the database failed: {0}")]
+    Tls(String),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -98,6 +101,31 @@ impl From<sqlx::Error> for StoreError {
         } else {
             StoreError::Db(e)
         }
+    }
+}
+
+/// A certificate the client refused surfaces as an I/O error from rustls; say it is TLS, not an outage.
+fn tls_or_store(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Tls(_) => StoreError::Tls(e.to_string()),
+        sqlx::Error::Io(io) if io.to_string().contains("certificate") => {
+            StoreError::Tls(e.to_string())
+        }
+        _ => e.into(),
+    }
+}
+
+/// A database URL fit for logs and error messages: the password, if any, replaced by `***`.
+pub fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let name = user.split(':').next().unwrap_or_default();
+            format!("{scheme}://{name}:***@{host}")
+        }
+        _ => url.to_string(),
     }
 }
 
@@ -148,7 +176,8 @@ impl Store {
                         })
                     })
                     .connect(url)
-                    .await?
+                    .await
+                    .map_err(tls_or_store)?
             }
         };
         match engine {
@@ -276,7 +305,20 @@ pub(crate) mod testing {
 mod tests {
     use std::time::Duration;
 
-    use super::Store;
+    use super::{Store, redacted_url};
+
+    #[test]
+    fn a_database_url_is_shown_without_its_password() {
+        assert_eq!(
+            redacted_url("postgres://shop:s3cret@db:5432/js?sslmode=require"),
+            "postgres://shop:***@db:5432/js?sslmode=require"
+        );
+        assert_eq!(
+            redacted_url("postgres://shop@db/js"),
+            "postgres://shop@db/js"
+        );
+        assert_eq!(redacted_url("sqlite://data/js.db"), "sqlite://data/js.db");
+    }
 
     /// The regression test of `write_tx`'s BEGIN IMMEDIATE on SQLite: a write transaction reads, another
     /// connection commits, then the transaction writes. Deferred, that write fails at once with "database is

@@ -16,6 +16,7 @@ mod faults;
 mod openapi;
 mod ops;
 mod parity;
+mod postgres_tls;
 mod readiness;
 mod reindex;
 mod replicas;

@@ -195,6 +195,46 @@ impl PgCluster {
     pub fn data_dir(&self) -> &Path {
         &self.data
     }
+
+    /// Restarts the server with TLS on (`cert` and `key`: PEM files) and refuses every connection over
+    /// TCP that is not TLS, so that a client that connects at all has used TLS.
+    pub fn require_tls(&self, cert: &Path, key: &Path) {
+        for (src, name) in [(cert, "server.crt"), (key, "server.key")] {
+            let dst = self.data.join(name);
+            std::fs::copy(src, &dst).expect("copy certificate");
+            // Postgres refuses a key others can read.
+            let mode = if name == "server.key" { "0600" } else { "0644" };
+            assert!(
+                Command::new("chmod")
+                    .args([mode])
+                    .arg(&dst)
+                    .status()
+                    .expect("chmod")
+                    .success()
+            );
+            if self.as_postgres {
+                assert!(
+                    Command::new("chown")
+                        .arg("postgres:")
+                        .arg(&dst)
+                        .status()
+                        .expect("chown")
+                        .success()
+                );
+            }
+        }
+        let conf = self.data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).expect("postgresql.conf");
+        text.push_str("\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        std::fs::write(&conf, text).expect("write postgresql.conf");
+        std::fs::write(
+            self.data.join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+        )
+        .expect("write pg_hba.conf");
+        self.stop_server();
+        self.start_server();
+    }
 }
 
 impl Drop for PgCluster {
