@@ -33,6 +33,11 @@ pub struct ProviderLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OpLabels {
     pub op: String,
 }
@@ -62,6 +67,7 @@ pub struct Metrics {
     rejected: Family<ModelLabels, Counter>,
     db_seconds: Family<OpLabels, Histogram>,
     provider: Family<ProviderLabels, Gauge>,
+    index_loads: Family<SourceLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -155,9 +161,17 @@ impl Metrics {
             "1 for the ONNX Runtime execution provider that runs the graphs (cpu, cuda)",
             provider.clone(),
         );
+        let index_loads = Family::<SourceLabels, Counter>::default();
+        registry.register(
+            "index_loads",
+            "Indexes loaded at start or reload: source=snapshot (a snapshot, brought up to the database) or \
+             database (built from every stored vector)",
+            index_loads.clone(),
+        );
         Metrics {
             registry,
             provider,
+            index_loads,
             http_in_flight,
             queue_depth,
             batch_rows,
@@ -226,6 +240,15 @@ impl Metrics {
     pub fn set_index_sizes(&self, images: i64, captions: i64) {
         self.index_images.set(images);
         self.index_captions.set(captions);
+    }
+
+    /// Counts an index load by where its graph came from: "snapshot" or "database".
+    pub fn index_loaded(&self, source: &str) {
+        self.index_loads
+            .get_or_create(&SourceLabels {
+                source: source.to_string(),
+            })
+            .inc();
     }
 
     /// Marks the execution provider in use: one series, at 1 (an info-style gauge, its label the value).

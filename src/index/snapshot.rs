@@ -1,8 +1,14 @@
-//! Index snapshots: the graph file plus a small manifest naming it, the collection's generation and the
-//! bundle. A start loads a snapshot only when all three still hold and its ids are the database's.
+//! Index snapshots: the graph file plus a small manifest naming it, the collection's generation, the bundle
+//! and the graph's ids. A start loads a snapshot of the loaded bundle and brings it up to the database: the
+//! points written since are added and those deleted since removed (the manifest's ids against the
+//! database's), so a snapshot that is behind costs a few inserts, not a rebuild of the whole graph.
+//!
+//! This relies on one invariant: under one bundle a stored id's vector never changes (an image's vector is
+//! a function of its code, a caption's of its text, and neither is ever rewritten in place; a reindex
+//! changes the bundle id, and a snapshot of another bundle is never loaded).
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     path::Path,
     sync::{Arc, RwLock},
 };
@@ -21,6 +27,10 @@ struct SnapshotMeta {
     /// The graph's file, relative to the snapshot folder (absent from format 1, which is then stale).
     #[serde(default)]
     file: String,
+    /// The graph's points, sorted (absent from manifests written before the catch-up: those load only when
+    /// they hold exactly the database's ids).
+    #[serde(default)]
+    ids: Vec<i64>,
 }
 
 /// Snapshot manifests of this format hold a USearch graph; format 1 (hnsw_rs) is rebuilt from the database.
@@ -63,12 +73,15 @@ impl VectorIndex {
             None => std::fs::write(&tmp, b"")?,
         }
         std::fs::rename(&tmp, dir.join(&file))?;
+        let mut ids: Vec<i64> = inner.live.keys().copied().collect();
+        ids.sort_unstable();
         let meta = SnapshotMeta {
             format: SNAPSHOT_FORMAT,
             generation,
             bundle_id: bundle_id.to_string(),
             points: inner.live.len(),
             file,
+            ids,
         };
         drop(inner);
         let tmp = dir.join(format!("{basename}.json.tmp"));
@@ -78,7 +91,9 @@ impl VectorIndex {
         Ok(())
     }
 
-    /// Loads a snapshot if it matches `generation` and `bundle_id`; `live` are the database's vectors.
+    /// Loads a snapshot of `bundle_id` and brings it up to `live`, the database's vectors: what was added
+    /// since is inserted and what was deleted since removed. A snapshot with more deletes since than a
+    /// rebuild would tolerate is not used (the graph would be mostly holes); nor is one of another bundle.
     pub fn load(
         params: IndexParams,
         dir: &Path,
@@ -94,18 +109,17 @@ impl VectorIndex {
             Some(m) => m,
             None => return Err(("no snapshot".into(), live)),
         };
-        if meta.format != SNAPSHOT_FORMAT
-            || meta.generation != generation
-            || meta.bundle_id != bundle_id
-        {
+        if meta.format != SNAPSHOT_FORMAT || meta.bundle_id != bundle_id {
             return Err(("snapshot is stale".into(), live));
-        }
-        if meta.points != live.len() {
-            return Err(("snapshot disagrees with the database".into(), live));
         }
         let Some(dim) = live.first().map(|(_, v)| v.len()) else {
             return VectorIndex::build(params, live).map_err(|e| (e.to_string(), vec![]));
         };
+        // Without its ids a manifest can only be trusted when nothing was written since.
+        let listed = !meta.ids.is_empty() || meta.points == 0;
+        if !listed && (meta.generation != generation || meta.points != live.len()) {
+            return Err(("snapshot is stale".into(), live));
+        }
         let graph = match Graph::new(&params, dim, live.len()).and_then(|g| {
             g.index
                 .load(&dir.join(&meta.file).to_string_lossy())
@@ -117,20 +131,62 @@ impl VectorIndex {
             Ok(g) => g,
             Err(e) => return Err((format!("snapshot unreadable: {e}"), live)),
         };
-        // The graph must hold exactly the live ids: a snapshot taken between a commit and its index insert
-        // would otherwise miss a point forever.
-        if graph.index.size() != live.len()
-            || graph.index.dimensions() != dim
-            || !live.iter().all(|(id, _)| graph.index.contains(*id as u64))
+        if graph.index.dimensions() != dim || (listed && graph.index.size() != meta.ids.len()) {
+            return Err(("snapshot disagrees with its manifest".into(), live));
+        }
+        let in_db: HashSet<i64> = live.iter().map(|(id, _)| *id).collect();
+        let gone: Vec<i64> = meta
+            .ids
+            .iter()
+            .copied()
+            .filter(|id| !in_db.contains(id))
+            .collect();
+        let points = graph.index.size();
+        if gone.len() >= 64 && gone.len() as f32 > params.rebuild_fraction * points as f32 {
+            return Err((
+                format!(
+                    "{} of the snapshot's {points} points were deleted since",
+                    gone.len()
+                ),
+                live,
+            ));
+        }
+        for id in &gone {
+            graph.remove(*id);
+        }
+        // Points written after the snapshot, and (old manifests) any the graph lacks.
+        let mut added = 0;
+        for (id, v) in live
+            .iter()
+            .filter(|(id, _)| !graph.index.contains(*id as u64))
         {
+            if let Err(e) = graph.push(*id, v) {
+                return Err((
+                    format!("snapshot could not be brought up to date: {e}"),
+                    live,
+                ));
+            }
+            added += 1;
+        }
+        if graph.index.size() != live.len() {
             return Err(("snapshot holds other ids than the database".into(), live));
+        }
+        if added > 0 || !gone.is_empty() {
+            tracing::info!(
+                index = basename,
+                added,
+                removed = gone.len(),
+                snapshot_generation = meta.generation,
+                generation,
+                "snapshot brought up to the database"
+            );
         }
         Ok(VectorIndex {
             inner: RwLock::new(Inner {
                 graph: Some(Arc::new(graph)),
                 live: live.into_iter().map(|(id, v)| (id, Arc::from(v))).collect(),
                 offsets: HashMap::new(),
-                deleted: 0,
+                deleted: gone.len(),
                 rebuilding: false,
             }),
             params,

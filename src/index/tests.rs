@@ -180,10 +180,10 @@ fn snapshot_roundtrip_and_staleness() {
     assert!(hits.iter().all(|(id, _)| *id != 5));
     let hits = loaded.search(&data[9].1, Score::Cosine, 0, 1, None);
     assert_eq!(hits[0].0, 10);
-    assert!(
-        VectorIndex::load(graph_params(), dir.path(), "t", 43, "b@1", live.clone()).is_err(),
-        "other generation"
-    );
+    // Another generation with the same points (a write that changed no vector): loaded as it is.
+    let again = VectorIndex::load(graph_params(), dir.path(), "t", 43, "b@1", live.clone())
+        .unwrap_or_else(|(why, _)| panic!("other generation: {why}"));
+    assert_eq!((again.len(), again.deleted()), (299, 0));
     assert!(
         VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@2", live.clone()).is_err(),
         "other bundle"
@@ -219,12 +219,47 @@ fn snapshot_roundtrip_and_staleness() {
     assert!(why.contains("stale"), "{why}");
     assert_eq!(back.len(), 299, "the vectors come back for the build");
     idx.save(dir.path(), "t", 42, "b@1").expect("save");
+    // Id 1 deleted and 9,999 added since: brought up to the database.
     let mut swapped = live;
     swapped[0].0 = 9_999;
-    assert!(
-        VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", swapped).is_err(),
-        "other ids"
+    let caught_up = VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", swapped)
+        .unwrap_or_else(|(why, _)| panic!("other ids: {why}"));
+    assert_eq!(
+        caught_up.search(&data[0].1, Score::Cosine, 0, 1, None)[0].0,
+        9_999
     );
+    assert!(caught_up.vector(1).is_none());
+}
+
+#[test]
+fn a_snapshot_behind_the_database_is_brought_up_to_it_unless_mostly_deleted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = vectors(400, 16, 11);
+    let idx = VectorIndex::build(graph_params(), data[..300].to_vec()).expect("build");
+    idx.save(dir.path(), "t", 1, "b@1").expect("save");
+    // Since the snapshot: ids 1-10 deleted, 301-400 added.
+    let now: Vec<_> = data.iter().filter(|(id, _)| *id > 10).cloned().collect();
+    let loaded = VectorIndex::load(graph_params(), dir.path(), "t", 2, "b@1", now.clone())
+        .unwrap_or_else(|(why, _)| panic!("behind: {why}"));
+    assert_eq!((loaded.len(), loaded.deleted()), (390, 10));
+    for (id, v) in data.iter().step_by(7) {
+        let hits = loaded.search(v, Score::Cosine, 0, 3, None);
+        if *id > 10 {
+            assert_eq!(hits[0].0, *id, "point {id}");
+        } else {
+            assert!(
+                hits.iter().all(|(h, _)| *h > 10),
+                "deleted {id} found: {hits:?}"
+            );
+        }
+    }
+    // Most of the snapshot deleted since: a rebuild makes a better graph than one full of holes.
+    let few: Vec<_> = data[250..].to_vec();
+    let (why, back) = VectorIndex::load(graph_params(), dir.path(), "t", 3, "b@1", few)
+        .err()
+        .expect("mostly deleted");
+    assert!(why.contains("deleted since"), "{why}");
+    assert_eq!(back.len(), 150);
 }
 
 #[test]

@@ -152,21 +152,22 @@ impl Service {
             let bundle_id = self.pipeline.bundle.id.clone();
             let (dir, gen_) = (self.opts.snapshot_dir.clone(), c.generation);
             let name = snapshot_name(c.id, m);
-            let idx = tokio::task::spawn_blocking(move || match dir {
+            let (idx, source) = tokio::task::spawn_blocking(move || match dir {
                 Some(dir) => match VectorIndex::load(params, &dir, &name, gen_, &bundle_id, vectors) {
                     Ok(idx) => {
                         tracing::info!(index = %name, points = idx.len(), "index loaded from snapshot");
-                        Ok(idx)
+                        Ok((idx, "snapshot"))
                     }
                     Err((why, vectors)) => {
                         tracing::info!(index = %name, points = vectors.len(), reason = %why, "index rebuilt from the database");
-                        VectorIndex::build(params, vectors)
+                        VectorIndex::build(params, vectors).map(|i| (i, "database"))
                     }
                 },
-                None => VectorIndex::build(params, vectors),
+                None => VectorIndex::build(params, vectors).map(|i| (i, "database")),
             })
             .await
             .map_err(|e| ServiceError::Unavailable(format!("index build failed: {e}")))??;
+            self.metrics.index_loaded(source);
             if m == Modality::Images {
                 // Read after the vectors: every image built above has its row (or was deleted since).
                 idx.set_offsets(self.store.image_offsets(c.id).await?);

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
+use crate::common::{BUNDLE, TestApp, b64, fixture_image, gauge, pg::PgCluster};
 
 /// A database of the engine under test and an index folder beside it, both gone when the test ends.
 struct Db {
@@ -370,7 +370,8 @@ async fn survives_restarts_a_crash_a_lost_snapshot_and_a_reindex(db: Db) {
         "a dog running on the beach"
     );
 
-    // A write after the last snapshot, then a crash: the stale snapshot is not used, the index is rebuilt.
+    // A write and a delete after the last snapshot, then a crash: the snapshot is loaded and brought up to the
+    // database (the new image added, the deleted one removed), not rebuilt.
     let (s, body) = app
         .post_json(
             "/v1/collections/shop/images",
@@ -378,8 +379,37 @@ async fn survives_restarts_a_crash_a_lost_snapshot_and_a_reindex(db: Db) {
         )
         .await;
     assert_eq!(s, 201, "{body}");
+    assert_eq!(
+        app.delete(&format!("/v1/collections/shop/images/{}", ids[4]))
+            .await,
+        204
+    );
     app.kill().await;
     let app = db.start().await;
+    let m = app.metrics().await;
+    assert_eq!(
+        (
+            gauge(&m, r#"jointspace_index_loads_total{source="snapshot"}"#),
+            m.contains(r#"source="database""#)
+        ),
+        (2, false),
+        "both indexes of the collection come from the snapshot"
+    );
+    let (_, r) = app
+        .post_multipart(
+            "/v1/collections/shop/images/search",
+            vec![("q.png".into(), fixture_image(5))],
+            &[("k", "10".into())],
+        )
+        .await;
+    assert!(
+        r["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .all(|h| h["image"]["external_id"] != "img-5"),
+        "an image deleted after the snapshot is not found: {r}"
+    );
     let (_, r) = app
         .post_multipart(
             "/v1/collections/shop/images/search",
