@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod crops;
 pub mod decode;
+pub mod filter;
 pub mod fne;
 pub mod hubness;
 pub mod index;

@@ -10,8 +10,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::{
-    decode::DecodeError, runtime::RuntimeError, service::ServiceError, store::StoreError,
-    text::TextError,
+    decode::DecodeError, filter::FilterError, runtime::RuntimeError, service::ServiceError,
+    store::StoreError, text::TextError,
 };
 
 /// Every error response: `{"error": {"status": 404, "code": "not_found", "message": "..."}}`.
@@ -104,6 +104,16 @@ impl IntoResponse for ApiError {
             r.headers_mut().insert(header::RETRY_AFTER, s.into());
         }
         r
+    }
+}
+
+impl From<FilterError> for ApiError {
+    fn from(e: FilterError) -> Self {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_filter",
+            e.to_string(),
+        )
     }
 }
 

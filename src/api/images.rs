@@ -1,7 +1,5 @@
 //! /v1/collections/{collection}/images
 
-use std::collections::BTreeMap;
-
 use axum::{
     Json,
     extract::{Request, State},
@@ -18,7 +16,10 @@ use super::{
     extract::{ApiPath, ApiQuery, CollectionPath},
     upload::{self, Body},
 };
-use crate::service::{ImageInput, ImageRow};
+use crate::{
+    filter::Filter,
+    service::{ImageInput, ImageRow},
+};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -27,7 +28,7 @@ pub struct NewImageJson {
     pub data: String,
     /// Your id for the image, unique in the collection.
     pub external_id: Option<String>,
-    /// A JSON object; search can filter on equality of its top-level keys.
+    /// A JSON object (nested objects allowed); searches and lists filter on it (docs/api.md, "Filters").
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
     /// Captions to add with the image.
@@ -120,7 +121,8 @@ pub struct ImageList {
 pub struct ListImagesQuery {
     /// Find the image with this external id.
     pub external_id: Option<String>,
-    /// Equality filter on metadata, as a JSON object (URL-encoded), e.g. `{"color":"red"}`.
+    /// A metadata filter as JSON (URL-encoded), e.g. `{"color":"red"}` or `{"price":{"$lt":50}}` (docs/api.md,
+    /// "Filters").
     pub filter: Option<String>,
     #[param(default = 0)]
     pub offset: Option<i64>,
@@ -241,11 +243,14 @@ pub async fn add(
     ))
 }
 
-pub fn parse_filter(f: Option<&str>) -> ApiResult<BTreeMap<String, Value>> {
+pub fn parse_filter(f: Option<&str>) -> ApiResult<Filter> {
     match f {
-        None | Some("") => Ok(BTreeMap::new()),
-        Some(s) => serde_json::from_str(s)
-            .map_err(|e| ApiError::bad_request(format!("filter must be a JSON object: {e}"))),
+        None | Some("") => Ok(Filter::all()),
+        Some(s) => {
+            let v: Value = serde_json::from_str(s)
+                .map_err(|e| ApiError::bad_request(format!("filter must be a JSON object: {e}")))?;
+            Ok(Filter::parse(&v)?)
+        }
     }
 }
 

@@ -1,7 +1,5 @@
 //! Search: images by text, by an uploaded image or by a stored image; captions for an image (annotation).
 
-use std::collections::BTreeMap;
-
 use axum::{
     Json,
     extract::{Request, State},
@@ -18,7 +16,10 @@ use super::{
     images::Image,
     upload::{self, Body},
 };
-use crate::service::{Query, SearchParams};
+use crate::{
+    filter::Filter,
+    service::{Query, SearchParams},
+};
 
 /// Exactly one of `text`, `image` and `image_id`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -36,9 +37,10 @@ pub struct SearchRequest {
     /// Results to skip first (paging).
     #[schema(default = 0)]
     pub offset: Option<usize>,
-    /// Image searches only: equality on top-level metadata keys, e.g. {"color": "red"}.
+    /// Image searches only: a metadata filter (docs/api.md, "Filters"), e.g.
+    /// {"price": {"$lt": 50}, "size": {"$in": ["M", "L"]}, "brand.name": "acme"}.
     #[schema(value_type = Option<Object>)]
-    pub filter: Option<BTreeMap<String, Value>>,
+    pub filter: Option<Value>,
 }
 
 /// multipart/form-data search: an `image` file part, optional `k`, `offset` and `filter` (JSON) parts.
@@ -122,10 +124,10 @@ async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
                     ));
                 }
             };
-            return Ok((q, params(&r)));
+            return Ok((q, params(&r)?));
         }
     };
-    let p = params(&r);
+    let p = params(&r)?;
     let q = match (r.text.take(), r.image.take(), r.image_id) {
         (Some(t), None, None) => Query::Text(t),
         (None, Some(b), None) => Query::Image(upload::base64_image("image", &b)?),
@@ -139,12 +141,15 @@ async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
     Ok((q, p))
 }
 
-fn params(r: &SearchRequest) -> SearchParams {
-    SearchParams {
+fn params(r: &SearchRequest) -> ApiResult<SearchParams> {
+    Ok(SearchParams {
         k: r.k.unwrap_or(10),
         offset: r.offset.unwrap_or(0),
-        filter: r.filter.clone().unwrap_or_default(),
-    }
+        filter: match &r.filter {
+            Some(f) => Filter::parse(f)?,
+            None => Filter::all(),
+        },
+    })
 }
 
 #[utoipa::path(post, path = "/v1/collections/{collection}/images/search", tag = "search",

@@ -1,12 +1,11 @@
 //! Reading, listing and deleting the items of a collection. A delete leaves the index at once (and starts
 //! a background rebuild when the holes pile up).
 
-use std::{collections::BTreeMap, sync::Arc};
-
-use serde_json::Value;
+use std::sync::Arc;
 
 use super::{CollectionName, Result, Service, ServiceError};
 use crate::{
+    filter::Filter,
     fne::TernaryCode,
     index::VectorIndex,
     modality::Modality,
@@ -57,7 +56,7 @@ impl Service {
     pub async fn list_images(
         &self,
         collection: &CollectionName,
-        filter: &BTreeMap<String, Value>,
+        filter: &Filter,
         offset: i64,
         limit: i64,
     ) -> Result<Vec<ImageRow>> {

@@ -1,13 +1,13 @@
 //! Search: a query (sentence, photo, or stored photo) becomes a vector, the collection's index of the
 //! target modality ranks its points, and the hits come back with their rows. One path for both targets.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
-use serde_json::Value;
 
 use super::{CollectionName, CollectionRef, Result, Service, ServiceError};
 use crate::{
+    filter::Filter,
     index::Score,
     modality::Modality,
     pipeline::ImageUse,
@@ -24,7 +24,7 @@ pub enum Query {
 pub struct SearchParams {
     pub k: usize,
     pub offset: usize,
-    pub filter: BTreeMap<String, Value>,
+    pub filter: Filter,
 }
 
 pub struct ImageHit {
@@ -126,7 +126,7 @@ impl Service {
         p: &SearchParams,
     ) -> Result<(CollectionRef, Vec<(i64, f32)>)> {
         self.check_window(p)?;
-        if target == Modality::Captions && !p.filter.is_empty() {
+        if target == Modality::Captions && !p.filter.is_all() {
             return Err(ServiceError::Invalid(
                 "filters apply to image metadata; caption search takes none".into(),
             ));
@@ -135,7 +135,7 @@ impl Service {
         let q = self.query_vector(&c, q).await?;
         // A stored query image is left out of image results before paging, so pages neither skip nor repeat.
         let exclude = q.exclude.filter(|_| target == Modality::Images);
-        let mut allowed: Option<HashSet<i64>> = if p.filter.is_empty() {
+        let mut allowed: Option<HashSet<i64>> = if p.filter.is_all() {
             None
         } else {
             Some(

@@ -1,12 +1,10 @@
 //! Where the two engines' SQL differs: numbered placeholders, JSON parameters and columns, and the metadata
 //! filter compiler.
 
-use std::collections::BTreeMap;
-
-use serde_json::Value;
 use sqlx::{Any, any::AnyArguments, query::Query};
 
-use super::{Engine, StoreError};
+use super::Engine;
+use crate::filter::{Cmp, FieldPath, Filter, Scalar};
 
 /// `$first, $first+1, ...`: `n` numbered placeholders for an `IN (...)` list.
 pub(super) fn placeholders(first: usize, n: usize) -> String {
@@ -55,65 +53,218 @@ impl Bind {
     }
 }
 
-/// A metadata filter compiled to ` AND ...` conditions and their values, numbered from `first`.
+/// A metadata filter compiled to ` AND (...)` and its values, numbered from `first`.
 #[derive(Debug, Default)]
 pub(super) struct FilterSql {
     pub clause: String,
     pub binds: Vec<Bind>,
 }
 
-/// Equality on top-level metadata keys: SQLite's json_extract; on Postgres, jsonb containment of
-/// `{"key": value}` (which for a scalar is equality, and strict about types: `true` is not `1` there).
-pub(super) fn compile_filter(
+/// Compiles a parsed filter. Field paths go into the SQL as literals (their segments are `[A-Za-z0-9_-]`,
+/// checked by `FieldPath`); every value is a bound parameter. Each condition is made two-valued (a missing
+/// field gives false, never NULL), so that `$not`, `$ne` and `$nin` match images that lack the field.
+pub(super) fn compile_filter(engine: Engine, filter: &Filter, first: usize) -> FilterSql {
+    if filter.is_all() {
+        return FilterSql::default();
+    }
+    let mut c = Compiler {
+        engine,
+        next: first,
+        binds: vec![],
+    };
+    let expr = c.expr(filter);
+    FilterSql {
+        clause: format!(" AND {expr}"),
+        binds: c.binds,
+    }
+}
+
+struct Compiler {
     engine: Engine,
-    filter: &BTreeMap<String, Value>,
-    first: usize,
-) -> Result<FilterSql, StoreError> {
-    let mut out = FilterSql::default();
-    for (i, (k, v)) in filter.iter().enumerate() {
-        if k.is_empty()
-            || k.len() > 64
-            || !k
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            return Err(StoreError::Invalid(format!(
-                "filter key \"{k}\" is not allowed: use 1-64 letters, digits, '_' or '-'"
-            )));
-        }
-        let scalar_only = || {
-            StoreError::Invalid(format!(
-                "filter \"{k}\": only strings, numbers and booleans can be matched"
-            ))
-        };
-        let n = first + i;
-        match engine {
-            Engine::Postgres => {
-                if !(v.is_string() || v.is_number() || v.is_boolean()) {
-                    return Err(scalar_only());
-                }
-                let one: serde_json::Map<String, Value> =
-                    [(k.clone(), v.clone())].into_iter().collect();
-                out.binds.push(Bind::Text(Value::Object(one).to_string()));
-                out.clause
-                    .push_str(&format!(" AND metadata @> ${n}::jsonb"));
+    next: usize,
+    binds: Vec<Bind>,
+}
+
+impl Compiler {
+    fn param(&mut self, b: Bind) -> String {
+        let n = self.next;
+        self.next += 1;
+        self.binds.push(b);
+        format!("${n}")
+    }
+
+    fn expr(&mut self, f: &Filter) -> String {
+        match f {
+            Filter::And(parts) | Filter::Or(parts) if parts.is_empty() => "(1 = 1)".into(),
+            Filter::And(parts) => self.join(parts, " AND "),
+            Filter::Or(parts) => self.join(parts, " OR "),
+            Filter::Not(inner) => format!("(NOT {})", self.expr(inner)),
+            Filter::Compare(path, Cmp::Ne, v) => {
+                format!("(NOT {})", self.compare(path, Cmp::Eq, v))
             }
-            Engine::Sqlite => {
-                out.binds.push(match v {
-                    Value::String(s) => Bind::Text(s.clone()),
-                    Value::Bool(b) => Bind::Int(i64::from(*b)),
-                    Value::Number(n) => match n.as_i64() {
-                        Some(i) => Bind::Int(i),
-                        None => Bind::Real(n.as_f64().unwrap_or(f64::NAN)),
-                    },
-                    _ => return Err(scalar_only()),
-                });
-                out.clause
-                    .push_str(&format!(" AND json_extract(metadata, '$.\"{k}\"') = ${n}"));
+            Filter::Compare(path, cmp, v) => self.compare(path, *cmp, v),
+            Filter::In(path, values, negated) => {
+                let any = self.one_of(path, values);
+                if *negated {
+                    format!("(NOT {any})")
+                } else {
+                    any
+                }
+            }
+            Filter::Exists(path, exists) => {
+                let test = match self.engine {
+                    Engine::Sqlite => {
+                        format!("json_type(metadata, {}) IS NOT NULL", sqlite_path(path))
+                    }
+                    Engine::Postgres => format!("metadata #> {} IS NOT NULL", pg_path(path)),
+                };
+                if *exists {
+                    format!("({test})")
+                } else {
+                    format!("(NOT ({test}))")
+                }
             }
         }
     }
-    Ok(out)
+
+    fn join(&mut self, parts: &[Filter], op: &str) -> String {
+        let parts: Vec<String> = parts.iter().map(|p| self.expr(p)).collect();
+        format!("({})", parts.join(op))
+    }
+
+    /// NULL (a missing field) becomes false.
+    fn two_valued(&self, cond: String) -> String {
+        match self.engine {
+            Engine::Sqlite => format!("COALESCE(({cond}), 0)"),
+            Engine::Postgres => format!("COALESCE(({cond}), false)"),
+        }
+    }
+
+    fn compare(&mut self, path: &FieldPath, cmp: Cmp, v: &Scalar) -> String {
+        let op = match cmp {
+            Cmp::Eq | Cmp::Ne => "=",
+            Cmp::Gt => ">",
+            Cmp::Gte => ">=",
+            Cmp::Lt => "<",
+            Cmp::Lte => "<=",
+        };
+        let cond = match self.engine {
+            Engine::Sqlite => {
+                let p = sqlite_path(path);
+                match v {
+                    // JSON booleans are types of their own in json_type; extracted they are 0 and 1.
+                    Scalar::Bool(b) => format!("json_type(metadata, {p}) = '{b}'"),
+                    Scalar::Str(s) => {
+                        let n = self.param(Bind::Text(s.clone()));
+                        format!(
+                            "json_type(metadata, {p}) = 'text' AND json_extract(metadata, {p}) {op} {n}"
+                        )
+                    }
+                    Scalar::Num(x) => {
+                        let n = self.param(number(*x));
+                        format!(
+                            "json_type(metadata, {p}) IN ('integer', 'real') AND json_extract(metadata, {p}) {op} {n}"
+                        )
+                    }
+                }
+            }
+            Engine::Postgres => {
+                let p = pg_path(path);
+                match (cmp, v) {
+                    // jsonb equality is strict about types, and numeric for numbers.
+                    (Cmp::Eq | Cmp::Ne, _) => {
+                        let n = self.param(Bind::Text(v.json()));
+                        format!("metadata #> {p} = {n}::jsonb")
+                    }
+                    // Strings in byte order, as on SQLite, whatever the database's collation.
+                    (_, Scalar::Str(s)) => {
+                        let n = self.param(Bind::Text(s.clone()));
+                        format!(
+                            "jsonb_typeof(metadata #> {p}) = 'string' AND (metadata #>> {p}) COLLATE \"C\" {op} {n}"
+                        )
+                    }
+                    (_, v) => {
+                        let n = self.param(Bind::Text(v.json()));
+                        format!(
+                            "jsonb_typeof(metadata #> {p}) = 'number' AND metadata #> {p} {op} {n}::jsonb"
+                        )
+                    }
+                }
+            }
+        };
+        self.two_valued(cond)
+    }
+
+    fn one_of(&mut self, path: &FieldPath, values: &[Scalar]) -> String {
+        let cond = match self.engine {
+            Engine::Postgres => {
+                let p = pg_path(path);
+                let list: Vec<String> = values
+                    .iter()
+                    .map(|v| format!("{}::jsonb", self.param(Bind::Text(v.json()))))
+                    .collect();
+                format!("metadata #> {p} IN ({})", list.join(", "))
+            }
+            Engine::Sqlite => {
+                // One IN list per JSON type, each behind its type check.
+                let p = sqlite_path(path);
+                let mut any = vec![];
+                let strs: Vec<String> = values
+                    .iter()
+                    .filter_map(|v| match v {
+                        Scalar::Str(s) => Some(self.param(Bind::Text(s.clone()))),
+                        _ => None,
+                    })
+                    .collect();
+                if !strs.is_empty() {
+                    any.push(format!(
+                        "(json_type(metadata, {p}) = 'text' AND json_extract(metadata, {p}) IN ({}))",
+                        strs.join(", ")
+                    ));
+                }
+                let nums: Vec<String> = values
+                    .iter()
+                    .filter_map(|v| match v {
+                        Scalar::Num(x) => Some(self.param(number(*x))),
+                        _ => None,
+                    })
+                    .collect();
+                if !nums.is_empty() {
+                    any.push(format!(
+                        "(json_type(metadata, {p}) IN ('integer', 'real') AND json_extract(metadata, {p}) IN ({}))",
+                        nums.join(", ")
+                    ));
+                }
+                for b in [true, false] {
+                    if values.contains(&Scalar::Bool(b)) {
+                        any.push(format!("json_type(metadata, {p}) = '{b}'"));
+                    }
+                }
+                any.join(" OR ")
+            }
+        };
+        self.two_valued(cond)
+    }
+}
+
+/// An integral value binds as an integer (exact past 2^53), anything else as a real.
+fn number(x: f64) -> Bind {
+    if x.fract() == 0.0 && x.abs() < 9.0e15 {
+        Bind::Int(x as i64)
+    } else {
+        Bind::Real(x)
+    }
+}
+
+/// `'$."a"."b"'`: SQLite's JSON path; the segments hold no quote (`FieldPath`).
+fn sqlite_path(path: &FieldPath) -> String {
+    let quoted: Vec<String> = path.segments().iter().map(|s| format!("\"{s}\"")).collect();
+    format!("'$.{}'", quoted.join("."))
+}
+
+/// `'{a,b}'`: Postgres' text[] path for `#>` and `#>>`; the segments hold no quote, comma or brace.
+fn pg_path(path: &FieldPath) -> String {
+    format!("'{{{}}}'", path.segments().join(","))
 }
 
 #[cfg(test)]
@@ -122,68 +273,60 @@ mod tests {
 
     use super::*;
 
-    fn filter(v: Value) -> BTreeMap<String, Value> {
-        serde_json::from_value(v).expect("an object")
+    fn filter(v: serde_json::Value) -> Filter {
+        Filter::parse(&v).expect("a valid filter")
     }
 
     #[test]
-    fn sqlite_filters_compare_extracted_values_in_key_order() {
-        let f = filter(json!({"size": "M", "in_stock": true, "price": 9.5, "count": 3}));
-        let sql = compile_filter(Engine::Sqlite, &f, 2).expect("compiles");
+    fn sqlite_conditions_check_the_json_type_and_bind_every_value() {
+        let f = filter(
+            json!({"brand.name": "acme", "in_stock": true, "price": {"$gte": 9.5}, "n": {"$nin": [3, "x"]}}),
+        );
+        let sql = compile_filter(Engine::Sqlite, &f, 2);
         assert_eq!(
             sql.clause,
-            " AND json_extract(metadata, '$.\"count\"') = $2 AND json_extract(metadata, '$.\"in_stock\"') = $3 \
-             AND json_extract(metadata, '$.\"price\"') = $4 AND json_extract(metadata, '$.\"size\"') = $5"
+            " AND (COALESCE((json_type(metadata, '$.\"brand\".\"name\"') = 'text' AND \
+             json_extract(metadata, '$.\"brand\".\"name\"') = $2), 0) AND COALESCE((json_type(metadata, '$.\"in_stock\"') = 'true'), 0) \
+             AND (NOT COALESCE(((json_type(metadata, '$.\"n\"') = 'text' AND json_extract(metadata, '$.\"n\"') IN ($3)) OR \
+             (json_type(metadata, '$.\"n\"') IN ('integer', 'real') AND json_extract(metadata, '$.\"n\"') IN ($4))), 0)) \
+             AND COALESCE((json_type(metadata, '$.\"price\"') IN ('integer', 'real') AND json_extract(metadata, '$.\"price\"') >= $5), 0))"
         );
-        // SQLite's JSON booleans extract as integers.
         assert_eq!(
             sql.binds,
             [
+                Bind::Text("acme".into()),
+                Bind::Text("x".into()),
                 Bind::Int(3),
-                Bind::Int(1),
-                Bind::Real(9.5),
-                Bind::Text("M".into())
+                Bind::Real(9.5)
             ]
         );
     }
 
     #[test]
-    fn postgres_filters_use_jsonb_containment() {
-        let f = filter(json!({"in_stock": true, "size": "M"}));
-        let sql = compile_filter(Engine::Postgres, &f, 5).expect("compiles");
+    fn postgres_conditions_compare_jsonb_and_strings_in_byte_order() {
+        let f = filter(
+            json!({"$or": [{"size": {"$in": ["M", 2]}}, {"name": {"$lt": "m"}}], "tag": {"$exists": false}}),
+        );
+        let sql = compile_filter(Engine::Postgres, &f, 5);
         assert_eq!(
             sql.clause,
-            " AND metadata @> $5::jsonb AND metadata @> $6::jsonb"
+            " AND ((COALESCE((metadata #> '{size}' IN ($5::jsonb, $6::jsonb)), false) OR \
+             COALESCE((jsonb_typeof(metadata #> '{name}') = 'string' AND (metadata #>> '{name}') COLLATE \"C\" < $7), false)) \
+             AND (NOT (metadata #> '{tag}' IS NOT NULL)))"
         );
         assert_eq!(
             sql.binds,
             [
-                Bind::Text(r#"{"in_stock":true}"#.into()),
-                Bind::Text(r#"{"size":"M"}"#.into())
+                Bind::Text(r#""M""#.into()),
+                Bind::Text("2.0".into()),
+                Bind::Text("m".into())
             ]
         );
         assert!(
-            compile_filter(Engine::Postgres, &BTreeMap::new(), 2)
-                .expect("empty")
+            compile_filter(Engine::Postgres, &Filter::all(), 2)
                 .clause
                 .is_empty()
         );
-    }
-
-    #[test]
-    fn unsafe_keys_and_non_scalar_values_are_refused_on_both_engines() {
-        for engine in [Engine::Sqlite, Engine::Postgres] {
-            for key in ["", "a'b", "a.b", "x\"", &"k".repeat(65)] {
-                let e = compile_filter(engine, &filter(json!({ key: 1 })), 2)
-                    .expect_err("a key that could break out of the JSON path");
-                assert!(e.to_string().contains("is not allowed"), "{e}");
-            }
-            for value in [json!(null), json!([1]), json!({"a": 1})] {
-                let e = compile_filter(engine, &filter(json!({ "k": value })), 2)
-                    .expect_err("not a scalar");
-                assert!(e.to_string().contains("only strings, numbers"), "{e}");
-            }
-        }
     }
 
     #[test]

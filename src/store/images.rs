@@ -2,8 +2,6 @@
 //! (derived from the code by the loaded bundle), its metadata, and its captions written in the same
 //! transaction.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 use sqlx::{Row, any::AnyRow};
 
@@ -12,6 +10,7 @@ use super::{
     codec::{now_rfc3339, vector_to_blob},
     conflict_or, dialect,
 };
+use crate::filter::Filter;
 
 #[derive(Debug, Clone)]
 pub struct ImageRow {
@@ -207,11 +206,11 @@ impl Store {
         b.ok_or_else(|| no_image(id))
     }
 
-    /// Lists images, optionally only those whose metadata equals `filter` on every key.
+    /// Lists images, optionally only those whose metadata matches `filter`.
     pub async fn list_images(
         &self,
         collection_id: i64,
-        filter: &BTreeMap<String, Value>,
+        filter: &Filter,
         offset: i64,
         limit: i64,
     ) -> Result<Vec<ImageRow>, StoreError> {
@@ -227,7 +226,7 @@ impl Store {
     pub async fn filter_image_ids(
         &self,
         collection_id: i64,
-        filter: &BTreeMap<String, Value>,
+        filter: &Filter,
     ) -> Result<Vec<i64>, StoreError> {
         let rows = self
             .filtered_images("id", collection_id, filter, "")
@@ -241,10 +240,10 @@ impl Store {
         &self,
         columns: &str,
         collection_id: i64,
-        filter: &BTreeMap<String, Value>,
+        filter: &Filter,
         tail: &str,
     ) -> Result<Vec<AnyRow>, StoreError> {
-        let f = dialect::compile_filter(self.engine, filter, 2)?;
+        let f = dialect::compile_filter(self.engine, filter, 2);
         let sql = format!(
             "SELECT {columns} FROM images WHERE collection_id = $1{} ORDER BY id {tail}",
             f.clause
@@ -348,8 +347,7 @@ mod tests {
             .expect("insert");
         assert_eq!(ids.len(), 1_200);
         assert!(ids.iter().all(|(_, caps)| caps.len() == 1));
-        let f: BTreeMap<String, Value> =
-            serde_json::from_value(json!({"size": "M", "in_stock": true})).expect("filter");
+        let f = Filter::parse(&json!({"size": "M", "in_stock": true})).expect("filter");
         let matching = store.filter_image_ids(c.id, &f).await.expect("filter");
         // i % 6 == 0 among 0..1200.
         assert_eq!(matching.len(), 200);

@@ -13,6 +13,7 @@ mod decode;
 mod default_bundle;
 mod device;
 mod faults;
+mod filters;
 mod openapi;
 mod ops;
 mod parity;
