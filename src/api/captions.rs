@@ -53,6 +53,8 @@ impl From<CaptionRow> for Caption {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CaptionList {
     pub captions: Vec<Caption>,
+    /// How many captions there are in all (of the image, when `image_id` is given), not only on this page.
+    pub total: i64,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -98,12 +100,13 @@ pub async fn list(
             "offset must be >= 0 and limit between 1 and 1000",
         ));
     }
-    let rows = s
+    let (rows, total) = s
         .service
         .list_captions(&collection, q.image_id, offset, limit)
         .await?;
     Ok(Json(CaptionList {
         captions: rows.into_iter().map(Into::into).collect(),
+        total,
     }))
 }
 

@@ -113,6 +113,8 @@ impl From<ImageRow> for Image {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ImageList {
     pub images: Vec<Image>,
+    /// How many images match (the filter, or the external id) in all, not only on this page.
+    pub total: i64,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -266,6 +268,7 @@ pub async fn list(
         let img = s.service.image_by_external_id(&collection, &ext).await?;
         return Ok(Json(ImageList {
             images: vec![img.into()],
+            total: 1,
         }));
     }
     let filter = parse_filter(q.filter.as_deref())?;
@@ -275,12 +278,13 @@ pub async fn list(
             "offset must be >= 0 and limit between 1 and 1000",
         ));
     }
-    let rows = s
+    let (rows, total) = s
         .service
         .list_images(&collection, &filter, offset, limit)
         .await?;
     Ok(Json(ImageList {
         images: rows.into_iter().map(Into::into).collect(),
+        total,
     }))
 }
 

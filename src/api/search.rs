@@ -41,6 +41,9 @@ pub struct SearchRequest {
     /// {"price": {"$lt": 50}, "size": {"$in": ["M", "L"]}, "brand.name": "acme"}.
     #[schema(value_type = Option<Object>)]
     pub filter: Option<Value>,
+    /// Leave out results whose `score` is below this (the results are ordered by `score`, so this shortens
+    /// the page). What a score means depends on the bundle's similarity: see `score` in the results.
+    pub min_score: Option<f32>,
 }
 
 /// multipart/form-data search: an `image` file part, optional `k`, `offset` and `filter` (JSON) parts.
@@ -52,26 +55,37 @@ pub struct SearchMultipart {
     pub k: Option<usize>,
     pub offset: Option<usize>,
     pub filter: Option<String>,
+    pub min_score: Option<f32>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ImageResult {
-    /// Higher is more similar: cosine similarity, the order-embedding score (<= 0), or under a euclidean
-    /// bundle the negative squared distance (<= 0). For a sentence query
-    /// under a bundle with a hubness bank, the cosine plus the image's offset (<= 0 for an image close to many
-    /// training captions), which demotes images that match many sentences loosely.
+    /// What the results are ordered by, higher first: `similarity`, except for a sentence query under a
+    /// bundle with a hubness bank, where it is `similarity` plus the image's offset (<= 0 for an image close
+    /// to many training captions, which demotes images that match many sentences loosely). Comparable within
+    /// one bundle only.
     pub score: f32,
+    /// The bundle's similarity of query and image: the cosine (-1..1) for `cosine` bundles, the
+    /// order-embedding score -||max(0, c - i)||^2 (<= 0) for `order` ones, the negative squared distance
+    /// (<= 0) for `euclidean` ones.
+    pub similarity: f32,
     pub image: Image,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ImageResults {
     pub results: Vec<ImageResult>,
+    /// With a filter: how many images of the collection it admits (all of them, not only this page).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matches: Option<usize>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CaptionResult {
+    /// What the results are ordered by, higher first; for captions always equal to `similarity`.
     pub score: f32,
+    /// The bundle's similarity of query and caption (cosine, order score or negative squared distance).
+    pub similarity: f32,
     pub caption: Caption,
 }
 
@@ -91,6 +105,7 @@ async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
                 k: None,
                 offset: None,
                 filter: None,
+                min_score: None,
             };
             let mut file = None;
             for p in parts {
@@ -108,9 +123,14 @@ async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
                     "k" => r.k = Some(num(&p)?),
                     "offset" => r.offset = Some(num(&p)?),
                     "filter" => r.filter = Some(upload::json_field(&p)?),
+                    "min_score" => {
+                        r.min_score = Some(p.text()?.trim().parse().map_err(|_| {
+                            ApiError::bad_request("form field \"min_score\" must be a number")
+                        })?)
+                    }
                     other => {
                         return Err(ApiError::bad_request(format!(
-                            "unknown form field \"{other}\"; expected image, k, offset or filter"
+                            "unknown form field \"{other}\"; expected image, k, offset, filter or min_score"
                         )));
                     }
                 }
@@ -142,7 +162,11 @@ async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
 }
 
 fn params(r: &SearchRequest) -> ApiResult<SearchParams> {
+    if r.min_score.is_some_and(|m| !m.is_finite()) {
+        return Err(ApiError::invalid("min_score must be a finite number"));
+    }
     Ok(SearchParams {
+        min_score: r.min_score,
         k: r.k.unwrap_or(10),
         offset: r.offset.unwrap_or(0),
         filter: match &r.filter {
@@ -164,15 +188,18 @@ pub async fn images(
     req: Request,
 ) -> ApiResult<Json<ImageResults>> {
     let (q, p) = parse(req).await?;
-    let hits = s.service.search_images(&collection, q, p).await?;
+    let found = s.service.search_images(&collection, q, p).await?;
     Ok(Json(ImageResults {
-        results: hits
+        results: found
+            .hits
             .into_iter()
             .map(|h| ImageResult {
                 score: h.score,
+                similarity: h.similarity,
                 image: h.image.into(),
             })
             .collect(),
+        matches: found.matches,
     }))
 }
 
@@ -188,12 +215,14 @@ pub async fn captions(
     req: Request,
 ) -> ApiResult<Json<CaptionResults>> {
     let (q, p) = parse(req).await?;
-    let hits = s.service.search_captions(&collection, q, p).await?;
+    let found = s.service.search_captions(&collection, q, p).await?;
     Ok(Json(CaptionResults {
-        results: hits
+        results: found
+            .hits
             .into_iter()
             .map(|h| CaptionResult {
                 score: h.score,
+                similarity: h.similarity,
                 caption: h.caption.into(),
             })
             .collect(),

@@ -53,29 +53,35 @@ impl Service {
         Ok(())
     }
 
+    /// A page of the collection's images matching `filter`, and how many match in all.
     pub async fn list_images(
         &self,
         collection: &CollectionName,
         filter: &Filter,
         offset: i64,
         limit: i64,
-    ) -> Result<Vec<ImageRow>> {
+    ) -> Result<(Vec<ImageRow>, i64)> {
         let c = self.collection_ref(collection).await?;
-        Ok(self.store.list_images(c.id, filter, offset, limit).await?)
+        let rows = self.store.list_images(c.id, filter, offset, limit).await?;
+        let total = self.store.count_images(c.id, filter).await?;
+        Ok((rows, total))
     }
 
+    /// A page of the captions (of one image, or all), and how many there are in all.
     pub async fn list_captions(
         &self,
         collection: &CollectionName,
         image_id: Option<i64>,
         offset: i64,
         limit: i64,
-    ) -> Result<Vec<CaptionRow>> {
+    ) -> Result<(Vec<CaptionRow>, i64)> {
         let c = self.collection_ref(collection).await?;
-        Ok(self
+        let rows = self
             .store
             .list_captions(c.id, image_id, offset, limit)
-            .await?)
+            .await?;
+        let total = self.store.count_captions(c.id, image_id).await?;
+        Ok((rows, total))
     }
 
     pub async fn delete_caption(&self, collection: &CollectionName, id: i64) -> Result<()> {

@@ -34,7 +34,7 @@ pub use follow::{CHANGE_RETENTION, FollowReport};
 pub use ingest::{AddedImage, ImageInput};
 pub use readiness::{ReadinessReport, ReadyOptions};
 pub use reindex::{REINDEX_PAGE_ROWS, Reindexed};
-pub use search::{CaptionHit, ImageHit, Query, SearchParams};
+pub use search::{CaptionHit, Hits, ImageHit, Query, SearchParams};
 
 use crate::{
     index::{IndexParams, VectorIndex, snapshot_name},

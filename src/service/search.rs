@@ -25,17 +25,32 @@ pub struct SearchParams {
     pub k: usize,
     pub offset: usize,
     pub filter: Filter,
+    /// Leave out results whose `score` is below this.
+    pub min_score: Option<f32>,
 }
 
+/// One page of results, and how many images the filter admits (a filtered image search only).
+pub struct Hits<H> {
+    pub hits: Vec<H>,
+    pub matches: Option<usize>,
+}
+
+/// `score` orders the results; `similarity` is the bundle's similarity alone: the same, except for a
+/// sentence query on images under a hubness bank, where `score` adds the image's offset.
 pub struct ImageHit {
     pub score: f32,
+    pub similarity: f32,
     pub image: ImageRow,
 }
 
 pub struct CaptionHit {
     pub score: f32,
+    pub similarity: f32,
     pub caption: CaptionRow,
 }
+
+/// A ranked point: (id, score, similarity).
+type Ranked = (i64, f32, f32);
 
 /// A query turned into what the index needs.
 struct QueryVector {
@@ -117,14 +132,15 @@ impl Service {
         Ok(idx.search(q, score, 0, k, None))
     }
 
-    /// The ranked (id, score) page of `target` for a query, and the collection it was found in.
+    /// The ranked page of `target` for a query, the collection it was found in, and how many images the
+    /// filter admits.
     async fn search_ids(
         &self,
         collection: &CollectionName,
         target: Modality,
         q: Query,
         p: &SearchParams,
-    ) -> Result<(CollectionRef, Vec<(i64, f32)>)> {
+    ) -> Result<(CollectionRef, Vec<Ranked>, Option<usize>)> {
         self.check_window(p)?;
         if target == Modality::Captions && !p.filter.is_all() {
             return Err(ServiceError::Invalid(
@@ -149,23 +165,38 @@ impl Service {
         if let (Some(x), Some(a)) = (exclude, allowed.as_mut()) {
             a.remove(&x);
         }
+        let matches = allowed.as_ref().map(HashSet::len);
         let idx = self.indexes_of(c.id)?.get(target).clone();
         let score = self.score(q.modality, target);
         let (offset, k, extra) = (p.offset, p.k, usize::from(exclude.is_some()));
-        let vector = q.vector;
-        let hits = tokio::task::spawn_blocking(move || match exclude {
-            None => idx.search(&vector, score, offset, k, allowed.as_ref()),
-            Some(x) => idx
-                .search(&vector, score, 0, offset + k + extra, allowed.as_ref())
-                .into_iter()
-                .filter(|(id, _)| *id != x)
-                .skip(offset)
-                .take(k)
-                .collect(),
+        let (vector, min_score) = (q.vector, p.min_score);
+        let hits = tokio::task::spawn_blocking(move || {
+            let page: Vec<(i64, f32)> = match exclude {
+                None => idx.search(&vector, score, offset, k, allowed.as_ref()),
+                Some(x) => idx
+                    .search(&vector, score, 0, offset + k + extra, allowed.as_ref())
+                    .into_iter()
+                    .filter(|(id, _)| *id != x)
+                    .skip(offset)
+                    .take(k)
+                    .collect(),
+            };
+            // Ranked by score, so the cut keeps a prefix of the page.
+            page.into_iter()
+                .filter(|(_, s)| min_score.is_none_or(|m| *s >= m))
+                .map(|(id, s)| {
+                    let similarity = if score.uses_offsets() {
+                        s - idx.offset(id)
+                    } else {
+                        s
+                    };
+                    (id, s, similarity)
+                })
+                .collect::<Vec<Ranked>>()
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        Ok((c, hits))
+        Ok((c, hits, matches))
     }
 
     pub async fn search_images(
@@ -173,20 +204,27 @@ impl Service {
         collection: &CollectionName,
         q: Query,
         p: SearchParams,
-    ) -> Result<Vec<ImageHit>> {
+    ) -> Result<Hits<ImageHit>> {
         let t = std::time::Instant::now();
-        let (c, hits) = self.search_ids(collection, Modality::Images, q, &p).await?;
+        let (c, hits, matches) = self.search_ids(collection, Modality::Images, q, &p).await?;
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         let rows = self
             .timed_db("fetch_hits", self.store.images_by_ids(c.id, &ids))
             .await?;
         self.metrics.observe_search("images", t.elapsed());
-        Ok(join(
-            hits,
-            rows,
-            |r| r.id,
-            |score, image| ImageHit { score, image },
-        ))
+        Ok(Hits {
+            hits: join(
+                hits,
+                rows,
+                |r| r.id,
+                |score, similarity, image| ImageHit {
+                    score,
+                    similarity,
+                    image,
+                },
+            ),
+            matches,
+        })
     }
 
     pub async fn search_captions(
@@ -194,9 +232,9 @@ impl Service {
         collection: &CollectionName,
         q: Query,
         p: SearchParams,
-    ) -> Result<Vec<CaptionHit>> {
+    ) -> Result<Hits<CaptionHit>> {
         let t = std::time::Instant::now();
-        let (c, hits) = self
+        let (c, hits, matches) = self
             .search_ids(collection, Modality::Captions, q, &p)
             .await?;
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
@@ -204,24 +242,31 @@ impl Service {
             .timed_db("fetch_hits", self.store.captions_by_ids(c.id, &ids))
             .await?;
         self.metrics.observe_search("captions", t.elapsed());
-        Ok(join(
-            hits,
-            rows,
-            |r| r.id,
-            |score, caption| CaptionHit { score, caption },
-        ))
+        Ok(Hits {
+            hits: join(
+                hits,
+                rows,
+                |r| r.id,
+                |score, similarity, caption| CaptionHit {
+                    score,
+                    similarity,
+                    caption,
+                },
+            ),
+            matches,
+        })
     }
 }
 
 /// Hits in rank order with their rows; an id deleted between the index read and the row fetch drops out.
 fn join<R, H>(
-    hits: Vec<(i64, f32)>,
+    hits: Vec<Ranked>,
     rows: Vec<R>,
     id: impl Fn(&R) -> i64,
-    hit: impl Fn(f32, R) -> H,
+    hit: impl Fn(f32, f32, R) -> H,
 ) -> Vec<H> {
     let mut rows: HashMap<i64, R> = rows.into_iter().map(|r| (id(&r), r)).collect();
     hits.into_iter()
-        .filter_map(|(i, score)| rows.remove(&i).map(|r| hit(score, r)))
+        .filter_map(|(i, score, sim)| rows.remove(&i).map(|r| hit(score, sim, r)))
         .collect()
 }

@@ -124,6 +124,31 @@ impl Store {
         Ok(rows.iter().map(caption_row).collect())
     }
 
+    /// How many captions the collection (or one of its images) has.
+    pub async fn count_captions(
+        &self,
+        collection_id: i64,
+        image_id: Option<i64>,
+    ) -> Result<i64, StoreError> {
+        Ok(match image_id {
+            Some(img) => {
+                sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM captions WHERE collection_id = $1 AND image_id = $2",
+                )
+                .bind(collection_id)
+                .bind(img)
+                .fetch_one(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query_scalar("SELECT COUNT(*) FROM captions WHERE collection_id = $1")
+                    .bind(collection_id)
+                    .fetch_one(&self.pool)
+                    .await?
+            }
+        })
+    }
+
     pub async fn captions_by_ids(
         &self,
         collection_id: i64,

@@ -1,7 +1,11 @@
 //! Where the two engines' SQL differs: numbered placeholders, JSON parameters and columns, and the metadata
 //! filter compiler.
 
-use sqlx::{Any, any::AnyArguments, query::Query};
+use sqlx::{
+    Any,
+    any::AnyArguments,
+    query::{Query, QueryScalar},
+};
 
 use super::Engine;
 use crate::filter::{Cmp, FieldPath, Filter, Scalar};
@@ -41,6 +45,17 @@ pub(super) enum Bind {
 }
 
 impl Bind {
+    pub(super) fn bind_scalar<'q, O>(
+        self,
+        q: QueryScalar<'q, Any, O, AnyArguments<'q>>,
+    ) -> QueryScalar<'q, Any, O, AnyArguments<'q>> {
+        match self {
+            Bind::Text(s) => q.bind(s),
+            Bind::Real(f) => q.bind(f),
+            Bind::Int(i) => q.bind(i),
+        }
+    }
+
     pub(super) fn bind<'q>(
         self,
         q: Query<'q, Any, AnyArguments<'q>>,

@@ -222,6 +222,24 @@ impl Store {
         Ok(rows.iter().map(image_row).collect())
     }
 
+    /// How many of the collection's images match `filter`.
+    pub async fn count_images(
+        &self,
+        collection_id: i64,
+        filter: &Filter,
+    ) -> Result<i64, StoreError> {
+        let f = dialect::compile_filter(self.engine, filter, 2);
+        let sql = format!(
+            "SELECT COUNT(*) FROM images WHERE collection_id = $1{}",
+            f.clause
+        );
+        let mut q = sqlx::query_scalar(&sql).bind(collection_id);
+        for b in f.binds {
+            q = b.bind_scalar(q);
+        }
+        Ok(q.fetch_one(&self.pool).await?)
+    }
+
     /// Ids of the images matching a metadata filter (for filtered search).
     pub async fn filter_image_ids(
         &self,

@@ -42,7 +42,11 @@ async fn seeded(url: &str) -> TestApp {
         201
     );
     let images: Vec<Value> = (0..N)
-        .map(|i| json!({"data": b64(&fixture_image(i % 8)), "external_id": format!("p{i}"), "metadata": metadata(i)}))
+        .map(|i| {
+            // Every other image has a caption (the counts below).
+            let captions: Vec<String> = (i % 2 == 0).then(|| format!("product {i}")).into_iter().collect();
+            json!({"data": b64(&fixture_image(i % 8)), "external_id": format!("p{i}"), "metadata": metadata(i), "captions": captions})
+        })
         .collect();
     let (s, body) = app
         .post_json("/v1/collections/shop/images", json!({ "images": images }))
@@ -66,6 +70,23 @@ async fn listed(app: &TestApp, filter: &Value) -> BTreeSet<String> {
         ))
         .await;
     assert_eq!(s, 200, "{filter}: {body}");
+    // The total counts every match; a page of 2 holds at most 2 of them and reports the same total.
+    let total = body["total"].as_i64().expect("total");
+    assert_eq!(
+        total as usize,
+        body["images"].as_array().map_or(0, Vec::len),
+        "{body}"
+    );
+    let (_, page) = app
+        .get_json(&format!(
+            "/v1/collections/shop/images?limit=2&offset=1&filter={q}"
+        ))
+        .await;
+    assert_eq!(page["total"].as_i64(), Some(total), "{page}");
+    assert_eq!(
+        page["images"].as_array().map(Vec::len),
+        Some((total as usize).saturating_sub(1).min(2))
+    );
     body["images"]
         .as_array()
         .expect("images")
@@ -200,4 +221,93 @@ async fn every_operator_matches_what_it_says_on_sqlite() {
 async fn every_operator_matches_what_it_says_on_postgres() {
     let pg = PgCluster::start();
     every_operator_matches_what_it_says(&pg.create_db("filters").await).await;
+}
+
+#[tokio::test]
+async fn score_orders_similarity_is_the_bundles_min_score_cuts_and_matches_counts_the_filter() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = seeded(&format!("sqlite://{}", dir.path().join("s.db").display())).await;
+    let search = |body: Value| {
+        let app = &app;
+        async move {
+            let (s, r) = app
+                .post_json("/v1/collections/shop/images/search", body)
+                .await;
+            assert_eq!(s, 200, "{r}");
+            r
+        }
+    };
+    let f = |h: &Value, k: &str| h[k].as_f64().expect(k);
+    // A sentence under the fixture's hubness bank: score = similarity + the image's offset (<= 0).
+    let r = search(json!({"text": "a dog runs", "k": N})).await;
+    let hits = r["results"].as_array().expect("results");
+    assert_eq!(hits.len(), N);
+    assert!(r.get("matches").is_none(), "no filter, no count: {r}");
+    assert!(
+        hits.windows(2)
+            .all(|w| f(&w[0], "score") >= f(&w[1], "score"))
+    );
+    assert!(
+        hits.iter()
+            .all(|h| (-1.0..=1.0).contains(&f(h, "similarity")))
+    );
+    // The difference is the image's own offset: the same for another sentence, and not 0 everywhere.
+    let offsets = |hits: &[Value]| -> std::collections::BTreeMap<i64, f64> {
+        hits.iter()
+            .map(|h| {
+                (
+                    h["image"]["id"].as_i64().expect("id"),
+                    f(h, "score") - f(h, "similarity"),
+                )
+            })
+            .collect()
+    };
+    let first = offsets(hits);
+    let other = search(json!({"text": "two people on a red boat", "k": N})).await;
+    let second = offsets(other["results"].as_array().expect("results"));
+    assert_eq!(first.len(), second.len());
+    for (id, o) in &first {
+        assert!(
+            (o - second[id]).abs() < 1e-5,
+            "image {id}: {o} vs {}",
+            second[id]
+        );
+    }
+    assert!(
+        first.values().any(|o| o.abs() > 1e-4),
+        "the bank's offsets show: {r}"
+    );
+    // A photo query takes no offset.
+    let r = search(json!({"image_id": hits[0]["image"]["id"], "k": 5})).await;
+    for h in r["results"].as_array().expect("results") {
+        assert_eq!(f(h, "score"), f(h, "similarity"), "{h}");
+    }
+    // min_score keeps the results at or above it: here the first five.
+    let fifth = f(&hits[4], "score");
+    let r = search(json!({"text": "a dog runs", "k": N, "min_score": fifth})).await;
+    let kept = r["results"].as_array().expect("results");
+    assert!(kept.len() >= 5 && kept.len() < N, "{r}");
+    assert!(kept.iter().all(|h| f(h, "score") >= fifth));
+    // Lists count everything, whatever the page: 8 captions, one of them on p0.
+    let (_, caps) = app.get_json("/v1/collections/shop/captions?limit=3").await;
+    assert_eq!(
+        (
+            caps["total"].as_i64(),
+            caps["captions"].as_array().map(Vec::len)
+        ),
+        (Some(8), Some(3))
+    );
+    let (_, p0) = app
+        .get_json("/v1/collections/shop/images?external_id=p0")
+        .await;
+    let p0 = p0["images"][0]["id"].as_i64().expect("p0");
+    let (_, caps) = app
+        .get_json(&format!("/v1/collections/shop/captions?image_id={p0}"))
+        .await;
+    assert_eq!(caps["total"].as_i64(), Some(1), "{caps}");
+    // A filter reports how many images it admits, whatever the page size.
+    let r = search(json!({"text": "a dog", "k": 2, "filter": {"price": {"$gte": 100}}})).await;
+    assert_eq!(r["matches"], json!(N - 10), "{r}");
+    assert_eq!(r["results"].as_array().map(Vec::len), Some(2));
+    app.stop().await;
 }
