@@ -144,12 +144,11 @@ impl Application {
         if keys.is_open() {
             tracing::warn!(
                 "no API key configured: the API is open to anyone who can reach it \
-                 (set JOINTSPACE_ADMIN_KEY and JOINTSPACE_READ_KEY, or their _FILE variants)"
+                 (set JOINTSPACE_ADMIN_KEY and JOINTSPACE_READ_KEY, or their _FILE variants, or JOINTSPACE_KEYS_FILE)"
             );
         } else {
             tracing::info!(
-                admin = keys.has_admin(),
-                read = keys.has_read(),
+                keys = %keys.summary(),
                 "API keys required (Authorization: Bearer)"
             );
         }

@@ -206,6 +206,11 @@ pub struct HttpArgs {
     /// File holding the read-only key.
     #[arg(long, env = "JOINTSPACE_READ_KEY_FILE", conflicts_with = "read_key")]
     pub read_key_file: Option<PathBuf>,
+    /// Named keys (TOML): each with a role (admin, write, read), optionally the collections it may use and
+    /// its request and row rates (docs/operations.md, "API keys"). Beside the two keys above, which are
+    /// named admin and read.
+    #[arg(long, env = "JOINTSPACE_KEYS_FILE")]
+    pub keys_file: Option<PathBuf>,
     /// Seconds a request may take before it is answered 503 (0: no limit).
     #[arg(long, env = "JOINTSPACE_REQUEST_TIMEOUT", default_value_t = 120)]
     pub request_timeout: u64,

@@ -33,6 +33,17 @@ pub struct ProviderLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyLabels {
+    pub key: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub key: String,
+    pub limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabels {
     pub source: String,
 }
@@ -68,6 +79,8 @@ pub struct Metrics {
     db_seconds: Family<OpLabels, Histogram>,
     provider: Family<ProviderLabels, Gauge>,
     index_loads: Family<SourceLabels, Counter>,
+    key_requests: Family<KeyLabels, Counter>,
+    rate_limited: Family<LimitLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -168,10 +181,24 @@ impl Metrics {
              database (built from every stored vector)",
             index_loads.clone(),
         );
+        let key_requests = Family::<KeyLabels, Counter>::default();
+        registry.register(
+            "key_requests",
+            "Requests by API key name (keys are never shown, only their names)",
+            key_requests.clone(),
+        );
+        let rate_limited = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "rate_limited",
+            "Requests refused (429) by an API key's rate: limit=requests or rows",
+            rate_limited.clone(),
+        );
         Metrics {
             registry,
             provider,
             index_loads,
+            key_requests,
+            rate_limited,
             http_in_flight,
             queue_depth,
             batch_rows,
@@ -240,6 +267,23 @@ impl Metrics {
     pub fn set_index_sizes(&self, images: i64, captions: i64) {
         self.index_images.set(images);
         self.index_captions.set(captions);
+    }
+
+    pub fn key_request(&self, key: &str) {
+        self.key_requests
+            .get_or_create(&KeyLabels {
+                key: key.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn rate_limited(&self, key: &str, limit: &str) {
+        self.rate_limited
+            .get_or_create(&LimitLabels {
+                key: key.to_string(),
+                limit: limit.to_string(),
+            })
+            .inc();
     }
 
     /// Counts an index load by where its graph came from: "snapshot" or "database".

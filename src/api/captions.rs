@@ -4,6 +4,7 @@ use axum::{Json, extract::State, http::StatusCode};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::middleware::auth::Caller;
 use super::{
     AppState,
     error::{ApiError, ApiResult, ErrorBody},
@@ -75,8 +76,10 @@ pub struct ListCaptionsQuery {
 pub async fn add(
     State(s): State<AppState>,
     CollectionPath(collection): CollectionPath,
+    caller: Caller,
     ApiJson(req): ApiJson<AddCaptions>,
 ) -> ApiResult<(StatusCode, Json<AddedCaptions>)> {
+    caller.charge_rows(req.captions.len(), s.service.metrics())?;
     let caps = req
         .captions
         .into_iter()

@@ -4,6 +4,7 @@ use axum::{Json, extract::State, http::StatusCode};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::middleware::auth::Caller;
 use super::{
     AppState,
     error::{ApiResult, ErrorBody},
@@ -60,10 +61,15 @@ pub async fn create(
 }
 
 #[utoipa::path(get, path = "/v1/collections", tag = "collections", responses((status = 200, body = CollectionList)))]
-pub async fn list(State(s): State<AppState>) -> ApiResult<Json<CollectionList>> {
+pub async fn list(State(s): State<AppState>, caller: Caller) -> ApiResult<Json<CollectionList>> {
     let rows = s.service.list_collections().await?;
+    // A key limited to some collections sees only those.
     Ok(Json(CollectionList {
-        collections: rows.into_iter().map(Into::into).collect(),
+        collections: rows
+            .into_iter()
+            .filter(|c| caller.may_touch(&c.name))
+            .map(Into::into)
+            .collect(),
     }))
 }
 

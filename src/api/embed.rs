@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use crate::pipeline::ImageUse;
 
+use super::middleware::auth::Caller;
 use super::{
     AppState,
     error::{ApiError, ApiResult, ErrorBody},
@@ -70,11 +71,13 @@ pub struct EmbedImageResponse {
     responses((status = 200, body = EmbedTextResponse), (status = 422, body = ErrorBody)))]
 pub async fn text(
     State(s): State<AppState>,
+    caller: Caller,
     ApiJson(req): ApiJson<EmbedTextRequest>,
 ) -> ApiResult<Json<EmbedTextResponse>> {
     if req.texts.is_empty() || req.texts.len() > 256 {
         return Err(ApiError::invalid("send between 1 and 256 texts"));
     }
+    caller.charge_rows(req.texts.len(), s.service.metrics())?;
     let embeddings = s.service.embed_texts(&req.texts).await?;
     Ok(Json(EmbedTextResponse {
         dim: s.service.pipeline().joint_dim(),
@@ -86,7 +89,12 @@ pub async fn text(
     request_body(content((EmbedImageJson = "application/json"), (EmbedImageMultipart = "multipart/form-data"))),
     responses((status = 200, body = EmbedImageResponse), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody),
               (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn image(State(s): State<AppState>, req: Request) -> ApiResult<Json<EmbedImageResponse>> {
+pub async fn image(
+    State(s): State<AppState>,
+    caller: Caller,
+    req: Request,
+) -> ApiResult<Json<EmbedImageResponse>> {
+    caller.charge_rows(1, s.service.metrics())?;
     let bytes = match upload::read::<EmbedImageJson>(req).await? {
         Body::Json(j) => upload::base64_image("image", &j.image)?,
         Body::Multipart(parts) => {

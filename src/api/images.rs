@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use super::middleware::auth::Caller;
 use super::{
     AppState,
     captions::Caption,
@@ -224,9 +225,11 @@ fn inputs_from(body: Body<AddImagesJson>) -> ApiResult<Vec<ImageInput>> {
 pub async fn add(
     State(s): State<AppState>,
     CollectionPath(collection): CollectionPath,
+    caller: Caller,
     req: Request,
 ) -> ApiResult<(StatusCode, Json<AddedImages>)> {
     let inputs = inputs_from(upload::read::<AddImagesJson>(req).await?)?;
+    caller.charge_rows(inputs.len(), s.service.metrics())?;
     let added = s.service.add_images(&collection, inputs).await?;
     Ok((
         StatusCode::CREATED,

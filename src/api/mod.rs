@@ -9,6 +9,7 @@ pub mod embed;
 pub mod error;
 pub mod extract;
 pub mod images;
+pub mod keys;
 pub mod middleware;
 pub mod openapi;
 pub mod routes;
@@ -36,7 +37,7 @@ use tracing::Level;
 
 use crate::service::{ReadyOptions, Service};
 use error::{ApiError, BodyLimit};
-pub use middleware::auth::ApiKeys;
+pub use keys::ApiKeys;
 use middleware::{auth::KeyCheck, body_timeout::BodyTimeout, timeout::Timeout};
 pub use openapi::ApiDoc;
 use routes::RouteInfos;
@@ -123,6 +124,7 @@ pub fn router_with(service: Arc<Service>, opts: RouterOptions) -> anyhow::Result
             KeyCheck {
                 keys: opts.keys,
                 routes: infos.clone(),
+                metrics: state.service.metrics().clone(),
             },
             middleware::auth::require_key,
         ))
@@ -153,7 +155,7 @@ pub fn router_with(service: Arc<Service>, opts: RouterOptions) -> anyhow::Result
                         .get::<RequestId>()
                         .and_then(|r| r.header_value().to_str().ok())
                         .unwrap_or("-");
-                    tracing::info_span!("request", request_id = %id, method = %req.method(), uri = %req.uri())
+                    tracing::info_span!("request", request_id = %id, method = %req.method(), uri = %req.uri(), key = tracing::field::Empty)
                 })
                 .on_response(DefaultOnResponse::new().level(Level::INFO)),
         )

@@ -80,7 +80,11 @@ impl utoipa::Modify for Operational {
             ),
             (
                 "Forbidden",
-                error("the read-only key cannot do this; use the admin key"),
+                error(
+                    "the key's role does not allow this (read keys read; write keys also add and delete images and \
+                     captions; admin keys also manage collections and the server), or the key may not use this \
+                     collection",
+                ),
             ),
             (
                 "PayloadTooLarge",
@@ -90,7 +94,8 @@ impl utoipa::Modify for Operational {
             ),
             (
                 "Overloaded",
-                error("the inference queue is full (in rows or in expected wait); retry after Retry-After seconds")
+                error("the key is over its request or row rate (code rate_limited), or the inference queue is full \
+                       (code overloaded, in rows or in expected wait); retry after Retry-After seconds")
                     .header("Retry-After", retry_after.clone()),
             ),
             (
@@ -158,9 +163,7 @@ impl utoipa::Modify for Operational {
                 r.insert("401".into(), shared("Unauthorized"));
                 r.entry("503".into())
                     .or_insert_with(|| shared("Unavailable"));
-                if need == Access::Admin {
-                    r.insert("403".into(), shared("Forbidden"));
-                }
+                r.insert("403".into(), shared("Forbidden"));
                 // What the extractors answer for any operation: unparsable input, invalid names.
                 r.entry("400".into())
                     .or_insert_with(|| shared("BadRequest"));
@@ -171,10 +174,8 @@ impl utoipa::Modify for Operational {
                     r.entry("413".into())
                         .or_insert_with(|| shared("PayloadTooLarge"));
                 }
-                // Routes that run a model: embed, search, and adding images or captions.
-                if route.infers {
-                    r.insert("429".into(), shared("Overloaded"));
-                }
+                // Any keyed route may meet its key's request rate; routes that run a model also the queue.
+                r.insert("429".into(), shared("Overloaded"));
             }
         }
     }

@@ -19,9 +19,11 @@ use super::{AppState, captions, collections, embed, images, search, system};
 pub enum Access {
     /// Probes, metrics and the API description: never behind a key (orchestrators and scrapers call them).
     Public,
-    /// The read key or the admin key: GET, search and embed.
+    /// Any key: GET, search and embed.
     Read,
-    /// Only the admin key.
+    /// A write or admin key: adding and deleting images and captions.
+    Write,
+    /// Only an admin key: collections themselves and server operations.
     Admin,
 }
 
@@ -57,13 +59,18 @@ const READ_INFER: RouteInfo = RouteInfo {
     infers: true,
     writes: false,
 };
-const WRITE: RouteInfo = RouteInfo {
+const ADMIN: RouteInfo = RouteInfo {
     access: Access::Admin,
     infers: false,
     writes: true,
 };
+const WRITE: RouteInfo = RouteInfo {
+    access: Access::Write,
+    infers: false,
+    writes: true,
+};
 const WRITE_INFER: RouteInfo = RouteInfo {
-    access: Access::Admin,
+    access: Access::Write,
     infers: true,
     writes: true,
 };
@@ -90,7 +97,7 @@ pub fn table() -> Vec<Route> {
         route(M::GET, "/readyz", PUBLIC, get(system::readyz)),
         route(M::GET, "/metrics", PUBLIC, get(system::metrics)),
         route(M::GET, "/openapi.yaml", PUBLIC, get(system::openapi)),
-        route(M::POST, "/v1/collections", WRITE, post(collections::create)),
+        route(M::POST, "/v1/collections", ADMIN, post(collections::create)),
         route(M::GET, "/v1/collections", READ, get(collections::list)),
         route(
             M::GET,
@@ -101,7 +108,7 @@ pub fn table() -> Vec<Route> {
         route(
             M::DELETE,
             "/v1/collections/{collection}",
-            WRITE,
+            ADMIN,
             delete(collections::delete),
         ),
         route(
@@ -161,8 +168,8 @@ pub fn table() -> Vec<Route> {
         route(M::POST, "/v1/embed/text", READ_INFER, post(embed::text)),
         route(M::POST, "/v1/embed/image", READ_INFER, post(embed::image)),
         route(M::GET, "/v1/bundle", READ, get(system::bundle)),
-        route(M::POST, "/v1/admin/reindex", WRITE, post(system::reindex)),
-        route(M::POST, "/v1/admin/snapshot", WRITE, post(system::snapshot)),
+        route(M::POST, "/v1/admin/reindex", ADMIN, post(system::reindex)),
+        route(M::POST, "/v1/admin/snapshot", ADMIN, post(system::snapshot)),
     ]
 }
 
@@ -216,7 +223,7 @@ impl RouteInfos {
             } else if matches!(*method, Method::GET | Method::HEAD) {
                 READ
             } else {
-                WRITE
+                ADMIN
             }
         })
     }
@@ -305,14 +312,18 @@ mod tests {
             WRITE_INFER
         );
         assert_eq!(with(Method::HEAD, "/v1/collections/{collection}"), READ);
-        assert_eq!(with(Method::DELETE, "/v1/collections/{collection}"), WRITE);
-        assert_eq!(with(Method::POST, "/v1/admin/reindex"), WRITE);
+        assert_eq!(with(Method::DELETE, "/v1/collections/{collection}"), ADMIN);
+        assert_eq!(
+            with(Method::DELETE, "/v1/collections/{collection}/images/{id}"),
+            WRITE
+        );
+        assert_eq!(with(Method::POST, "/v1/admin/reindex"), ADMIN);
         assert_eq!(
             infos.info(&Method::GET, Some("/metrics"), "/metrics"),
             PUBLIC
         );
         // A matched path with a method it does not serve (405) falls back to the default.
-        assert_eq!(with(Method::PUT, "/v1/collections"), WRITE);
+        assert_eq!(with(Method::PUT, "/v1/collections"), ADMIN);
     }
 
     #[test]
@@ -331,7 +342,7 @@ mod tests {
             (
                 Method::POST,
                 "/v1/collections/{collection}/images",
-                Access::Admin,
+                Access::Write,
             ),
             (
                 Method::POST,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::middleware::auth::Caller;
 use super::{
     AppState,
     captions::Caption,
@@ -185,9 +186,11 @@ fn params(r: &SearchRequest) -> ApiResult<SearchParams> {
 pub async fn images(
     State(s): State<AppState>,
     CollectionPath(collection): CollectionPath,
+    caller: Caller,
     req: Request,
 ) -> ApiResult<Json<ImageResults>> {
     let (q, p) = parse(req).await?;
+    caller.charge_rows(1, s.service.metrics())?;
     let found = s.service.search_images(&collection, q, p).await?;
     Ok(Json(ImageResults {
         results: found
@@ -212,9 +215,11 @@ pub async fn images(
 pub async fn captions(
     State(s): State<AppState>,
     CollectionPath(collection): CollectionPath,
+    caller: Caller,
     req: Request,
 ) -> ApiResult<Json<CaptionResults>> {
     let (q, p) = parse(req).await?;
+    caller.charge_rows(1, s.service.metrics())?;
     let found = s.service.search_captions(&collection, q, p).await?;
     Ok(Json(CaptionResults {
         results: found

@@ -22,4 +22,5 @@ mod readiness;
 mod reindex;
 mod replicas;
 mod similarity;
+mod tenants;
 mod trainer_features;

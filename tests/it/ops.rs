@@ -166,7 +166,7 @@ async fn bad_key_settings_refuse_to_start() {
     ];
     let cases: [(&[&str], &str); 4] = [
         (&["--admin-key", "short"], "at least 16"),
-        (&["--read-key", READ], "no admin key"),
+        (&["--read-key", READ], "none is an admin key"),
         (&["--admin-key", ADMIN, "--read-key", ADMIN], "the same"),
         (&["--admin-key-file", "/nonexistent/key"], "key file"),
     ];

@@ -1,113 +1,111 @@
-//! The key check: `Authorization: Bearer <key>`. The admin key may do everything; the read key may only read
-//! (GET, search, embed: `Access` in the route table). Keys are compared as SHA-256 digests in constant time, so neither a key's bytes nor
-//! its length leak through response timing. With no key configured the API is open.
+//! The key check: `Authorization: Bearer <key>` against the key table (`api::keys`). The route table says
+//! what each route needs (`Access`); the key's role must allow it, a key limited to collections may only
+//! touch those, and a key with a request rate is held to it (429 with Retry-After). The key found goes to the
+//! handlers as a `Caller` (listing collections shows only the key's; adding rows charges its row rate), and
+//! its name, never its secret, to the request's log line and to `/metrics`. With no key configured the API
+//! is open.
 
-use std::path::Path;
+use std::{sync::Arc, time::Instant};
 
-use anyhow::Context;
 use axum::{
-    extract::{Request, State},
-    http::{HeaderValue, StatusCode, header},
+    extract::{FromRequestParts, Request, State},
+    http::{HeaderValue, StatusCode, header, request::Parts},
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use crate::{
     api::{
         error::ApiError,
+        keys::{ApiKeys, Key, check_secret},
         routes::{Access, RouteInfos},
     },
     config::HttpArgs,
+    metrics::Metrics,
 };
-
-#[derive(Clone, Default)]
-pub struct ApiKeys {
-    admin: Option<[u8; 32]>,
-    read: Option<[u8; 32]>,
-}
-
-fn digest(key: &str) -> [u8; 32] {
-    Sha256::digest(key.as_bytes()).into()
-}
 
 fn key_from(
     value: &Option<String>,
     file: &Option<std::path::PathBuf>,
     what: &str,
 ) -> anyhow::Result<Option<String>> {
+    use anyhow::Context;
     let key = match (value, file) {
-        (Some(v), _) => Some(v.trim().to_string()),
-        (None, Some(f)) => {
-            Some(read_key_file(f).with_context(|| format!("cannot read the {what} key file"))?)
-        }
-        (None, None) => None,
+        (Some(v), _) => v.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| f.display().to_string())
+            .with_context(|| format!("cannot read the {what} key file"))?,
+        (None, None) => return Ok(None),
     };
-    match key {
-        Some(k) if k.is_empty() => {
-            anyhow::bail!("the {what} key is empty; leave it unset to run without it")
-        }
-        Some(k) if k.len() < 16 => {
-            anyhow::bail!("the {what} key is {} characters; use at least 16", k.len())
-        }
-        k => Ok(k),
-    }
-}
-
-fn read_key_file(f: &Path) -> anyhow::Result<String> {
-    Ok(std::fs::read_to_string(f)
-        .with_context(|| f.display().to_string())?
-        .trim()
-        .to_string())
+    check_secret(&key, what).map(Some)
 }
 
 impl ApiKeys {
-    pub fn new(admin: Option<&str>, read: Option<&str>) -> ApiKeys {
-        ApiKeys {
-            admin: admin.map(digest),
-            read: read.map(digest),
-        }
-    }
-
+    /// The environment's admin and read keys (or their files) and the keys file, if any.
     pub fn from_args(a: &HttpArgs) -> anyhow::Result<ApiKeys> {
         let admin = key_from(&a.admin_key, &a.admin_key_file, "admin")?;
         let read = key_from(&a.read_key, &a.read_key_file, "read")?;
         if admin.is_some() && admin == read {
             anyhow::bail!("the admin and read keys are the same; a read key must not grant writes");
         }
-        if admin.is_none() && read.is_some() {
-            // Without an admin key nobody could write; refusing is clearer than a server that cannot be fed.
-            anyhow::bail!("a read key is set but no admin key: set JOINTSPACE_ADMIN_KEY too");
-        }
-        Ok(ApiKeys::new(admin.as_deref(), read.as_deref()))
+        ApiKeys::new(admin.as_deref(), read.as_deref(), a.keys_file.as_deref())
+    }
+}
+
+/// Who is calling, for the handlers: the key, or None when the API is open.
+#[derive(Clone, Default)]
+pub struct Caller(pub Option<Arc<Key>>);
+
+/// As a handler argument: what the key check found (nothing on an open API).
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Caller, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+impl Caller {
+    /// Whether the caller may see and touch a collection.
+    pub fn may_touch(&self, collection: &str) -> bool {
+        self.0.as_ref().is_none_or(|k| k.may_touch(collection))
     }
 
-    pub fn is_open(&self) -> bool {
-        self.admin.is_none() && self.read.is_none()
+    /// Charges `rows` inference rows (images or sentences to embed) to the key's row rate.
+    pub fn charge_rows(&self, rows: usize, metrics: &Metrics) -> Result<(), ApiError> {
+        let Some(k) = &self.0 else { return Ok(()) };
+        k.take_rows(rows, Instant::now()).map_err(|wait| {
+            metrics.rate_limited(&k.name, "rows");
+            if wait.is_infinite() {
+                ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    format!(
+                        "key \"{}\" may embed at most {} rows at once and this request has {rows}: split it",
+                        k.name,
+                        k.rows_burst().unwrap_or_default()
+                    ),
+                )
+            } else {
+                too_many(&k.name, "rows (images and sentences embedded)", wait)
+            }
+        })
     }
+}
 
-    pub fn has_admin(&self) -> bool {
-        self.admin.is_some()
-    }
-
-    pub fn has_read(&self) -> bool {
-        self.read.is_some()
-    }
-
-    /// The access a presented key grants (both digests are always compared: no early exit).
-    fn grant(&self, presented: &str) -> Option<Access> {
-        let d = digest(presented);
-        let eq =
-            |k: &Option<[u8; 32]>| k.as_ref().map(|k| bool::from(k.ct_eq(&d))).unwrap_or(false);
-        let (admin, read) = (eq(&self.admin), eq(&self.read));
-        if admin {
-            Some(Access::Admin)
-        } else if read {
-            Some(Access::Read)
-        } else {
-            None
-        }
+fn too_many(name: &str, what: &str, wait: f64) -> ApiError {
+    let secs = wait.ceil().clamp(1.0, 86_400.0) as u32;
+    ApiError {
+        retry_after: Some(secs),
+        ..ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!("key \"{name}\" is over its rate of {what}; retry after {secs} s"),
+        )
     }
 }
 
@@ -118,20 +116,30 @@ fn unauthorized(message: &str) -> Response {
     r
 }
 
-/// The key check's state: the keys, and the route table that says what each route needs.
+fn forbidden(message: String) -> Response {
+    ApiError::new(StatusCode::FORBIDDEN, "forbidden", message).into_response()
+}
+
+/// The collection a request's path names (`/v1/collections/{collection}/...`), if any.
+fn collection_of(path: &str) -> Option<&str> {
+    path.strip_prefix("/v1/collections/")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|c| !c.is_empty())
+}
+
+/// The key check's state: the keys, the route table that says what each route needs, and the metrics.
 #[derive(Clone)]
 pub struct KeyCheck {
     pub keys: ApiKeys,
     pub routes: RouteInfos,
+    pub metrics: Arc<Metrics>,
 }
 
-pub async fn require_key(State(check): State<KeyCheck>, req: Request, next: Next) -> Response {
+pub async fn require_key(State(check): State<KeyCheck>, mut req: Request, next: Next) -> Response {
     let keys = &check.keys;
-    if keys.is_open() {
-        return next.run(req).await;
-    }
     let need = check.routes.of_request(&req).access;
-    if need == Access::Public {
+    if keys.is_open() || need == Access::Public {
+        req.extensions_mut().insert(Caller(None));
         return next.run(req).await;
     }
     let presented = req
@@ -146,20 +154,39 @@ pub async fn require_key(State(check): State<KeyCheck>, req: Request, next: Next
     let Some(presented) = presented else {
         return unauthorized("this API needs a key: send `Authorization: Bearer <key>`");
     };
-    match keys.grant(presented) {
-        None => unauthorized("the API key is not valid"),
-        Some(Access::Read) if need == Access::Admin => ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "the read-only key cannot {} {}; use the admin key",
-                req.method(),
-                req.uri().path()
-            ),
-        )
-        .into_response(),
-        Some(_) => next.run(req).await,
+    let Some(key) = keys.find(presented) else {
+        return unauthorized("the API key is not valid");
+    };
+    tracing::Span::current().record("key", key.name.as_str());
+    check.metrics.key_request(&key.name);
+    if !key.role.allows(need) {
+        let needs = if need == Access::Admin {
+            "an admin key"
+        } else {
+            "a write or admin key"
+        };
+        return forbidden(format!(
+            "the {} key \"{}\" cannot {} {}; it needs {needs}",
+            key.role.as_str(),
+            key.name,
+            req.method(),
+            req.uri().path()
+        ));
     }
+    if let Some(c) = collection_of(req.uri().path())
+        && !key.may_touch(c)
+    {
+        return forbidden(format!(
+            "key \"{}\" may not use collection \"{c}\" (its keys-file entry lists the collections it may)",
+            key.name
+        ));
+    }
+    if let Err(wait) = key.take_request(Instant::now()) {
+        check.metrics.rate_limited(&key.name, "requests");
+        return too_many(&key.name, "requests", wait).into_response();
+    }
+    req.extensions_mut().insert(Caller(Some(key)));
+    next.run(req).await
 }
 
 #[cfg(test)]
@@ -167,12 +194,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_grant_their_own_access_only() {
-        let k = ApiKeys::new(Some("admin-key-0123456789"), Some("read-key-0123456789"));
-        assert_eq!(k.grant("admin-key-0123456789"), Some(Access::Admin));
-        assert_eq!(k.grant("read-key-0123456789"), Some(Access::Read));
-        assert_eq!(k.grant("admin-key-012345678"), None);
-        assert_eq!(k.grant(""), None);
-        assert!(ApiKeys::default().is_open());
+    fn the_collection_is_read_from_the_path() {
+        assert_eq!(collection_of("/v1/collections/shop/images/3"), Some("shop"));
+        assert_eq!(collection_of("/v1/collections/shop"), Some("shop"));
+        assert_eq!(collection_of("/v1/collections"), None);
+        assert_eq!(collection_of("/v1/collections/"), None);
+        assert_eq!(collection_of("/v1/embed/text"), None);
     }
 }

@@ -5,4 +5,5 @@ pub mod auth;
 pub mod body_limit;
 pub mod body_timeout;
 pub mod observe;
+pub mod rate_limit;
 pub mod timeout;
