@@ -20,4 +20,5 @@ mod readiness;
 mod reindex;
 mod replicas;
 mod similarity;
+mod thumbnails;
 mod trainer_features;
