@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The search page (web/, served at /) in a real browser: Debian's chromium and chromedriver, driven by Selenium
+# (PyPI) from tests/browser/test_page.py, against the release server on the fixture bundle with a scratch
+# SQLite database and an admin key. Screenshots go to target/browser/.
+#
+#   scripts/browser-test.sh
+# Needs chromium and chromium-driver (Debian; .ci/run installs them). Its own virtualenv
+# (.cache/browser-venv) keeps the tools out of the trainer's requirements.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# (4.52.0 needs certifi>=2026.10.23, which the package index did not serve when this was pinned.)
+SELENIUM_VERSION=4.51.0
+PYTEST_VERSION=9.2.0
+export CHROMIUM=${CHROMIUM:-/usr/bin/chromium} CHROMEDRIVER=${CHROMEDRIVER:-/usr/bin/chromedriver}
+for prog in "$CHROMIUM" "$CHROMEDRIVER"; do
+  [[ -x $prog ]] || { echo "scripts/browser-test.sh: $prog is missing (apt-get install chromium chromium-driver)" >&2; exit 1; }
+done
+venv=.cache/browser-venv
+if ! "$venv/bin/python" -c "import selenium, pytest, sys; sys.exit(selenium.__version__ != '$SELENIUM_VERSION' or pytest.__version__ != '$PYTEST_VERSION')" 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "selenium==$SELENIUM_VERSION" "pytest==$PYTEST_VERSION"
+fi
+
+# Three real photos to upload: Flickr8k's first test photos when the data set is beside the checkout (as in
+# CI), else the repository's fixture images.
+flickr=../shared/data/flickr8k
+if [[ -f $flickr/Flickr_8k.testImages.txt ]]; then
+  BROWSER_PHOTOS=$(head -n 3 "$flickr/Flickr_8k.testImages.txt" | sed "s|^|$(cd "$flickr" && pwd)/images/|")
+else
+  BROWSER_PHOTOS=$(ls "$PWD"/tests/fixtures/images/fixture_{4,5,7}.png)
+fi
+export BROWSER_PHOTOS
+
+source scripts/server.sh
+key=browser-test-admin-key-$RANDOM$RANDOM
+JOINTSPACE_ADMIN_KEY=$key start_server models/fixture-tiny --snapshot-interval 0
+export JOINTSPACE_URL=$base JOINTSPACE_KEY=$key BROWSER_SHOTS=${BROWSER_SHOTS:-target/browser}
+echo "== the search page in chromium ($("$CHROMIUM" --version 2>/dev/null)) against $base"
+status=0
+"$venv/bin/python" -m pytest -q --tb=short -p no:cacheprovider tests/browser || status=$?
+check_server || status=1
+[[ $status == 0 ]] && echo "screenshots: $BROWSER_SHOTS/"
+exit "$status"
