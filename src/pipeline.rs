@@ -203,7 +203,7 @@ impl Pipeline {
                     blocking(move || -> Result<Decoded, DecodeError> {
                         let img = decode::decode(&bytes, &limits)?;
                         let (w, h) = img.dimensions();
-                        let thumb = thumbnails.then(|| thumbnail::make(&img));
+                        let thumb = thumbnails.then(|| thumbnail::make(&img)).flatten();
                         let img = prepare::apply(spec.prepare.as_ref(), img);
                         let resized = crops::resize(&img, spec.resize);
                         drop(img);

@@ -85,7 +85,7 @@ async fn stored_images_have_small_jpeg_thumbnails_with_caching_headers() {
         );
         let ratio = |w: u32, h: u32| f64::from(w) / f64::from(h);
         assert!((ratio(tw, th) - ratio(ow, oh)).abs() < 0.02, "fixture {i}");
-        assert!(bytes.len() < 24_000, "fixture {i}: {} bytes", bytes.len());
+        assert!(bytes.len() < 12_000, "fixture {i}: {} bytes", bytes.len());
         sizes.push(format!("{ow}x{oh} -> {tw}x{th} {} B", bytes.len()));
 
         // The tag it gave answers 304 with no body; another tag gets the image again.
