@@ -193,6 +193,9 @@ async function createCollection(ev) {
   await attempt(`Creating “${name}”`, async () => {
     await json("POST", "/v1/collections", { name });
     $("new-name").value = "";
+    // The next thing to do with an empty collection is to fill it.
+    $("new-collection").open = false;
+    $("add-photos").open = true;
     showStatus(`Collection “${name}” created.`);
     clearResults();
     await loadCollections(name);
