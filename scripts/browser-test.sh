@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The search page (web/, served at /) in a real browser: Debian's chromium and chromedriver, driven by Selenium
 # (PyPI) from tests/browser/test_page.py, against the release server on the fixture bundle with a scratch
-# SQLite database and an admin key. Screenshots go to target/browser/.
+# SQLite database, an admin key and a 1 MiB request limit. Screenshots go to target/browser/.
 #
 #   scripts/browser-test.sh
 # Needs chromium and chromium-driver (Debian; .ci/run installs them). Its own virtualenv
@@ -22,6 +22,8 @@ export BROWSER_PHOTOS
 
 source scripts/server.sh
 key=browser-test-admin-key-$RANDOM$RANDOM
+# A 1 MiB body limit, so that the page's message for a too-large upload can be checked with a small file.
+export JOINTSPACE_MAX_REQUEST_BYTES=1048576
 JOINTSPACE_ADMIN_KEY=$key start_server models/fixture-tiny --snapshot-interval 0
 export JOINTSPACE_URL=$base JOINTSPACE_KEY=$key BROWSER_SHOTS=${BROWSER_SHOTS:-target/browser}
 echo "== the search page in chromium ($("$CHROMIUM" --version 2>/dev/null)) against $base"

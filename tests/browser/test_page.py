@@ -1,8 +1,9 @@
 """The search page in a real browser (Debian's chromium, driven by Selenium), against a running server.
 
-scripts/browser-test.sh starts the server (fixture bundle, scratch database, an admin key) and runs this with
-JOINTSPACE_URL, JOINTSPACE_KEY, BROWSER_PHOTOS (three or more photo files, one per line) and BROWSER_SHOTS
-(where screenshots go). Every check is on what a person sees: messages, cards, captions, the dialog.
+scripts/browser-test.sh starts the server (fixture bundle, scratch database, an admin key, a small body limit)
+and runs this with JOINTSPACE_URL, JOINTSPACE_KEY, JOINTSPACE_MAX_REQUEST_BYTES, BROWSER_PHOTOS (three or more
+photo files, one per line) and BROWSER_SHOTS (where screenshots go). Every check is on what a person sees:
+messages, cards, captions, the dialog.
 """
 
 import json
@@ -24,6 +25,7 @@ KEY = os.environ["JOINTSPACE_KEY"]
 PHOTOS = [p for p in os.environ["BROWSER_PHOTOS"].splitlines() if p.strip()]
 SHOTS = Path(os.environ.get("BROWSER_SHOTS", "target/browser"))
 CAPTION = "a photo added by the browser test"
+LIMIT = int(os.environ["JOINTSPACE_MAX_REQUEST_BYTES"])
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +148,14 @@ def test_a_person_adds_photos_searches_and_browses(browser, tmp_path):
     error = wait_text(d, "error", r"notes\.txt")
     assert "not an image" in error, error
     wait_text(d, "status", r"Added 0 of 1 photo")
+
+    # A file over the server's request limit (1 MiB here): the limit is stated.
+    big = tmp_path / "huge.jpg"
+    big.write_bytes(b"\xff" * (2 << 20))
+    d.find_element(By.ID, "upload-files").send_keys(str(big))
+    submit(d, "upload-form")
+    error = wait_text(d, "error", r"huge\.jpg")
+    assert "Too large" in error and f"the limit is {LIMIT} bytes" in error, error
 
     # A sentence: a grid of three cards, each with its thumbnail and a score, best first.
     d.find_element(By.ID, "query").send_keys("a dog runs across the grass")
