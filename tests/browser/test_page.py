@@ -241,3 +241,39 @@ def test_the_page_fits_a_phone(browser):
     overflow = d.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, f"the page is {overflow} px wider than a phone's screen"
     d.save_screenshot(str(SHOTS / "phone.png"))
+
+
+def test_results_come_in_pages(browser, tmp_path):
+    d = browser
+    d.set_window_size(1280, 1000)
+    d.get(BASE + "/")
+    open_details(d, "new-collection")
+    d.find_element(By.ID, "new-name").send_keys("many")
+    submit(d, "create-form")
+    wait_text(d, "status", r"Collection “many” created")
+    # Thirteen photos (copies of the three), one more than the smallest page.
+    source = [Path(p).read_bytes() for p in PHOTOS[:3]]
+    files = []
+    for i in range(13):
+        f = tmp_path / f"copy-{i:02}{Path(PHOTOS[i % 3]).suffix}"
+        f.write_bytes(source[i % 3])
+        files.append(str(f))
+    d.find_element(By.ID, "upload-files").send_keys("\n".join(files))
+    submit(d, "upload-form")
+    wait_text(d, "status", r"Added 13 of 13 photos to “many”", timeout=120)
+    Select(d.find_element(By.ID, "per-page")).select_by_visible_text("12")
+    d.find_element(By.ID, "query").send_keys("a photo")
+    submit(d, "text-form")
+    wait_cards(d, 12)
+    wait_text(d, "page-info", r"^Results 1–12$")
+    prev, nxt = d.find_element(By.ID, "prev"), d.find_element(By.ID, "next")
+    assert not prev.is_enabled() and nxt.is_enabled()
+    first_page = [c.text for c in cards(d)]
+    nxt.click()
+    wait_cards(d, 1)
+    wait_text(d, "page-info", r"^Results 13–13$")
+    assert prev.is_enabled() and not nxt.is_enabled()
+    assert cards(d)[0].text not in first_page
+    prev.click()
+    wait_cards(d, 12)
+    assert [c.text for c in cards(d)] == first_page
