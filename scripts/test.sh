@@ -2,7 +2,8 @@
 # The whole test suite: the trainer's pytest and ruff, the server's rustfmt and clippy, then its cargo tests on the
 # real runtime.
 # Installs what it needs itself (.venv with the trainer's requirements), so it runs on a fresh machine.
-# Last, schemathesis fuzzes the running server against openapi.yaml (its own venv in .cache/, ~3 minutes).
+# Last, schemathesis fuzzes the running server against openapi.yaml (its own venv in .cache/, ~3 minutes), and the
+# search page is driven in chromium by Selenium (scripts/browser-test.sh, its own venv in .cache/, ~1 minute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The Postgres tests (tests/common/pg.rs) start throwaway servers themselves; say early what is missing.
@@ -32,3 +33,5 @@ echo "== server tests (cargo test, ORT_DYLIB_PATH=$ORT_DYLIB_PATH)"
 cargo test --locked --release
 echo "== API against its spec (schemathesis: no 5xx, every response as openapi.yaml says)"
 MAX_TIME=${SCHEMATHESIS_SECONDS:-120} scripts/schemathesis.sh
+echo "== the search page in a real browser (chromium + Selenium: upload, search, open, more like this)"
+scripts/browser-test.sh

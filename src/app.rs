@@ -62,6 +62,7 @@ fn load_wrapped(
         },
         crop_mode: model.crop_mode,
         max_text_chars: model.max_text_chars,
+        thumbnails: model.thumbnails,
         max_batch_crops: model.max_batch_crops,
         max_batch_texts: 256,
         queue: model.inference_queue,

@@ -122,6 +122,11 @@ pub struct ModelArgs {
     /// Longest accepted sentence, characters.
     #[arg(long, env = "JOINTSPACE_MAX_TEXT_CHARS", default_value_t = 1000)]
     pub max_text_chars: usize,
+    /// Keep a thumbnail of every added image (JPEG, longest side 256 px, a few KB, in the database), served
+    /// at GET /v1/collections/{c}/images/{id}/thumbnail and shown by the search page. `off` skips it.
+    #[arg(long, env = "JOINTSPACE_THUMBNAILS", default_value = "on", value_name = "on|off",
+          action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub thumbnails: bool,
 }
 
 /// The database and the indexes built from it.

@@ -2,7 +2,7 @@
 //! decode -> prepare -> crops -> vision -> fne -> projection, and tokenize -> text, composed by `pipeline`; then index
 //! and store (the source of truth) behind `service`, and the api (and cli) on top. `runtime` is the
 //! inference backend under vision and text; `batch` is their request batching; `hubness` the search offset
-//! of a stored image; `modality` the two kinds of item every layer below the api keys by. docs/architecture.md
+//! of a stored image; `thumbnail` its small JPEG for result grids; `modality` the two kinds of item every layer below the api keys by. docs/architecture.md
 //! draws it and states which layer may call which.
 
 pub mod api;
@@ -26,5 +26,6 @@ pub mod runtime;
 pub mod service;
 pub mod store;
 pub mod text;
+pub mod thumbnail;
 pub mod tokenize;
 pub mod vision;

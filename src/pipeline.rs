@@ -14,6 +14,7 @@ use crate::{
     projection::Projection,
     runtime::{Backend, Provider, RuntimeError},
     text::{TextEncoder, TextError, TextTokenizer},
+    thumbnail,
     vision::Vision,
 };
 
@@ -46,12 +47,16 @@ pub struct ImageEmbedding {
     pub offset: f32,
     pub width: u32,
     pub height: u32,
+    /// A small JPEG of the photo (`thumbnail`), for `ImageUse::Store` when thumbnails are on.
+    pub thumbnail: Option<Vec<u8>>,
 }
 
 pub struct PipelineOptions {
     pub limits: DecodeLimits,
     pub crop_mode: Option<CropMode>,
     pub max_text_chars: usize,
+    /// Make a thumbnail of every stored image (from the decoded pixels, no second decode).
+    pub thumbnails: bool,
     /// Upper bound of crops (images x crops per image) in one runtime call.
     pub max_batch_crops: usize,
     pub max_batch_texts: usize,
@@ -70,6 +75,7 @@ pub struct Pipeline {
     pub bundle: Arc<Bundle>,
     pub crop_mode: CropMode,
     pub limits: DecodeLimits,
+    thumbnails: bool,
     provider: Provider,
     vision: Vision,
     // Shared with the blocking pool, where codes are made and projected.
@@ -122,6 +128,7 @@ impl Pipeline {
             provider: backend.provider(),
             crop_mode,
             limits: opts.limits,
+            thumbnails: opts.thumbnails,
             decode_permits: Arc::new(tokio::sync::Semaphore::new(2 * cores)),
             bundle,
         })
@@ -182,6 +189,7 @@ impl Pipeline {
         let spec = self.bundle.manifest.vision.clone();
         let crop_len = crops::crop_len(&spec);
         let (limits, mode) = (self.limits, self.crop_mode);
+        let thumbnails = self.thumbnails && purpose == ImageUse::Store;
         // Decode and cut every image on the blocking pool; the permits bound the decoded images in memory.
         let tasks: Vec<_> = images
             .into_iter()
@@ -192,15 +200,16 @@ impl Pipeline {
                         .acquire_owned()
                         .await
                         .map_err(|_| EmbedError::Runtime(RuntimeError::Stopped))?;
-                    blocking(move || -> Result<(Vec<f32>, u32, u32), DecodeError> {
+                    blocking(move || -> Result<Decoded, DecodeError> {
                         let img = decode::decode(&bytes, &limits)?;
                         let (w, h) = img.dimensions();
+                        let thumb = thumbnails.then(|| thumbnail::make(&img)).flatten();
                         let img = prepare::apply(spec.prepare.as_ref(), img);
                         let resized = crops::resize(&img, spec.resize);
                         drop(img);
                         let mut out = vec![0f32; per * crop_len];
                         crops::write_crops(&resized, &spec, mode, &mut out);
-                        Ok((out, w, h))
+                        Ok((out, w, h, thumb))
                     })
                     .await?
                     .map_err(EmbedError::from)
@@ -210,10 +219,12 @@ impl Pipeline {
         let decoded = futures::future::join_all(tasks).await;
         let mut sizes = Vec::with_capacity(n);
         let mut pieces = Vec::with_capacity(n);
+        let mut thumbs = Vec::with_capacity(n);
         for (i, d) in decoded.into_iter().enumerate() {
-            let (crops, w, h) = d.map_err(|e| (i, e))?;
+            let (crops, w, h, thumb) = d.map_err(|e| (i, e))?;
             sizes.push((w, h));
             pieces.push(crops);
+            thumbs.push(thumb);
         }
         let raw = self
             .vision
@@ -230,8 +241,9 @@ impl Pipeline {
             let dim = fne.dim();
             let mut out: Vec<ImageEmbedding> = sizes
                 .into_iter()
+                .zip(thumbs)
                 .enumerate()
-                .map(|(i, (width, height))| {
+                .map(|(i, ((width, height), thumbnail))| {
                     let code = fne.code(&raw[i * per * dim..(i + 1) * per * dim]);
                     let vector = projection.project(&code);
                     ImageEmbedding {
@@ -240,6 +252,7 @@ impl Pipeline {
                         offset: 0.0,
                         width,
                         height,
+                        thumbnail,
                     }
                 })
                 .collect();
@@ -319,6 +332,9 @@ impl Pipeline {
         Ok(v.remove(0))
     }
 }
+
+/// One image off the blocking pool: its crops, its size, its thumbnail (when one is made).
+type Decoded = (Vec<f32>, u32, u32, Option<Vec<u8>>);
 
 /// Runs CPU work on tokio's blocking pool.
 async fn blocking<T: Send + 'static>(

@@ -91,6 +91,8 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
             limits,
             crop_mode: o.crop,
             max_text_chars: 1000,
+            // As the server runs by default (--thumbnails on).
+            thumbnails: true,
             max_batch_crops: o.max_batch_crops,
             max_batch_texts: 256,
             // The server's defaults (JOINTSPACE_INFERENCE_QUEUE, _BATCH_WAIT_MS, _MAX_QUEUE_WAIT_MS).
@@ -207,6 +209,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                 vector: v,
                 offset,
                 captions: vec![],
+                thumbnail: None,
             })
             .collect();
         let t = Instant::now();

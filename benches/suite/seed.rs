@@ -81,6 +81,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                         vector,
                         offset,
                         captions: vec![],
+                        thumbnail: None,
                     }
                 })
                 .collect();

@@ -3,10 +3,12 @@
 use axum::{
     Json,
     extract::{Request, State},
-    http::StatusCode,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
 
 use super::middleware::auth::Caller;
@@ -315,4 +317,99 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     s.service.delete_image(&collection, id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+// For the OpenAPI document: a binary string, not an array of numbers.
+/// A JPEG file.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct Jpeg(#[allow(dead_code)] Vec<u8>);
+
+/// A thumbnail never changes for its image id (ids are never reused, and a thumbnail is written once with its
+/// image): browsers may keep it a year without asking again. `private`: it is read with an API key.
+const THUMBNAIL_CACHE: &str = "private, max-age=31536000, immutable";
+
+/// The thumbnail's entity tag: the image id and a digest of the bytes, so that a database rebuilt from
+/// scratch (where ids start again) never passes a stale copy as current.
+fn thumbnail_etag(id: i64, bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    format!("\"{id}-{}\"", hex::encode(&digest[..8]))
+}
+
+/// Whether `If-None-Match` names this tag (or `*`); weak and strong forms compare alike (RFC 9110 13.1.2).
+fn none_match(headers: &HeaderMap, etag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().trim_start_matches("W/"))
+        .any(|t| t == "*" || t == etag)
+}
+
+#[utoipa::path(get, path = "/v1/collections/{collection}/images/{id}/thumbnail", tag = "images", operation_id = "thumbnail",
+    params(("collection" = String, Path, description = "collection name"), ("id" = i64, Path, description = "image id"),
+           ("If-None-Match" = Option<String>, Header, description = "an ETag from an earlier answer: 304 when it is still current")),
+    responses(
+        (status = 200, description = "the image's thumbnail: a JPEG whose longest side is at most 256 pixels, kept at ingest (`--thumbnails`, on by default)",
+         body = inline(Jpeg), content_type = "image/jpeg",
+         headers(("ETag" = String, description = "the image id and a digest of the bytes"),
+                 ("Cache-Control" = String, description = "`private, max-age=31536000, immutable`: a thumbnail never changes for its id"))),
+        (status = 304, description = "the If-None-Match tag is current; no body",
+         headers(("ETag" = String), ("Cache-Control" = String))),
+        (status = 404, description = "no such collection or image, or the image has none (added with thumbnails off)", body = ErrorBody)))]
+pub async fn thumbnail(
+    State(s): State<AppState>,
+    ApiPath((_collection, id)): ApiPath<(String, i64)>,
+    CollectionPath(collection): CollectionPath,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let bytes = s.service.thumbnail(&collection, id).await?;
+    let etag = thumbnail_etag(id, &bytes);
+    let tag = HeaderValue::from_str(&etag).unwrap_or(HeaderValue::from_static("\"0\""));
+    let cache = [
+        (header::ETAG, tag),
+        (
+            header::CACHE_CONTROL,
+            HeaderValue::from_static(THUMBNAIL_CACHE),
+        ),
+    ];
+    if none_match(&headers, &etag) {
+        return Ok((StatusCode::NOT_MODIFIED, cache).into_response());
+    }
+    Ok((
+        cache,
+        [(header::CONTENT_TYPE, HeaderValue::from_static("image/jpeg"))],
+        bytes,
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_none_match_compares_tags_in_lists_weak_or_strong() {
+        let etag = thumbnail_etag(7, b"jpeg");
+        assert!(etag.starts_with("\"7-") && etag.ends_with('"') && etag.len() == 20);
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::IF_NONE_MATCH,
+                HeaderValue::from_str(v).expect("header"),
+            );
+            h
+        };
+        assert!(none_match(&with(&etag), &etag));
+        assert!(none_match(&with(&format!("\"x\", W/{etag}")), &etag));
+        assert!(none_match(&with("*"), &etag));
+        assert!(!none_match(&with("\"7-0000000000000000\""), &etag));
+        assert!(!none_match(&HeaderMap::new(), &etag));
+        assert_ne!(
+            etag,
+            thumbnail_etag(7, b"other"),
+            "the bytes are part of the tag"
+        );
+    }
 }

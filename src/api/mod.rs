@@ -1,5 +1,5 @@
 //! The HTTP API, one module per area (collections, images, captions, search, embed, system), their wire
-//! types beside their handlers. `routes` is the one table of routes; `middleware` is what runs around every
+//! types beside their handlers, and `page`, the search page served at `/`. `routes` is the one table of routes; `middleware` is what runs around every
 //! handler; `openapi` assembles the document; `extract` and `error` are the edges where requests are parsed
 //! and errors become HTTP.
 
@@ -12,6 +12,7 @@ pub mod images;
 pub mod keys;
 pub mod middleware;
 pub mod openapi;
+pub mod page;
 pub mod routes;
 pub mod search;
 pub mod system;

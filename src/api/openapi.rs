@@ -15,7 +15,7 @@ use utoipa::{
 };
 
 use super::{
-    captions, collections, embed, error, images,
+    captions, collections, embed, error, images, page,
     routes::{self, Access, RouteInfos},
     search, system,
 };
@@ -25,16 +25,17 @@ use super::{
     info(title = "jointspace", description = "Find photos from a sentence and sentences for a photo. Errors always have the shape of ErrorBody."),
     paths(
         collections::create, collections::list, collections::get, collections::delete,
-        images::add, images::list, images::get, images::delete,
+        images::add, images::list, images::get, images::delete, images::thumbnail,
         captions::add, captions::list, captions::delete,
         search::images, search::captions,
         embed::text, embed::image,
+        page::index, page::file,
         system::healthz, system::readyz, system::metrics, system::openapi, system::bundle, system::reindex, system::snapshot,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
     modifiers(&NoLicense, &Operational),
     tags((name = "collections"), (name = "images"), (name = "captions"), (name = "search"), (name = "embed"),
-         (name = "system"), (name = "admin"))
+         (name = "system"), (name = "admin"), (name = "page"))
 )]
 pub struct ApiDoc;
 

@@ -12,7 +12,7 @@ use axum::{
     routing::{MethodRouter, delete, get, post},
 };
 
-use super::{AppState, captions, collections, embed, images, search, system};
+use super::{AppState, captions, collections, embed, images, page, search, system};
 
 /// Which key a request needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +93,8 @@ fn route(
 pub fn table() -> Vec<Route> {
     use Method as M;
     vec![
+        route(M::GET, "/", PUBLIC, get(page::index)),
+        route(M::GET, "/page/{file}", PUBLIC, get(page::file)),
         route(M::GET, "/healthz", PUBLIC, get(system::healthz)),
         route(M::GET, "/readyz", PUBLIC, get(system::readyz)),
         route(M::GET, "/metrics", PUBLIC, get(system::metrics)),
@@ -140,6 +142,12 @@ pub fn table() -> Vec<Route> {
             "/v1/collections/{collection}/images/{id}",
             WRITE,
             delete(images::delete),
+        ),
+        route(
+            M::GET,
+            "/v1/collections/{collection}/images/{id}/thumbnail",
+            READ,
+            get(images::thumbnail),
         ),
         route(
             M::POST,
@@ -332,6 +340,8 @@ mod tests {
         let cases = [
             (Method::GET, "/healthz", Access::Public),
             (Method::GET, "/metrics", Access::Public),
+            (Method::GET, "/", Access::Public),
+            (Method::GET, "/page/{file}", Access::Public),
             (Method::POST, "/v1/collections", Access::Admin),
             (Method::GET, "/v1/collections", Access::Read),
             (
@@ -356,6 +366,11 @@ mod tests {
             ),
             (Method::POST, "/v1/embed/text", Access::Read),
             (Method::POST, "/v1/admin/reindex", Access::Admin),
+            (
+                Method::GET,
+                "/v1/collections/{collection}/images/{id}/thumbnail",
+                Access::Read,
+            ),
             (Method::OPTIONS, "/v1/collections", Access::Public),
         ];
         for (m, p, want) in cases {

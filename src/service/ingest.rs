@@ -107,6 +107,7 @@ impl Service {
                 code: e.code.packed().to_vec(),
                 vector: e.vector,
                 offset: e.offset,
+                thumbnail: e.thumbnail,
                 captions: captions
                     .into_iter()
                     .map(|t| (t, text_vecs.next().unwrap_or_default()))

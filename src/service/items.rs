@@ -9,7 +9,7 @@ use crate::{
     fne::TernaryCode,
     index::VectorIndex,
     modality::Modality,
-    store::{CaptionRow, ImageRow},
+    store::{CaptionRow, ImageRow, StoreError},
 };
 
 impl Service {
@@ -22,6 +22,18 @@ impl Service {
         let img = self.store.image(c.id, id).await?;
         let caps = self.store.list_captions(c.id, Some(id), 0, 1000).await?;
         Ok((img, caps))
+    }
+
+    /// An image's thumbnail (JPEG bytes), or NotFound naming why: no such image, or none kept for it.
+    pub async fn thumbnail(&self, collection: &CollectionName, id: i64) -> Result<Vec<u8>> {
+        let c = self.collection_ref(collection).await?;
+        match self.store.thumbnail(c.id, id).await? {
+            Some(t) if !t.is_empty() => Ok(t),
+            _ => Err(ServiceError::Store(StoreError::NotFound(format!(
+                "image {id} has no thumbnail: it was added while thumbnails were off (--thumbnails off) \
+                 or before the server kept them"
+            )))),
+        }
     }
 
     pub async fn image_by_external_id(

@@ -1,6 +1,7 @@
 //! The images table: each image's ternary code (the durable part), its joint vector and search offset
-//! (derived from the code by the loaded bundle), its metadata, and its captions written in the same
-//! transaction.
+//! (derived from the code by the loaded bundle), its metadata, and its captions and thumbnail written in the
+//! same transaction. Thumbnails live in their own table keyed by image id (deleted with the image), so row
+//! scans of `images` never carry them and an export of the database carries them as it is.
 
 use serde_json::Value;
 use sqlx::{Row, any::AnyRow};
@@ -33,6 +34,8 @@ pub struct NewImage {
     /// The image's search offset (docs/bundle.md, "The hubness section"); 0 without a bank.
     pub offset: f32,
     pub captions: Vec<(String, Vec<f32>)>,
+    /// A small JPEG for result grids (`crate::thumbnail`); none when thumbnails are off.
+    pub thumbnail: Option<Vec<u8>>,
 }
 
 /// Which bundle produced the stored vectors.
@@ -107,6 +110,13 @@ impl Store {
                         )
                     })
                 })?;
+            if let Some(t) = &img.thumbnail {
+                sqlx::query("INSERT INTO thumbnails (image_id, data) VALUES ($1, $2)")
+                    .bind(id)
+                    .bind(t)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             let mut caps = Vec::with_capacity(img.captions.len());
             for (text, vector) in &img.captions {
                 caps.push(
@@ -204,6 +214,23 @@ impl Store {
                 .fetch_optional(&self.pool)
                 .await?;
         b.ok_or_else(|| no_image(id))
+    }
+
+    /// An image's thumbnail: `Ok(None)` when the image exists without one (ingested with thumbnails off).
+    pub async fn thumbnail(
+        &self,
+        collection_id: i64,
+        id: i64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let r: Option<Option<Vec<u8>>> = sqlx::query_scalar(
+            "SELECT t.data FROM images i LEFT JOIN thumbnails t ON t.image_id = i.id \
+             WHERE i.collection_id = $1 AND i.id = $2",
+        )
+        .bind(collection_id)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        r.ok_or_else(|| no_image(id))
     }
 
     /// Lists images, optionally only those whose metadata matches `filter`.
@@ -338,6 +365,7 @@ mod tests {
             vector: vec![0.6, 0.8],
             offset,
             captions: vec![("a red shoe".into(), vec![1.0, 0.0])],
+            thumbnail: None,
         }
     }
 
@@ -380,6 +408,39 @@ mod tests {
         let offsets = store.image_offsets(c.id).await.expect("offsets");
         assert_eq!(offsets.len(), 1_200);
         assert!(offsets.iter().any(|(_, o)| (*o + 0.06).abs() < 1e-6));
+    }
+
+    #[tokio::test]
+    async fn thumbnails_are_stored_with_their_image_and_go_with_it() {
+        let store = memory().await;
+        let c = store.create_collection("shop", "").await.expect("create");
+        let mut with = image("with", json!({}), 0.0);
+        with.thumbnail = Some(vec![0xFF, 0xD8, 1, 2, 3]);
+        let ids = store
+            .insert_images(c.id, &[with, image("without", json!({}), 0.0)], PROV)
+            .await
+            .expect("insert");
+        let (a, b) = (ids[0].0, ids[1].0);
+        assert_eq!(
+            store.thumbnail(c.id, a).await.expect("thumbnail"),
+            Some(vec![0xFF, 0xD8, 1, 2, 3])
+        );
+        assert_eq!(store.thumbnail(c.id, b).await.expect("no thumbnail"), None);
+        let other = store.create_collection("other", "").await.expect("create");
+        assert!(matches!(
+            store.thumbnail(other.id, a).await,
+            Err(StoreError::NotFound(_))
+        ));
+        store.delete_image(c.id, a).await.expect("delete");
+        assert!(matches!(
+            store.thumbnail(c.id, a).await,
+            Err(StoreError::NotFound(_))
+        ));
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM thumbnails")
+            .fetch_one(&store.pool)
+            .await
+            .expect("count");
+        assert_eq!(left, 0, "the thumbnail went with its image");
     }
 
     #[tokio::test]

@@ -226,6 +226,7 @@ mod tests {
             vector: vec![1.0, 0.0],
             offset: 0.0,
             captions: vec![],
+            thumbnail: None,
         };
         let id = store
             .insert_images(c.id, &[img], prov)

@@ -23,4 +23,5 @@ mod reindex;
 mod replicas;
 mod similarity;
 mod tenants;
+mod thumbnails;
 mod trainer_features;

@@ -186,8 +186,16 @@ async fn a_reindex_under_way_is_not_ready() {
         )
         .await;
     assert_eq!(s, 201, "{r}");
-    // The reindex stops at the caption's text run while the text graph is wedged: stored vectors and indexes
-    // disagree until it ends.
+    // As if the caption came from an earlier bundle, so the reindex has it to re-embed.
+    sqlx::any::install_default_drivers();
+    let db = sqlx::AnyPool::connect(&format!("sqlite://{}", dir.path().join("js.db").display()))
+        .await
+        .expect("database");
+    sqlx::query("UPDATE captions SET bundle_id = 'an-earlier-bundle'")
+        .execute(&db)
+        .await
+        .expect("age the caption");
+    // The reindex stops at the caption's text run while the text graph is wedged: not ready until it ends.
     set(&mode, Mode::Wedged);
     let reindex = {
         let (client, url) = (app.client.clone(), app.url("/v1/admin/reindex"));
