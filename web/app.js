@@ -77,12 +77,14 @@ function explain(e) {
     case 401:
       return `This server needs an API key: enter it above. (${e.message})`;
     case 403:
-      return `This key may only search and read; adding photos or collections needs the admin key. (${e.message})`;
+      return `This key is not allowed to do that (its role, or the collections it may use). (${e.message})`;
     case 413:
       return `Too large: ${e.message}`;
     case 429: {
       const wait = e.retryAfter !== undefined ? `${e.retryAfter} s` : "a moment";
-      return `The server is busy (its inference queue is full). Try again in ${wait}. (${e.message})`;
+      return e.code === "rate_limited"
+        ? `This key is over its rate. Try again in ${wait}. (${e.message})`
+        : `The server is busy (its inference queue is full). Try again in ${wait}. (${e.message})`;
     }
     case 503:
       return `The server cannot answer right now${e.retryAfter !== undefined ? `; try again in ${e.retryAfter} s` : ""}. (${e.message})`;
@@ -255,13 +257,30 @@ async function uploadPhotos(ev) {
 
 // ---- filters ------------------------------------------------------------------------------------------------------
 
+/** The operators the API's filters take (docs/api.md, "Filters"): label, operator, and what its value is. */
+const OPERATORS = [
+  ["=", "$eq", "one"],
+  ["≠", "$ne", "one"],
+  [">", "$gt", "one"],
+  ["≥", "$gte", "one"],
+  ["<", "$lt", "one"],
+  ["≤", "$lte", "one"],
+  ["one of", "$in", "list"],
+  ["none of", "$nin", "list"],
+  ["exists", "$exists", "yes"],
+  ["is missing", "$exists", "no"],
+];
+
 function addFilterRow(key = "", value = "") {
   const row = document.createElement("div");
   row.className = "row filter";
   const n = $("filter-rows").children.length + 1;
-  const k = Object.assign(document.createElement("input"), { value: key, placeholder: "key" });
+  const k = Object.assign(document.createElement("input"), { value: key, placeholder: "key (a.b for nested)" });
+  const op = document.createElement("select");
+  for (const [label] of OPERATORS) op.append(Object.assign(document.createElement("option"), { textContent: label }));
   const v = Object.assign(document.createElement("input"), { value, placeholder: "value" });
   k.setAttribute("aria-label", `Filter ${n} key`);
+  op.setAttribute("aria-label", `Filter ${n} operator`);
   v.setAttribute("aria-label", `Filter ${n} value`);
   const rm = Object.assign(document.createElement("button"), { type: "button", textContent: "Remove" });
   rm.setAttribute("aria-label", `Remove filter ${n}`);
@@ -270,30 +289,55 @@ function addFilterRow(key = "", value = "") {
     countFilters();
   });
   for (const i of [k, v]) i.addEventListener("input", countFilters);
-  row.append(k, document.createTextNode(" = "), v, rm);
+  op.addEventListener("change", () => {
+    // exists / is missing take no value.
+    v.hidden = OPERATORS[op.selectedIndex][2] !== "one" && OPERATORS[op.selectedIndex][2] !== "list";
+    v.placeholder = OPERATORS[op.selectedIndex][2] === "list" ? "values, comma-separated" : "value";
+    countFilters();
+  });
+  row.append(k, op, v, rm);
   $("filter-rows").append(row);
   k.focus();
 }
 
-/** The filter as the API takes it: {key: value}, values typed as JSON scalars where they read as one. */
+/** A typed JSON scalar from what a person typed: true/false and numbers as such, anything else as text. */
+function scalar(raw) {
+  if (raw === "true" || raw === "false") return raw === "true";
+  if (raw !== "" && Number.isFinite(Number(raw))) return Number(raw);
+  return raw;
+}
+
+/** The filter as the API takes it: {key: value} for "=", {key: {"$op": value}} otherwise; rows on one key join. */
 function currentFilter() {
   const f = {};
+  let rows = 0;
   for (const row of $("filter-rows").children) {
     const [k, v] = row.querySelectorAll("input");
+    const [, operator, kind] = OPERATORS[row.querySelector("select").selectedIndex];
     const key = k.value.trim();
     if (!key) continue;
     const raw = v.value.trim();
-    let value = raw;
-    if (raw === "true" || raw === "false") value = raw === "true";
-    else if (raw !== "" && Number.isFinite(Number(raw))) value = Number(raw);
-    f[key] = value;
+    const value =
+      kind === "one" ? scalar(raw)
+      : kind === "list" ? raw.split(",").map((x) => scalar(x.trim())).filter((x) => x !== "")
+      : kind === "yes";
+    rows += 1;
+    if (operator === "$eq" && !(key in f)) {
+      f[key] = value;
+      continue;
+    }
+    // Several conditions on one key all hold: gather them in one operator object.
+    const prev = f[key];
+    const ops = prev === undefined ? {} : typeof prev === "object" ? prev : { $eq: prev };
+    ops[operator] = value;
+    f[key] = ops;
   }
-  return Object.keys(f).length ? f : undefined;
+  return rows ? f : undefined;
 }
 
 function countFilters() {
-  const f = currentFilter();
-  $("filter-count").textContent = f ? `(${Object.keys(f).length} on)` : "";
+  const rows = [...$("filter-rows").children].filter((r) => r.querySelector("input").value.trim()).length;
+  $("filter-count").textContent = rows ? `(${rows} on)` : "";
 }
 
 // ---- searching ------------------------------------------------------------------------------------------------------

@@ -211,6 +211,25 @@ def test_a_person_adds_photos_searches_and_browses(browser, tmp_path):
     value.send_keys("browser")
     submit(d, "text-form")
     wait_cards(d, 3)
+    # The API's other operators: every photo has set = "browser", so "≠" and "is missing" match none of them,
+    # "exists" and "one of" browser all three, and "one of" two other values none.
+    operator = Select(d.find_element(By.CSS_SELECTOR, "#filter-rows select"))
+    for label, found in [("≠", 0), ("is missing", 0), ("exists", 3), ("one of", 3)]:
+        operator.select_by_visible_text(label)
+        until(d, lambda: f"the operator shows {label}", lambda drv: operator.first_selected_option.text == label)
+        submit(d, "text-form")
+        if found:
+            wait_cards(d, found)
+        else:
+            wait_text(d, "results-empty", r"No photos found with these filters")
+    value.clear()
+    value.send_keys("elsewhere, nowhere")
+    submit(d, "text-form")
+    wait_text(d, "results-empty", r"No photos found with these filters")
+    value.clear()
+    value.send_keys("elsewhere, browser")
+    submit(d, "text-form")
+    wait_cards(d, 3)
 
     # A photo from disk: similar photos, and the captions that describe it best.
     d.find_element(By.ID, "photo").send_keys(PHOTOS[0])
