@@ -49,6 +49,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
     // The seeded collections' image vectors come from `Clustered::new(dim, 100, 1)`: the same generator, run
     // past them, gives queries from the same clusters that are not in the index.
     let mut gen_ = Clustered::new(o.dim, 100, 1);
+    let (mut db_filters, mut db_allowed) = (vec![], vec![]);
     let (data, snapshot, offsets) = match &o.database_url {
         Some(url) => {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -65,6 +66,26 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
                 let offsets = store.image_offsets(c.id).await?;
                 anyhow::Ok((v, c.generation, c.id, offsets))
             })?;
+            // The database's part of a filtered search: reading the ids a filter admits, 20 times each.
+            for (label, f) in [
+                ("1%, across clusters", json!({"pct": 0})),
+                ("50%, across clusters", json!({"pct": {"$lt": 50}})),
+                ("50%, whole clusters", json!({"group": {"$lt": 50}})),
+            ] {
+                let f = jointspace::filter::Filter::parse(&f)?;
+                let (ids, mut times) = rt.block_on(async {
+                    let store = jointspace::store::Store::connect(url).await?;
+                    let (mut ids, mut times) = (vec![], vec![]);
+                    for _ in 0..20 {
+                        let t = Instant::now();
+                        ids = store.filter_image_ids(cid, &f).await?;
+                        times.push(t.elapsed());
+                    }
+                    anyhow::Ok((ids, times))
+                })?;
+                db_filters.push(json!({"filter": label, "matching_ids": ids.len(), "latency": latency(&mut times)}));
+                db_allowed.push(ids.into_iter().collect::<HashSet<i64>>());
+            }
             // A sentence query's score under a bundle with a bank: cosine plus the image's offset.
             let offsets: HashMap<i64, f32> = match bundle.hubness {
                 Some(_) => offsets.into_iter().collect(),
@@ -179,6 +200,65 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             "latency": latency(&mut times),
         }));
     }
+    // Under filters, with the server's settings (exact below 2,000 allowed ids, ef 128): a selective (1%) and a
+    // broad (50%) filter, the allowed ids spread over the clusters by a hash of the id. Recall@10 against the
+    // exact ranking of the allowed ids; the database's part (reading the matching ids) is not in these times.
+    let served = IndexParams {
+        exact_below: IndexParams::default().exact_below,
+        ..base
+    };
+    let idx = VectorIndex::load(served, dir.path(), "bench", 1, "bench", data.clone())
+        .map_err(|(why, _)| anyhow::anyhow!("snapshot did not load: {why}"))?;
+    idx.set_offsets(offsets.iter().map(|(id, o)| (*id, *o)));
+    let mut filtered = vec![];
+    // From the database's filters when there is one, else spreads made here: 1% and 50% across the clusters,
+    // and 50% as whole clusters (ids i + 1 of cluster i % 100).
+    let made_here = |keep: &dyn Fn(i64) -> bool| -> HashSet<i64> {
+        data.iter()
+            .map(|(id, _)| *id)
+            .filter(|id| keep(*id))
+            .collect()
+    };
+    let spread = |id: i64| ((id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % 100;
+    let sets: Vec<HashSet<i64>> = if db_allowed.is_empty() {
+        vec![
+            made_here(&|id| spread(id) == 0),
+            made_here(&|id| spread(id) < 50),
+            made_here(&|id| (id - 1) % 100 < 50),
+        ]
+    } else {
+        db_allowed
+    };
+    let labels = [
+        "1%, across clusters",
+        "50%, across clusters",
+        "50%, whole clusters",
+    ];
+    for (allowed, label) in sets.into_iter().zip(labels) {
+        let mut times = Vec::with_capacity(o.queries);
+        let (mut hit, mut total) = (0, 0);
+        for q in &queries {
+            let mut want: Vec<(i64, f32)> = data
+                .iter()
+                .filter(|(id, _)| allowed.contains(id))
+                .map(|(id, v)| (*id, score.eval(q, v) + offset_of(id)))
+                .collect();
+            want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            want.truncate(10);
+            let t = Instant::now();
+            let got = idx.search(q, score, 0, 10, Some(&allowed));
+            times.push(t.elapsed());
+            let got: HashSet<i64> = got.into_iter().map(|h| h.0).collect();
+            hit += want.iter().filter(|(id, _)| got.contains(id)).count();
+            total += want.len();
+        }
+        filtered.push(json!({
+            "filter": label, "allowed": allowed.len(),
+            "path": if allowed.len() < served.exact_below { "exact scan of the allowed ids" } else { "HNSW, allowed ids kept (exact scan when too few)" },
+            "recall_at_10": round(hit as f64 / total.max(1) as f64, 4),
+            "latency": latency(&mut times),
+        }));
+    }
     Ok(json!({
         "n": o.n, "dim": o.dim, "queries": o.queries,
         "max_connections": base.max_connections, "ef_construction": base.ef_construction,
@@ -190,6 +270,8 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
         "snapshot_save_s": round(save_s, 3), "snapshot_load_s": round(load_s, 3),
         "snapshot_bytes": snapshot_bytes,
         "hnsw": per_ef,
+        "filtered": filtered,
+        "database_filter": db_filters,
         "exact_scan": latency(&mut exact_t),
     }))
 }

@@ -74,7 +74,14 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                     let vals = rng.ternary(dim, 0.3);
                     NewImage {
                         external_id: Some(format!("synthetic-{i}")),
-                        metadata: json!({"shard": i % 10}),
+                        // For the filter benches: `pct` spreads the images over 100 buckets independently of
+                        // their clusters (the high bits of a multiplicative hash), `group` is their cluster
+                        // (`Clustered` takes cluster i % 100), so a filter on it keeps or drops whole clusters.
+                        metadata: json!({
+                            "shard": i % 10,
+                            "pct": ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % 100,
+                            "group": i % 100,
+                        }),
                         width: 500,
                         height: 375,
                         code: TernaryCode::from_values(&vals).packed().to_vec(),

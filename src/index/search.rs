@@ -5,6 +5,9 @@ use std::collections::HashSet;
 
 use super::{Inner, Score, VectorIndex, exact};
 
+/// The most a filter may widen the graph search's candidate list (see `search`).
+const MAX_FILTER_WIDENING: usize = 8;
+
 impl VectorIndex {
     /// The best `k` ids after skipping `offset`, by `score` (plus each image's offset when the score takes
     /// it), among `allowed` ids if given.
@@ -30,7 +33,31 @@ impl VectorIndex {
         let scan = |inner: &Inner| exact::scan(inner, allowed, |id, v| eval(inner, id, v));
         let hits = match &inner.graph {
             Some(graph) if pool > self.params.exact_below && want < pool => {
-                match graph.search(q, score.candidates(want), allowed) {
+                // Under a filter, USearch's filtered walk does not step through the points the filter leaves
+                // out, so a broad filter cuts the graph's paths (at 50%, recall@10 at 100k fell to 0.92). A
+                // filter that keeps at least 1/MAX_FILTER_WIDENING of the points therefore walks the whole graph
+                // for proportionally more candidates and keeps those it allows; a narrower one uses the filtered
+                // walk, with its candidate list widened the same way.
+                let (count, filter) = match allowed {
+                    Some(a) => {
+                        let thinned = inner.live.len().div_ceil(pool.max(1));
+                        let count = score.candidates(want) * thinned.clamp(1, MAX_FILTER_WIDENING);
+                        if thinned <= MAX_FILTER_WIDENING {
+                            (count, None)
+                        } else {
+                            (count, Some(a))
+                        }
+                    }
+                    None => (score.candidates(want), None),
+                };
+                let found = graph.search(q, count, filter).map(|ids| match allowed {
+                    Some(a) => ids.into_iter().filter(|id| a.contains(id)).collect(),
+                    None => ids,
+                });
+                match found {
+                    // A filter that clusters away from the query can leave too few of the walk's candidates:
+                    // the exact scan of the allowed ids is then the answer (never a short page).
+                    Ok(ids) if allowed.is_some() && ids.len() < want => scan(&inner),
                     Ok(ids) => ids
                         .into_iter()
                         .filter_map(|id| inner.live.get(&id).map(|v| (id, eval(&inner, id, v))))

@@ -292,3 +292,42 @@ fn caption_queries_on_images_add_each_images_offset_through_the_graph_too() {
         assert_ne!(idx.search(&q, Score::CosineOffset, 0, 1, None)[0].0, far);
     }
 }
+
+#[test]
+fn a_broad_filter_on_the_graph_never_gives_a_short_or_wrong_page() {
+    let data = vectors(4000, 32, 21);
+    let params = IndexParams {
+        exact_below: 100,
+        ..graph_params()
+    };
+    let idx = VectorIndex::build(params, data.clone()).expect("build");
+    let q = &data[0].1;
+    let exact = |allowed: &HashSet<i64>| -> Vec<i64> {
+        let mut all: Vec<(i64, f32)> = data
+            .iter()
+            .filter(|(id, _)| allowed.contains(id))
+            .map(|(id, v)| (*id, Score::Cosine.eval(q, v)))
+            .collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1));
+        all.into_iter().take(10).map(|h| h.0).collect()
+    };
+    // Half the points, all on the far side of the query: none of the graph's nearest candidates is allowed,
+    // so the page must come from the exact scan, not be cut short.
+    let far: HashSet<i64> = data
+        .iter()
+        .filter(|(_, v)| Score::Cosine.eval(q, v) < 0.0)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(far.len() > 1000, "{}", far.len());
+    let got: Vec<i64> = idx
+        .search(q, Score::Cosine, 0, 10, Some(&far))
+        .into_iter()
+        .map(|h| h.0)
+        .collect();
+    assert_eq!(got, exact(&far));
+    // Half the points spread everywhere: the graph's own walk, every hit allowed.
+    let spread: HashSet<i64> = data.iter().map(|(id, _)| *id).filter(|id| id % 2 == 0).collect();
+    let got = idx.search(q, Score::Cosine, 0, 10, Some(&spread));
+    assert_eq!(got.len(), 10);
+    assert!(got.iter().all(|(id, _)| spread.contains(id)));
+}
