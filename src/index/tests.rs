@@ -326,7 +326,11 @@ fn a_broad_filter_on_the_graph_never_gives_a_short_or_wrong_page() {
         .collect();
     assert_eq!(got, exact(&far));
     // Half the points spread everywhere: the graph's own walk, every hit allowed.
-    let spread: HashSet<i64> = data.iter().map(|(id, _)| *id).filter(|id| id % 2 == 0).collect();
+    let spread: HashSet<i64> = data
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| id % 2 == 0)
+        .collect();
     let got = idx.search(q, Score::Cosine, 0, 10, Some(&spread));
     assert_eq!(got.len(), 10);
     assert!(got.iter().all(|(id, _)| spread.contains(id)));
