@@ -85,7 +85,7 @@ collections = ["a"]
 name = "limited"
 key = "{LIMITED}"
 role = "read"
-requests_per_second = 1
+requests_per_second = 0.5
 burst = 2
 
 [[key]]
@@ -93,7 +93,7 @@ name = "rowsy"
 key = "{ROWSY}"
 role = "write"
 collections = ["a"]
-rows_per_second = 1
+rows_per_second = 0.1
 rows_burst = 2
 "#
         ),
@@ -214,7 +214,8 @@ rows_burst = 2
         403
     );
 
-    // Requests: a burst of 2, then 429 with Retry-After, then back after a second.
+    // Requests: a burst of 2, then 429 with Retry-After (a token every 2 s), then back after it. The rates
+    // are slow so that a stalled CI machine cannot refill a bucket between two requests.
     for _ in 0..2 {
         assert_eq!(
             call(&app, Method::GET, "/v1/collections", LIMITED, None)
@@ -226,8 +227,8 @@ rows_burst = 2
     let r = call(&app, Method::GET, "/v1/collections", LIMITED, None).await;
     assert_eq!(r.status, 429, "{}", r.body);
     assert_eq!(r.body["error"]["code"], "rate_limited");
-    assert_eq!(r.retry_after, Some(1));
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(r.retry_after, Some(2));
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     assert_eq!(
         call(&app, Method::GET, "/v1/collections", LIMITED, None)
             .await
@@ -235,7 +236,7 @@ rows_burst = 2
         200
     );
 
-    // Rows: a batch over the burst can never pass; within it, the bucket then refills at 1 row/s.
+    // Rows: a batch over the burst can never pass; within it, the bucket then refills at a row per 10 s.
     let r = call(
         &app,
         Method::POST,
