@@ -58,8 +58,12 @@ def cache_dir(graph: str | Path, names: list[str], crop_mode: str, cache: str | 
 
 def extract(graph: str | Path, vision: dict, image_dir: str | Path, names: list[str], crop_mode: str,
             cache: str | Path | None = None, batch_images: int = 4, threads: int = 0,
-            progress: bool = True) -> np.ndarray:
-    """Features [len(names), raw_dim] float32 for `names` (files in image_dir), computed or from the cache."""
+            progress: bool = True, run=None, prep_workers: int = 1) -> np.ndarray:
+    """Features [len(names), raw_dim] float32 for `names` (files in image_dir), computed or from the cache.
+
+    `run` computes the graph's output from its input in place of an ONNX Runtime session over `graph` (the same
+    network in PyTorch on a GPU: `vision_torch.runner`); the cache is still keyed by the graph's sha256, as the
+    features are that graph's. `prep_workers` threads decode and crop the next batches meanwhile."""
     out_dir = cache_dir(graph, names, crop_mode, cache)
     out_dir.mkdir(parents=True, exist_ok=True)
     dim = vision["raw_dim"]
@@ -85,7 +89,12 @@ def extract(graph: str | Path, vision: dict, image_dir: str | Path, names: list[
             done[:] = False
     todo = np.flatnonzero(~done)
     if len(todo):
-        sess = session(graph, threads)
+        if run is None:
+            sess = session(graph, threads)
+
+            def run(x):
+                return sess.run([vision["output_name"]], {vision["input_name"]: x})[0]
+
         batches = [todo[i : i + batch_images] for i in range(0, len(todo), batch_images)]
         bar = None
         if progress:
@@ -97,14 +106,15 @@ def extract(graph: str | Path, vision: dict, image_dir: str | Path, names: list[
         def prep(idx):
             return idx, np.concatenate([images.preprocess(str(image_dir / names[i]), vision, crop_mode) for i in idx])
 
-        # Decode and crop the next batch on a thread while the runtime works on this one.
-        with ThreadPoolExecutor(1) as pool:
-            pending = pool.submit(prep, batches[0])
+        # Decode and crop the next batches on threads while the runtime works on this one.
+        with ThreadPoolExecutor(prep_workers) as pool:
+            ahead = max(prep_workers, 1)
+            pending = [pool.submit(prep, b) for b in batches[:ahead]]
             for k in range(len(batches)):
-                idx, x = pending.result()
-                if k + 1 < len(batches):
-                    pending = pool.submit(prep, batches[k + 1])
-                y = sess.run([vision["output_name"]], {vision["input_name"]: x})[0].reshape(len(idx), -1, dim)
+                idx, x = pending.pop(0).result()
+                if k + ahead < len(batches):
+                    pending.append(pool.submit(prep, batches[k + ahead]))
+                y = run(x).reshape(len(idx), -1, dim)
                 feats[idx] = y.mean(axis=1, dtype=np.float32)
                 feats.flush()
                 if per_crop is not None:

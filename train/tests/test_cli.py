@@ -231,3 +231,41 @@ def test_several_runs_export_one_stacked_bundle_that_scores_as_measured(tmp_path
     main(common + ["quantize-text", "--word-table", "int8", str(out)])
     note = bundle.read(out).manifest["training"]["text_graph"]
     assert note.startswith("2 stacked GRUs, each: int8") and note.endswith("int8 word table")
+
+
+def test_features_from_the_pytorch_network_and_a_pack_that_exports_with_its_statistics(tmp_path):
+    """`--extract-device cpu` runs the PyTorch copy of the vision graph (as on a GPU machine, with `cuda`): its
+    features fill the same cache as ONNX Runtime's, within float rounding. A pack keeps the FNE statistics, so a
+    run trained from it exports without the feature cache; a baseline pack holds the single-layer inputs."""
+    data = tmp_path / "flickr"
+    tiny_dataset(data)
+    torchvision_state_dict(tmp_path / "vgg.pth")
+    weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data)]
+    main(["--cache", str(tmp_path / "ort"), "pack"] + weights + ["--out", str(tmp_path / "p-ort")])
+    main(["--cache", str(tmp_path / "pt"), "pack"] + weights + ["--extract-device", "cpu", "--prep-workers", "3",
+                                                                "--batch-images", "3", "--out", str(tmp_path / "p")])
+    from safetensors.numpy import load_file
+
+    a, b = load_file(str(tmp_path / "p-ort" / "fne.safetensors")), load_file(str(tmp_path / "p" / "fne.safetensors"))
+    np.testing.assert_allclose(a["mean"], b["mean"], rtol=1e-4, atol=1e-5)
+    assert np.abs(a["std"] - b["std"]).max() <= 1e-4 * np.abs(a["std"]).max()
+    settings = ["--loss", "SH", "--joint-dim", "8", "--word-dim", "4", "--batch-size", "4", "--epochs", "2",
+                "--threads", "1"]
+    main(["--cache", str(tmp_path / "empty"), "train", "--pack", str(tmp_path / "p")] + settings
+         + ["--run-dir", str(tmp_path / "run")])
+    (tmp_path / "flickr").rename(tmp_path / "gone")  # export needs neither the photos nor the features
+    main(["--cache", str(tmp_path / "pt"), "export", str(tmp_path / "run"), "--pack", str(tmp_path / "p"),
+          "--bundle-out", str(tmp_path / "bundle")])
+    b_ = bundle.read(tmp_path / "bundle")
+    shipped = load_file(str(tmp_path / "bundle" / b_.manifest["fne"]["stats"]))
+    np.testing.assert_array_equal(shipped["mean"], b["mean"])
+    run = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert b_.manifest["training"]["test_metrics"] == run["test"]
+    (tmp_path / "gone").rename(tmp_path / "flickr")
+    main(["--cache", str(tmp_path / "pt"), "pack"] + weights + ["--input", "l2-last", "--out", str(tmp_path / "b")])
+    base = load_file(str(tmp_path / "b" / "inputs.safetensors"))
+    assert base["train"].shape == (8, 6) and base["train"].dtype == np.float16  # fc7 of the small net: 6 wide
+    np.testing.assert_allclose(np.linalg.norm(base["train"].astype(np.float32), axis=1), 1.0, atol=2e-3)
+    main(["--cache", str(tmp_path / "empty"), "train", "--pack", str(tmp_path / "b")] + settings
+         + ["--run-dir", str(tmp_path / "brun")])
+    assert json.loads((tmp_path / "brun" / "result.json").read_text())["features"]["input"] == "l2-last"

@@ -96,3 +96,20 @@ def test_torchvision_loader_runs_a_small_network(tmp_path):
     vision.save(vision.build_graph(w, "post_relu"), p)
     np.testing.assert_allclose(features.session(p).run(None, {"images": x})[0],
                                torch_reference(ref, x, "post_relu"), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tap_point", ["both", "post_relu"])
+def test_the_pytorch_network_gives_the_onnx_graphs_features(tmp_path, tap_point):
+    from jointspace_train import vision_torch
+
+    w = vision.random_vgg(SMALL, seed=5, fc=7)
+    path = tmp_path / "g.onnx"
+    vision.save(vision.build_graph(w, tap_point), path)
+    x = np.random.default_rng(1).normal(0, 50, (3, 3, 224, 224)).astype(np.float32)
+    want = features.session(path).run(None, {"images": x})[0]
+    got = vision_torch.runner(w, tap_point, "cpu")(x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    # a different network is told apart: the comparison above can fail
+    other = vision_torch.runner(vision.random_vgg(SMALL, seed=6, fc=7), tap_point, "cpu")(x)
+    assert np.abs(other - want).max() > 1e-2 * np.abs(want).max()

@@ -7,8 +7,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .options import Extraction, Features, VisionWeights, add_extraction, add_wheel
+from .pack import from_pack, packed_features
 from .prepare import prepare
 from .runs import finished_run, models_of
+from .weights import load_weights
 from .write_bundle import BundleTarget, add_reference_eval, write_bundle
 
 
@@ -19,11 +21,26 @@ class Export:
     cache: str
     wheel: str | None  # the weights are the runs' own
     extraction: Extraction
+    pack: str | None = None  # the runs' codes and FNE statistics, in place of the feature cache
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Export:
         return cls(tuple(ns.run_dirs), BundleTarget(ns.bundle_out, ns.reference_eval), ns.cache, ns.wheel,
-                   Extraction.from_args(ns))
+                   Extraction.from_args(ns), ns.pack)
+
+
+def prepare_or_unpack(s: Export, source: VisionWeights, feats: Features, min_count: int):
+    """The runs' dataset: from the feature cache, or from a pack that carries its FNE statistics (features
+    extracted on another machine; only the weights, for the vision graph, are needed here)."""
+    if not s.pack:
+        return prepare(source, s.extraction, feats, min_count)
+    d, recorded = from_pack(s.pack, min_count)
+    if packed_features(recorded, source)[1] != feats:
+        sys.exit(f"{s.pack} holds {recorded}, not the runs' features {feats}")
+    if d.mean is None:
+        sys.exit(f"{s.pack}: no FNE statistics (a pack written before they were kept): export where the "
+                 f"features are, without --pack")
+    return replace(d, weights=load_weights(source))
 
 
 def export(s: Export) -> None:
@@ -49,7 +66,7 @@ def export(s: Export) -> None:
         sys.exit("only cosine runs stack into one bundle")
     source = VisionWeights(cache=s.cache, weights=f["weights"], wheel=s.wheel)
     feats = Features(tap_point=f["tap_point"], crop=f["crop"], input=f["input"])
-    d = prepare(source, s.extraction, feats, st0["min_count"])
+    d = prepare_or_unpack(s, source, feats, st0["min_count"])
     models = models_of(d, [(st["proj"], st["text"]) for _, st in done], [r.settings for r, _ in done])
     if len(runs) == 1:
         return write_bundle(s.bundle, source, feats, s.extraction.data, d, *models[0], result)
@@ -72,4 +89,6 @@ def add_export(sub) -> None:
     add_reference_eval(p)
     add_wheel(p)
     add_extraction(p)
+    p.add_argument("--pack", help="the pack the runs were trained from (one with FNE statistics), in place of "
+                                  "the feature cache: for features extracted on another machine")
     p.set_defaults(fn=lambda ns, argv: export(Export.from_args(ns)))

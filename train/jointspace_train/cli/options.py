@@ -25,6 +25,11 @@ def add_extraction(p: argparse.ArgumentParser) -> None:
     # A training run on the other core makes ONNX Runtime's default (every core) oversubscribe.
     p.add_argument("--ort-threads", type=int, default=0,
                    help="ONNX Runtime threads for feature extraction (0: one per core)")
+    p.add_argument("--extract-device", default="ort",
+                   help="'ort': ONNX Runtime on the CPU; a PyTorch device such as 'cuda': the same network in "
+                        "PyTorch there (float32, TF32 off), for a GPU machine")
+    p.add_argument("--prep-workers", type=int, default=1,
+                   help="threads decoding and cropping photos ahead of the network (a GPU wants several)")
 
 
 def add_tap_point(p: argparse.ArgumentParser) -> None:
@@ -59,10 +64,13 @@ class Extraction:
     data: str
     batch_images: int = 4
     ort_threads: int = 0
+    device: str = "ort"
+    prep_workers: int = 1
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Extraction:
-        return cls(data=ns.data, batch_images=ns.batch_images, ort_threads=ns.ort_threads)
+        return cls(data=ns.data, batch_images=ns.batch_images, ort_threads=ns.ort_threads,
+                   device=ns.extract_device, prep_workers=ns.prep_workers)
 
 
 @dataclass(frozen=True)

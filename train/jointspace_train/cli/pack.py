@@ -29,12 +29,12 @@ def packed_features(recorded: dict, source: VisionWeights) -> tuple[VisionWeight
 class Pack:
     source: VisionWeights
     extraction: Extraction
-    feats: Features  # the input is always "fne": a pack holds codes
+    feats: Features  # "fne": codes (and the statistics they were cut with); "l2-last": the baseline's inputs
     out: str
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Pack:
-        return cls(VisionWeights.from_args(ns), Extraction.from_args(ns), Features(ns.tap_point, ns.crop, "fne"),
+        return cls(VisionWeights.from_args(ns), Extraction.from_args(ns), Features(ns.tap_point, ns.crop, ns.input),
                    ns.out)
 
 
@@ -48,27 +48,35 @@ def pack(s: Pack) -> None:
     d = prepare(s.source, s.extraction, s.feats, 1)
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
-    save_file({sp: fne.pack(x.astype(np.int8)) for sp, x in d.inputs.items()}, str(out / "codes.safetensors"))
+    if s.feats.input == "fne":
+        save_file({sp: fne.pack(x.astype(np.int8)) for sp, x in d.inputs.items()}, str(out / "codes.safetensors"))
+        # The statistics the codes were cut with: a run trained from the pack is exported with them
+        # (`export RUN --pack DIR`), so its bundle encodes photos as the codes it learnt from were.
+        save_file({"mean": d.mean, "std": d.std}, str(out / "fne.safetensors"))
+    else:
+        save_file({sp: x.astype(np.float16) for sp, x in d.inputs.items()}, str(out / "inputs.safetensors"))
     manifest = {"format": 1, "features": pack_features(s.source, s.feats),
                 "dim": int(d.inputs["train"].shape[1]),
                 "splits": {sp: {"images": v.images, "captions": v.captions} for sp, v in d.splits.items()}}
     (out / "pack.json").write_text(json.dumps(manifest))
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
-    print(f"{out}: {', '.join(f'{sp} {len(x)}' for sp, x in d.inputs.items())} codes of {manifest['dim']} "
-          f"features ({s.feats.crop}, {s.feats.tap_point}), {size:.1f} MiB")
+    print(f"{out}: {', '.join(f'{sp} {len(x)}' for sp, x in d.inputs.items())} {s.feats.input} inputs of "
+          f"{manifest['dim']} features ({s.feats.crop}, {s.feats.tap_point}), {size:.1f} MiB")
 
 
 def add_pack(sub) -> None:
     p = sub.add_parser("pack", help="every split's FNE codes and captions in a few MB, to train elsewhere")
     add_data(p)
     add_tap_point(p)
+    p.add_argument("--input", default="fne", choices=("fne", "l2-last"),
+                   help="FNE codes, or the single-layer baseline's inputs (float16)")
     p.add_argument("--out", required=True)
     p.set_defaults(fn=lambda ns, argv: pack(Pack.from_args(ns)))
 
 
 def from_pack(directory, min_count: int) -> tuple[Prepared, dict]:
-    """What `prepare` gives, read from a `pack` folder (no FNE statistics or weights: nothing to export with),
-    and the feature choices it was made with."""
+    """What `prepare` gives, read from a `pack` folder (no weights; the FNE statistics where the pack has
+    them), and the feature choices it was made with."""
     from safetensors.numpy import load_file
 
     from .. import tokenizer
@@ -77,9 +85,17 @@ def from_pack(directory, min_count: int) -> tuple[Prepared, dict]:
     m = json.loads((d / "pack.json").read_text())
     if m.get("format") != 1:
         sys.exit(f"{d}: pack format {m.get('format')!r}, this trainer reads 1")
-    codes = load_file(str(d / "codes.safetensors"))
     splits = {s: data.Split(s, v["images"], v["captions"]) for s, v in m["splits"].items()}
-    inputs = {s: fne.unpack(codes[s], m["dim"]).astype(np.float32) for s in splits}
+    mean = std = None
+    if m["features"]["input"] == "fne":
+        codes = load_file(str(d / "codes.safetensors"))
+        inputs = {s: fne.unpack(codes[s], m["dim"]).astype(np.float32) for s in splits}
+        if (d / "fne.safetensors").exists():
+            st = load_file(str(d / "fne.safetensors"))
+            mean, std = st["mean"], st["std"]
+    else:
+        raw = load_file(str(d / "inputs.safetensors"))
+        inputs = {s: raw[s].astype(np.float32) for s in splits}
     tok = tokenizer.build([c for cs in splits["train"].captions for c in cs], min_count)
-    return Prepared(weights=None, splits=splits, mean=None, std=None, inputs=inputs, train_crops=None,
+    return Prepared(weights=None, splits=splits, mean=mean, std=std, inputs=inputs, train_crops=None,
                     tok=tok), m["features"]

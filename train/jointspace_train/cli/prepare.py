@@ -22,8 +22,14 @@ def dataset_features(source: VisionWeights, extraction: Extraction, weights: vis
     # Every bundle records this preparation and the server applies it, so the features trained on are made from
     # photos prepared the same way (a no-op on Flickr8k's own 224x224 photos: their cached features stand).
     v["prepare"] = data.PREPARATION
+    run = None
+    if extraction.device != "ort":
+        from .. import vision_torch
+
+        run = vision_torch.runner(weights, "both", extraction.device)
     f = features.extract(graph, v, Path(extraction.data) / "images", names, crop, cache=source.cache,
-                         batch_images=extraction.batch_images, threads=extraction.ort_threads)
+                         batch_images=extraction.batch_images, threads=extraction.ort_threads, run=run,
+                         prep_workers=extraction.prep_workers)
     crops = features.crops_of(graph, names, crop, source.cache) if per_crop else None
     return dict(zip(names, range(len(names)))), f, crops
 
