@@ -34,6 +34,17 @@ def order_scores_blocked(images: torch.Tensor, captions: torch.Tensor, block=(8,
     return out
 
 
+def order_scores_rows(images: torch.Tensor, captions: torch.Tensor, device, rows: int = 16) -> torch.Tensor:
+    """`order_scores` for evaluation on an accelerator, `rows` images at a time (about 330 MB of differences
+    for 5,000 captions at 1,024-d); the result comes back to the CPU."""
+    out = torch.empty(images.shape[0], captions.shape[0], dtype=images.dtype)
+    with torch.no_grad():
+        cap = captions.to(device)
+        for a in range(0, images.shape[0], rows):
+            out[a : a + rows] = order_scores(images[a : a + rows].to(device), cap).cpu()
+    return out
+
+
 def scores(images, captions, similarity: str) -> torch.Tensor:
     return order_scores(images, captions) if similarity == "order" else cosine_scores(images, captions)
 

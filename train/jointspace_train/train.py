@@ -124,6 +124,9 @@ def sims(proj: ImageProjection, text: TextEncoder, split: Encoded, similarity: s
     with torch.inference_mode():
         cap = encode_texts(text, split.ids, split.lengths)
         if similarity == "order":
+            dev = device_of(proj)
+            if dev.type != "cpu":  # on a GPU the whole [rows, N_cap, D] difference fits: no need for blocks
+                return losses.order_scores_rows(im, cap, dev).numpy()
             return losses.order_scores_blocked(im, cap).numpy()
         return losses.cosine_scores(im, cap).numpy()
 

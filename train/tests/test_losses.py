@@ -52,3 +52,12 @@ def test_blocked_order_scores_equal_the_plain_ones():
     from jointspace_train.pipeline import similarities
 
     assert np.allclose(similarities(im.numpy(), cap.numpy(), "order"), losses.order_scores(im, cap).numpy())
+
+
+def test_order_scores_in_rows_equal_the_blocked_ones():
+    g = torch.Generator().manual_seed(0)
+    im, cap = torch.rand(37, 12, generator=g), torch.rand(53, 12, generator=g)
+    want = losses.order_scores_blocked(im, cap)
+    got = losses.order_scores_rows(im, cap, "cpu", rows=5)
+    torch.testing.assert_close(got, want)
+    assert not torch.equal(losses.order_scores_rows(cap[:37], im, "cpu"), want)
