@@ -74,23 +74,26 @@ fn load_wrapped(
     Ok(Arc::new(Pipeline::new(bundle, backend, opts)?))
 }
 
+/// The database, migrated, with advice in the error when it cannot be opened.
+pub async fn open_store(store_args: &StoreArgs) -> anyhow::Result<Store> {
+    let timeout = Duration::from_secs(store_args.database_timeout.max(1));
+    let shown = store::redacted_url(&store_args.database_url);
+    match Store::connect_with(&store_args.database_url, timeout).await {
+        Err(e @ StoreError::Tls(_)) => Err(anyhow::Error::new(e).context(format!(
+            "cannot open the database {shown}: with sslmode=verify-ca or verify-full, sslrootcert must name \
+             the PEM file of the CA that signed the server's certificate, and verify-full also needs the \
+             host in the URL to be one the certificate names"
+        ))),
+        r => r.with_context(|| format!("cannot open the database {shown}")),
+    }
+}
+
 pub async fn open_service(
     pipeline: Arc<Pipeline>,
     store_args: &StoreArgs,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Arc<Service>> {
-    let timeout = Duration::from_secs(store_args.database_timeout.max(1));
-    let shown = store::redacted_url(&store_args.database_url);
-    let store = match Store::connect_with(&store_args.database_url, timeout).await {
-        Err(e @ StoreError::Tls(_)) => {
-            return Err(anyhow::Error::new(e).context(format!(
-                "cannot open the database {shown}: with sslmode=verify-ca or verify-full, sslrootcert must name \
-                 the PEM file of the CA that signed the server's certificate, and verify-full also needs the \
-                 host in the URL to be one the certificate names"
-            )));
-        }
-        r => r.with_context(|| format!("cannot open the database {shown}"))?,
-    };
+    let store = open_store(store_args).await?;
     let snapshot_dir: Option<PathBuf> = store_args.index_dir.clone().or_else(|| {
         Store::file_path(&store_args.database_url).map(|f| {
             f.parent()

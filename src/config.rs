@@ -36,6 +36,12 @@ pub enum Command {
     /// Recompute every stored vector with the loaded bundle: image vectors from their stored ternary codes and
     /// the new W (no CNN), caption vectors with the new text model.
     Reindex(ReindexArgs),
+    /// Write a collection as JSON lines (images with their codes, metadata, captions and thumbnails), read at
+    /// one point in time: a backup that `import` restores without the CNN.
+    Export(ExportArgs),
+    /// Restore a collection from an export (no CNN: codes are projected by the loaded bundle), or add a JSONL
+    /// catalogue of `{path, external_id, metadata, captions}` items (embedded); resumable.
+    Import(ImportArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -301,6 +307,34 @@ pub struct ReindexArgs {
     /// (SQLite has one writer); nothing is visible until the final switch whatever the page.
     #[arg(long, env = "JOINTSPACE_REINDEX_PAGE_ROWS", default_value_t = crate::service::REINDEX_PAGE_ROWS)]
     pub page_rows: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    /// The collection to export.
+    pub collection: String,
+    /// Where to write (default: standard output).
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ImportArgs {
+    /// An export (`jointspace export`, or GET /v1/collections/{c}/export), or a catalogue: one JSON object per
+    /// line with `path` (relative to the file's folder), and optional `external_id`, `metadata` and `captions`.
+    pub file: PathBuf,
+    /// The collection to import into, created if missing (default: an export's own name).
+    #[arg(long, env = "JOINTSPACE_COLLECTION")]
+    pub collection: Option<String>,
+    /// Images per transaction.
+    #[arg(long, env = "JOINTSPACE_IMPORT_BATCH", default_value_t = 64)]
+    pub batch: usize,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 #[derive(Debug, Parser)]

@@ -32,6 +32,8 @@ async fn main() -> anyhow::Result<()> {
                 },
         } => cli::inspect(dir, graphs, runtime)?,
         Command::Reindex(a) => cli::reindex(a).await?,
+        Command::Export(a) => cli::export(a).await?,
+        Command::Import(a) => cli::import(a).await?,
     }
     Ok(())
 }

@@ -234,6 +234,15 @@ impl Metrics {
         self.embed_items.get_or_create(&l).inc_by(n as u64);
     }
 
+    /// Images or texts (`kind`) embedded so far: what a batch job reports of its model work.
+    pub fn embedded(&self, kind: &str) -> u64 {
+        self.embed_items
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .get()
+    }
+
     /// The instruments a batcher for `model` (vision, text) updates.
     pub fn batch_stats(&self, model: &str) -> BatchStats {
         let l = ModelLabels {

@@ -210,6 +210,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                 offset,
                 captions: vec![],
                 thumbnail: None,
+                content_hash: None,
             })
             .collect();
         let t = Instant::now();

@@ -89,6 +89,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                         offset,
                         captions: vec![],
                         thumbnail: None,
+                        content_hash: None,
                     }
                 })
                 .collect();

@@ -93,3 +93,38 @@ pub async fn delete(
     s.service.delete_collection(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+#[utoipa::path(get, path = "/v1/collections/{collection}/export", tag = "collections", operation_id = "export_collection",
+    params(("collection" = String, Path, description = "collection name")),
+    responses(
+        (status = 200, description = "the collection as JSON lines, read at one point in time and streamed: a `header`, one \
+            `image` per image (external id, metadata, captions, packed ternary code, vision model and bundle ids, thumbnail), \
+            one `caption` per caption without an image, and an `end` counting them (a file without it was cut short). \
+            `jointspace import` restores it without the CNN (docs/api.md, \"Export and import\").",
+         content_type = "application/x-ndjson", body = String),
+        (status = 404, body = ErrorBody)))]
+pub async fn export(
+    State(s): State<AppState>,
+    CollectionPath(name): CollectionPath,
+) -> ApiResult<axum::response::Response> {
+    use axum::response::IntoResponse;
+    use futures::TryStreamExt;
+    let lines = s
+        .service
+        .export(&name)
+        .await?
+        // Past the first chunk the status is sent: an error can only cut the stream, which the missing
+        // `end` line then tells.
+        .map_err(|e| std::io::Error::other(e.to_string()));
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/x-ndjson; charset=utf-8",
+            ),
+            (axum::http::header::CONTENT_DISPOSITION, "attachment"),
+        ],
+        axum::body::Body::from_stream(lines),
+    )
+        .into_response())
+}

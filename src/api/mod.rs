@@ -17,6 +17,7 @@ pub mod routes;
 pub mod search;
 pub mod system;
 pub mod upload;
+pub mod upsert;
 
 use std::{sync::Arc, time::Duration};
 
@@ -39,7 +40,9 @@ use tracing::Level;
 use crate::service::{ReadyOptions, Service};
 use error::{ApiError, BodyLimit};
 pub use keys::ApiKeys;
-use middleware::{auth::KeyCheck, body_timeout::BodyTimeout, timeout::Timeout};
+use middleware::{
+    auth::KeyCheck, body_timeout::BodyTimeout, idempotency::Idempotency, timeout::Timeout,
+};
 pub use openapi::ApiDoc;
 use routes::RouteInfos;
 
@@ -92,9 +95,23 @@ fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
     Ok(Some(
         CorsLayer::new()
             .allow_origin(allow)
-            .allow_methods([Method::GET, Method::POST, Method::DELETE])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
-            .expose_headers([header::RETRY_AFTER, HeaderName::from_static("x-request-id")])
+            .allow_methods([
+                Method::GET,
+                Method::POST,
+                Method::PUT,
+                Method::PATCH,
+                Method::DELETE,
+            ])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                HeaderName::from_static("idempotency-key"),
+            ])
+            .expose_headers([
+                header::RETRY_AFTER,
+                HeaderName::from_static("x-request-id"),
+                HeaderName::from_static("idempotent-replayed"),
+            ])
             .max_age(Duration::from_secs(3600)),
     ))
 }
@@ -110,6 +127,14 @@ pub fn router_with(service: Arc<Service>, opts: RouterOptions) -> anyhow::Result
     let app = routes::router(table)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(from_fn_with_state(
+            Idempotency {
+                service: state.service.clone(),
+                routes: infos.clone(),
+                max_request_bytes,
+            },
+            middleware::idempotency::idempotency,
+        ))
         .layer(DefaultBodyLimit::max(max_request_bytes))
         .layer(from_fn_with_state(
             BodyLimit(max_request_bytes),

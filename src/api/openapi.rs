@@ -5,10 +5,10 @@ use axum::http::Method;
 use utoipa::{
     OpenApi,
     openapi::{
-        Ref, RefOr, ResponseBuilder,
+        Ref, RefOr, Required, ResponseBuilder,
         content::ContentBuilder,
         header::HeaderBuilder,
-        path::Operation,
+        path::{Operation, ParameterBuilder, ParameterIn},
         schema::{ObjectBuilder, Type},
         security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme},
     },
@@ -17,15 +17,16 @@ use utoipa::{
 use super::{
     captions, collections, embed, error, images, page,
     routes::{self, Access, RouteInfos},
-    search, system,
+    search, system, upsert,
 };
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "jointspace", description = "Find photos from a sentence and sentences for a photo. Errors always have the shape of ErrorBody."),
     paths(
-        collections::create, collections::list, collections::get, collections::delete,
+        collections::create, collections::list, collections::get, collections::delete, collections::export,
         images::add, images::list, images::get, images::delete, images::thumbnail,
+        upsert::patch, upsert::get, upsert::put, upsert::delete,
         captions::add, captions::list, captions::delete,
         search::images, search::captions,
         embed::text, embed::image,
@@ -117,6 +118,13 @@ impl utoipa::Modify for Operational {
                 ),
             ),
             (
+                "Conflict",
+                error(
+                    "the write clashes with what is stored (a name or external id taken), or a request with the \
+                     same Idempotency-Key is still running (code idempotency_in_flight; retry after Retry-After)",
+                ),
+            ),
+            (
                 "UnsupportedMediaType",
                 error(
                     "the body's Content-Type is not one this operation reads; the message says which",
@@ -131,9 +139,11 @@ impl utoipa::Modify for Operational {
         let shared = |name: &str| RefOr::Ref(Ref::new(format!("#/components/responses/{name}")));
         let routes = RouteInfos::of(&routes::table());
         for (path, item) in openapi.paths.paths.iter_mut() {
-            let ops: [(Method, &mut Option<Operation>); 3] = [
+            let ops: [(Method, &mut Option<Operation>); 5] = [
                 (Method::GET, &mut item.get),
                 (Method::POST, &mut item.post),
+                (Method::PUT, &mut item.put),
+                (Method::PATCH, &mut item.patch),
                 (Method::DELETE, &mut item.delete),
             ];
             for (method, op) in ops {
@@ -169,11 +179,34 @@ impl utoipa::Modify for Operational {
                 r.entry("400".into())
                     .or_insert_with(|| shared("BadRequest"));
                 r.entry("422".into()).or_insert_with(|| shared("Invalid"));
-                if method == Method::POST {
+                if matches!(method, Method::POST | Method::PUT | Method::PATCH) {
                     r.entry("415".into())
                         .or_insert_with(|| shared("UnsupportedMediaType"));
                     r.entry("413".into())
                         .or_insert_with(|| shared("PayloadTooLarge"));
+                }
+                if method == Method::POST && route.writes {
+                    op.parameters.get_or_insert_with(Vec::new).push(
+                        ParameterBuilder::new()
+                            .name("Idempotency-Key")
+                            .parameter_in(ParameterIn::Header)
+                            .required(Required::False)
+                            .description(Some(
+                                "any 1-255 visible ASCII characters (a UUID): a retry with the same key and \
+                                 the same request gets the first successful answer again (with \
+                                 `Idempotent-Replayed: true`) for 24 hours instead of running twice; 409 while \
+                                 the first is still running, 422 when the key was used for another request",
+                            ))
+                            .schema(Some(
+                                ObjectBuilder::new()
+                                    .schema_type(Type::String)
+                                    .min_length(Some(1))
+                                    .max_length(Some(255))
+                                    .pattern(Some("^[!-~]+$")),
+                            ))
+                            .build(),
+                    );
+                    r.entry("409".into()).or_insert_with(|| shared("Conflict"));
                 }
                 // Any keyed route may meet its key's request rate; routes that run a model also the queue.
                 r.insert("429".into(), shared("Overloaded"));

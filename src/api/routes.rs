@@ -9,10 +9,10 @@ use axum::{
     Router,
     extract::MatchedPath,
     http::{Method, Request},
-    routing::{MethodRouter, delete, get, post},
+    routing::{MethodRouter, delete, get, patch, post, put},
 };
 
-use super::{AppState, captions, collections, embed, images, page, search, system};
+use super::{AppState, captions, collections, embed, images, page, search, system, upsert};
 
 /// Which key a request needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +114,12 @@ pub fn table() -> Vec<Route> {
             delete(collections::delete),
         ),
         route(
+            M::GET,
+            "/v1/collections/{collection}/export",
+            READ,
+            get(collections::export),
+        ),
+        route(
             M::POST,
             "/v1/collections/{collection}/images",
             WRITE_INFER,
@@ -142,6 +148,30 @@ pub fn table() -> Vec<Route> {
             "/v1/collections/{collection}/images/{id}",
             WRITE,
             delete(images::delete),
+        ),
+        route(
+            M::PATCH,
+            "/v1/collections/{collection}/images/{id}",
+            WRITE,
+            patch(upsert::patch),
+        ),
+        route(
+            M::GET,
+            "/v1/collections/{collection}/images/by-external-id/{external_id}",
+            READ,
+            get(upsert::get),
+        ),
+        route(
+            M::PUT,
+            "/v1/collections/{collection}/images/by-external-id/{external_id}",
+            WRITE_INFER,
+            put(upsert::put),
+        ),
+        route(
+            M::DELETE,
+            "/v1/collections/{collection}/images/by-external-id/{external_id}",
+            WRITE,
+            delete(upsert::delete),
         ),
         route(
             M::GET,
@@ -263,6 +293,8 @@ mod tests {
             for (m, op) in [
                 ("GET", &item.get),
                 ("POST", &item.post),
+                ("PUT", &item.put),
+                ("PATCH", &item.patch),
                 ("DELETE", &item.delete),
             ] {
                 if op.is_some() {
@@ -329,6 +361,17 @@ mod tests {
         assert_eq!(
             infos.info(&Method::GET, Some("/metrics"), "/metrics"),
             PUBLIC
+        );
+        assert_eq!(
+            with(Method::PATCH, "/v1/collections/{collection}/images/{id}"),
+            WRITE
+        );
+        assert_eq!(
+            with(
+                Method::PUT,
+                "/v1/collections/{collection}/images/by-external-id/{external_id}"
+            ),
+            WRITE_INFER
         );
         // A matched path with a method it does not serve (405) falls back to the default.
         assert_eq!(with(Method::PUT, "/v1/collections"), ADMIN);

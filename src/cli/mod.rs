@@ -1,9 +1,11 @@
 //! The non-serving commands, one file each: `ingest` a folder, `eval` a bundle end to end, `inspect` a
-//! bundle, `reindex` stored codes. `ingest` and `eval` go through `Service`, the same code path as the HTTP
+//! bundle, `reindex` stored codes, `export` a collection and `import` it (or a catalogue). `ingest` and `eval` go through `Service`, the same code path as the HTTP
 //! API, by way of `add` (resumable batched adds).
 
 mod add;
 mod eval;
+mod export;
+mod import;
 mod ingest;
 mod inspect;
 mod reindex;
@@ -13,6 +15,8 @@ use std::sync::Arc;
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub use eval::{eval, read_captions};
+pub use export::export;
+pub use import::import;
 pub use ingest::ingest;
 pub use inspect::inspect;
 pub use reindex::reindex;

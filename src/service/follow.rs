@@ -77,6 +77,11 @@ impl Service {
                 Ok(n) => tracing::debug!(rows = n, "old changes pruned"),
                 Err(e) => tracing::warn!(error = %e, "pruning the change sequence failed"),
             }
+            match self.store.prune_idempotency().await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(rows = n, "expired idempotency keys pruned"),
+                Err(e) => tracing::warn!(error = %e, "pruning the idempotency keys failed"),
+            }
         }
         if n > 0 {
             tracing::debug!(changes = n, reloaded, "followed the database");

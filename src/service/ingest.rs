@@ -6,10 +6,13 @@ use std::collections::HashSet;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{CollectionName, Result, Service, ServiceError};
+use super::{
+    CollectionName, Result, Service, ServiceError,
+    updates::{check_external_id, content_hash},
+};
 use crate::{
     pipeline::ImageUse,
-    store::{NewCaption, NewImage, Provenance, StoreError},
+    store::{ImportMark, NewCaption, NewImage, Provenance, StoreError},
 };
 
 pub struct ImageInput {
@@ -43,11 +46,7 @@ impl Service {
         let mut seen = HashSet::new();
         for (i, inp) in inputs.iter().enumerate() {
             if let Some(e) = &inp.external_id {
-                if e.is_empty() || e.len() > 256 {
-                    return Err(ServiceError::Invalid(format!(
-                        "image {i}: external_id must be 1-256 characters"
-                    )));
-                }
+                check_external_id(e, &format!("image {i}: "))?;
                 if !seen.insert(e.as_str()) {
                     return Err(ServiceError::Store(StoreError::Conflict(format!(
                         "image {i}: external_id \"{e}\" appears twice in the request"
@@ -63,7 +62,7 @@ impl Service {
         Ok(())
     }
 
-    fn check_caption_count(&self, n: usize) -> Result<()> {
+    pub(super) fn check_caption_count(&self, n: usize) -> Result<()> {
         if n > self.opts.max_batch * 10 {
             return Err(ServiceError::Invalid(format!(
                 "{n} captions in one request; the limit is {}",
@@ -77,6 +76,16 @@ impl Service {
         &self,
         collection: &CollectionName,
         inputs: Vec<ImageInput>,
+    ) -> Result<Vec<AddedImage>> {
+        self.add_images_marked(collection, inputs, None).await
+    }
+
+    /// `add_images`, recording in the same transaction how far an import has got (`mark`).
+    pub async fn add_images_marked(
+        &self,
+        collection: &CollectionName,
+        inputs: Vec<ImageInput>,
+        mark: Option<&ImportMark>,
     ) -> Result<Vec<AddedImage>> {
         let c = self.collection_ref(collection).await?;
         self.check_images(&inputs)?;
@@ -92,14 +101,17 @@ impl Service {
             })?;
         let (bytes, rest): (Vec<Bytes>, Vec<_>) = inputs
             .into_iter()
-            .map(|i| (i.bytes, (i.external_id, i.metadata, i.captions)))
+            .map(|i| {
+                let hash = content_hash(&i.bytes);
+                (i.bytes, (i.external_id, i.metadata, i.captions, hash))
+            })
             .unzip();
         let embeddings = self.embed_images(bytes, ImageUse::Store).await?;
         let mut text_vecs = self.embed_tokens(tokens).await?.into_iter();
         let rows: Vec<NewImage> = embeddings
             .into_iter()
             .zip(rest)
-            .map(|(e, (external_id, metadata, captions))| NewImage {
+            .map(|(e, (external_id, metadata, captions, hash))| NewImage {
                 external_id,
                 metadata: metadata.unwrap_or_else(|| Value::Object(Default::default())),
                 width: e.width,
@@ -108,6 +120,7 @@ impl Service {
                 vector: e.vector,
                 offset: e.offset,
                 thumbnail: e.thumbnail,
+                content_hash: Some(hash),
                 captions: captions
                     .into_iter()
                     .map(|t| (t, text_vecs.next().unwrap_or_default()))
@@ -118,34 +131,48 @@ impl Service {
         let ids = self
             .timed_db(
                 "insert_images",
-                self.store.insert_images(
+                self.store.insert_images_marked(
                     c.id,
                     &rows,
                     Provenance {
                         bundle_id: &b.id,
                         vision_id: &b.vision_id,
                     },
+                    mark,
                 ),
             )
             .await?;
-        // Committed: now make them searchable.
-        let idx = self.indexes_of(c.id)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for (row, (id, cap_ids)) in rows.into_iter().zip(ids) {
-            idx.images.insert(id, row.vector, Some(row.offset))?;
-            for ((_, v), cid) in row.captions.into_iter().zip(&cap_ids) {
-                idx.captions.insert(*cid, v, None)?;
-            }
-            out.push(AddedImage {
-                id,
-                external_id: row.external_id,
-                caption_ids: cap_ids,
+        let out = rows
+            .iter()
+            .zip(&ids)
+            .map(|(row, (id, cap_ids))| AddedImage {
+                id: *id,
+                external_id: row.external_id.clone(),
+                caption_ids: cap_ids.clone(),
                 width: row.width,
                 height: row.height,
-            });
+            })
+            .collect();
+        self.index_added(c.id, rows, &ids)?;
+        Ok(out)
+    }
+
+    /// Committed images (with their captions, `ids` as the store gave them) made searchable.
+    pub(super) fn index_added(
+        &self,
+        collection_id: i64,
+        rows: Vec<NewImage>,
+        ids: &[(i64, Vec<i64>)],
+    ) -> Result<()> {
+        let idx = self.indexes_of(collection_id)?;
+        for (row, (id, cap_ids)) in rows.into_iter().zip(ids) {
+            idx.images.insert(*id, row.vector, Some(row.offset))?;
+            for ((_, v), cid) in row.captions.into_iter().zip(cap_ids) {
+                idx.captions.insert(*cid, v, None)?;
+            }
         }
         self.update_gauges();
-        Ok(out)
+        Ok(())
     }
 
     pub async fn add_captions(

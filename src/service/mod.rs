@@ -4,18 +4,21 @@
 //! (api, cli) see rows and hits, never the store itself.
 //!
 //! One file per area: `collections`, `ingest` (adding images and captions), `items` (reading and deleting
-//! them), `search`, `reindex`, `follow` (other replicas' writes), `readiness` (whether to send this process
+//! them), `updates` (PATCH and the upsert by external id), `transfer` (export and import), `search`, `reindex`, `follow` (other replicas' writes), `idempotency` (answers kept for retried POSTs), `readiness` (whether to send this process
 //! traffic); `registry` holds the indexes.
 
 mod collections;
 mod error;
 mod follow;
+mod idempotency;
 mod ingest;
 mod items;
 mod readiness;
 mod registry;
 mod reindex;
 mod search;
+mod transfer;
+mod updates;
 mod warm;
 
 use std::{
@@ -27,7 +30,7 @@ use std::{
 use bytes::Bytes;
 
 /// The rows the service answers with (the store's, handed up as they are).
-pub use crate::store::{CaptionRow, CollectionRow, ImageRow};
+pub use crate::store::{CaptionRow, CollectionRow, ImageRow, ImportMark};
 pub use collections::{CollectionName, validate_collection_name};
 pub use error::{Result, ServiceError};
 pub use follow::{CHANGE_RETENTION, FollowReport};
@@ -35,6 +38,10 @@ pub use ingest::{AddedImage, ImageInput};
 pub use readiness::{ReadinessReport, ReadyOptions};
 pub use reindex::{REINDEX_PAGE_ROWS, Reindexed};
 pub use search::{CaptionHit, Hits, ImageHit, Query, SearchParams};
+pub use transfer::{
+    CaptionLine, EXPORT_FORMAT, EndLine, ExportHeader, ExportLine, ImageLine, export_collection,
+};
+pub use updates::{UpsertInput, UpsertOutcome, UpsertedImage, content_hash};
 
 use crate::{
     index::{IndexParams, VectorIndex, snapshot_name},

@@ -3,7 +3,7 @@
 use sqlx::{Row, any::AnyRow};
 
 use super::{
-    ChangeKind, Store, StoreError, Tx,
+    ChangeKind, ImportMark, Store, StoreError, Tx,
     codec::{now_rfc3339, vector_to_blob},
     conflict_or,
 };
@@ -38,6 +38,18 @@ impl Store {
         caps: &[NewCaption],
         bundle_id: &str,
     ) -> Result<Vec<i64>, StoreError> {
+        self.insert_captions_marked(collection_id, caps, bundle_id, None)
+            .await
+    }
+
+    /// `insert_captions`, recording in the same transaction how far an import has got (`mark`).
+    pub async fn insert_captions_marked(
+        &self,
+        collection_id: i64,
+        caps: &[NewCaption],
+        bundle_id: &str,
+        mark: Option<&ImportMark>,
+    ) -> Result<Vec<i64>, StoreError> {
         let now = now_rfc3339();
         let mut tx = self.write_tx().await?;
         let mut ids = Vec::with_capacity(caps.len());
@@ -71,6 +83,9 @@ impl Store {
         }
         Self::log(&mut tx, collection_id, ChangeKind::Caption, false, &ids).await?;
         Self::bump(&mut tx, collection_id).await?;
+        if let Some(m) = mark {
+            Self::mark_import(&mut tx, collection_id, m).await?;
+        }
         tx.commit().await?;
         Ok(ids)
     }

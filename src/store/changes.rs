@@ -54,6 +54,14 @@ pub struct Change {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cursor(i64);
 
+impl Cursor {
+    /// Before every change (for tests reading the whole sequence).
+    #[cfg(test)]
+    pub(crate) fn start() -> Cursor {
+        Cursor(0)
+    }
+}
+
 impl Store {
     /// Appends to the change sequence, in the caller's transaction (so a change is visible iff its data is).
     pub(super) async fn log(

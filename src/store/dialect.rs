@@ -28,6 +28,14 @@ pub(super) fn image_columns(engine: Engine) -> &'static str {
     }
 }
 
+/// Locks the rows a write transaction reads (SQLite's write transactions hold the whole database already).
+pub(super) fn for_update(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Sqlite => "",
+        Engine::Postgres => " FOR UPDATE",
+    }
+}
+
 /// The placeholder for a JSON text parameter stored into a JSON column.
 pub(super) fn json_param(engine: Engine, n: usize) -> String {
     match engine {

@@ -7,7 +7,7 @@ use serde_json::Value;
 use sqlx::{Row, any::AnyRow};
 
 use super::{
-    ChangeKind, Store, StoreError,
+    ChangeKind, ImportMark, Store, StoreError, Tx,
     codec::{now_rfc3339, vector_to_blob},
     conflict_or, dialect,
 };
@@ -36,6 +36,9 @@ pub struct NewImage {
     pub captions: Vec<(String, Vec<f32>)>,
     /// A small JPEG for result grids (`crate::thumbnail`); none when thumbnails are off.
     pub thumbnail: Option<Vec<u8>>,
+    /// The sha256 (hex) of the photo's bytes as sent, so an upsert of the same photo skips the CNN; none
+    /// where the bytes are not known (an import of codes).
+    pub content_hash: Option<String>,
 }
 
 /// Which bundle produced the stored vectors.
@@ -53,7 +56,7 @@ pub struct StoredCode {
     pub vision_id: String,
 }
 
-fn image_row(r: &AnyRow) -> ImageRow {
+pub(super) fn image_row(r: &AnyRow) -> ImageRow {
     let meta: String = r.get("metadata");
     ImageRow {
         id: r.get("id"),
@@ -79,60 +82,30 @@ impl Store {
         images: &[NewImage],
         prov: Provenance<'_>,
     ) -> Result<Vec<(i64, Vec<i64>)>, StoreError> {
+        self.insert_images_marked(collection_id, images, prov, None)
+            .await
+    }
+
+    /// `insert_images`, recording in the same transaction how far an import has got (`mark`).
+    pub async fn insert_images_marked(
+        &self,
+        collection_id: i64,
+        images: &[NewImage],
+        prov: Provenance<'_>,
+        mark: Option<&ImportMark>,
+    ) -> Result<Vec<(i64, Vec<i64>)>, StoreError> {
         let now = now_rfc3339();
         let mut tx = self.write_tx().await?;
         let mut out = Vec::with_capacity(images.len());
-        let sql = format!(
-            "INSERT INTO images (collection_id, external_id, metadata, width, height, code, vector, bundle_id, vision_id, created_at, hub_offset) \
-             VALUES ($1, $2, {}, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
-            dialect::json_param(self.engine, 3)
-        );
         for (i, img) in images.iter().enumerate() {
-            let id: i64 = sqlx::query_scalar(&sql)
-                .bind(collection_id)
-                .bind(&img.external_id)
-                .bind(img.metadata.to_string())
-                .bind(i64::from(img.width))
-                .bind(i64::from(img.height))
-                .bind(&img.code)
-                .bind(vector_to_blob(&img.vector))
-                .bind(prov.bundle_id)
-                .bind(prov.vision_id)
-                .bind(&now)
-                .bind(f64::from(img.offset))
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(|e| {
-                    conflict_or(e, || {
-                        format!(
-                            "image {i}: external_id \"{}\" already exists in this collection",
-                            img.external_id.as_deref().unwrap_or_default()
-                        )
-                    })
-                })?;
-            if let Some(t) = &img.thumbnail {
-                sqlx::query("INSERT INTO thumbnails (image_id, data) VALUES ($1, $2)")
-                    .bind(id)
-                    .bind(t)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            let mut caps = Vec::with_capacity(img.captions.len());
-            for (text, vector) in &img.captions {
-                caps.push(
-                    Self::insert_caption_tx(
-                        &mut tx,
-                        collection_id,
-                        Some(id),
-                        text,
-                        vector,
-                        prov.bundle_id,
-                        &now,
-                    )
-                    .await?,
-                );
-            }
-            out.push((id, caps));
+            out.push(
+                self.insert_image_tx(&mut tx, collection_id, img, &prov, &now)
+                    .await
+                    .map_err(|e| match e {
+                        StoreError::Conflict(m) => StoreError::Conflict(format!("image {i}: {m}")),
+                        e => e,
+                    })?,
+            );
         }
         let image_ids: Vec<i64> = out.iter().map(|(id, _)| *id).collect();
         let caption_ids: Vec<i64> = out.iter().flat_map(|(_, c)| c.iter().copied()).collect();
@@ -146,8 +119,73 @@ impl Store {
         )
         .await?;
         Self::bump(&mut tx, collection_id).await?;
+        if let Some(m) = mark {
+            Self::mark_import(&mut tx, collection_id, m).await?;
+        }
         tx.commit().await?;
         Ok(out)
+    }
+
+    /// One image, its thumbnail and its captions, in the caller's transaction (the caller logs the change).
+    pub(super) async fn insert_image_tx(
+        &self,
+        tx: &mut Tx<'_>,
+        collection_id: i64,
+        img: &NewImage,
+        prov: &Provenance<'_>,
+        now: &str,
+    ) -> Result<(i64, Vec<i64>), StoreError> {
+        let sql = format!(
+            "INSERT INTO images (collection_id, external_id, metadata, width, height, code, vector, bundle_id, vision_id, created_at, hub_offset, content_hash) \
+             VALUES ($1, $2, {}, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
+            dialect::json_param(self.engine, 3)
+        );
+        let id: i64 = sqlx::query_scalar(&sql)
+            .bind(collection_id)
+            .bind(&img.external_id)
+            .bind(img.metadata.to_string())
+            .bind(i64::from(img.width))
+            .bind(i64::from(img.height))
+            .bind(&img.code)
+            .bind(vector_to_blob(&img.vector))
+            .bind(prov.bundle_id)
+            .bind(prov.vision_id)
+            .bind(now)
+            .bind(f64::from(img.offset))
+            .bind(&img.content_hash)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(|e| {
+                conflict_or(e, || {
+                    format!(
+                        "external_id \"{}\" already exists in this collection",
+                        img.external_id.as_deref().unwrap_or_default()
+                    )
+                })
+            })?;
+        if let Some(t) = &img.thumbnail {
+            sqlx::query("INSERT INTO thumbnails (image_id, data) VALUES ($1, $2)")
+                .bind(id)
+                .bind(t)
+                .execute(&mut **tx)
+                .await?;
+        }
+        let mut caps = Vec::with_capacity(img.captions.len());
+        for (text, vector) in &img.captions {
+            caps.push(
+                Self::insert_caption_tx(
+                    tx,
+                    collection_id,
+                    Some(id),
+                    text,
+                    vector,
+                    prov.bundle_id,
+                    now,
+                )
+                .await?,
+            );
+        }
+        Ok((id, caps))
     }
 
     pub async fn image(&self, collection_id: i64, id: i64) -> Result<ImageRow, StoreError> {
@@ -366,6 +404,7 @@ mod tests {
             offset,
             captions: vec![("a red shoe".into(), vec![1.0, 0.0])],
             thumbnail: None,
+            content_hash: None,
         }
     }
 

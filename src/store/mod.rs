@@ -12,8 +12,11 @@ mod changes;
 pub mod codec;
 mod collections;
 mod dialect;
+mod idempotency;
 mod images;
 mod reindex;
+mod transfer;
+mod upsert;
 mod vectors;
 
 use std::{path::Path, str::FromStr, time::Duration};
@@ -28,8 +31,11 @@ pub use self::{
     captions::{CaptionRow, NewCaption},
     changes::{Change, ChangeKind, Cursor},
     collections::CollectionRow,
+    idempotency::{Claim, IDEMPOTENCY_RETENTION},
     images::{ImageRow, NewImage, Provenance, StoredCode},
     reindex::Switch,
+    transfer::{ExportedImage, ImportMark, ReadSnapshot},
+    upsert::{ImagePatch, Photo, Upsert, Upserted, merge_patch},
     vectors::StoredVector,
 };
 pub use crate::modality::Modality;

@@ -227,6 +227,7 @@ mod tests {
             offset: 0.0,
             captions: vec![],
             thumbnail: None,
+            content_hash: None,
         };
         let id = store
             .insert_images(c.id, &[img], prov)

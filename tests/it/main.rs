@@ -25,3 +25,5 @@ mod similarity;
 mod tenants;
 mod thumbnails;
 mod trainer_features;
+mod transfer;
+mod writes;

@@ -1,9 +1,10 @@
 //! What the HTTP layer does around every handler, one file each: the key check, the body limit, the body
-//! read timeout, the request timeout, and request metrics. What each route needs comes from the route table (../routes.rs).
+//! read timeout, idempotency keys, the request timeout, and request metrics. What each route needs comes from the route table (../routes.rs).
 
 pub mod auth;
 pub mod body_limit;
 pub mod body_timeout;
+pub mod idempotency;
 pub mod observe;
 pub mod rate_limit;
 pub mod timeout;

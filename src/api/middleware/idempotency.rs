@@ -1,0 +1,246 @@
+//! `Idempotency-Key` on the POSTs that write (adding images, captions and collections; the admin
+//! operations). The first successful answer to a key is kept for 24 hours, in the database so that a retry
+//! reaching another replica finds it, and a retry with the same key and the same request gets that answer
+//! again, marked `Idempotent-Replayed: true`, without running anything: a client that timed out and retries
+//! does not store its photos twice. A key whose request is still running answers 409; a key reused for a
+//! different request answers 422; a request that failed keeps nothing (it wrote nothing), so its retry runs.
+//!
+//! It runs inside the request timeout, so a write that finishes after its client was given 503 still keeps
+//! its answer for the retry. Keys are scoped by the caller's key name and the path: two tenants never meet.
+
+use std::sync::Arc;
+
+use axum::{
+    body::{Body, Bytes},
+    extract::{Request, State},
+    http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use sha2::{Digest, Sha256};
+
+use super::auth::Caller;
+use crate::{
+    api::{
+        error::{ApiError, BodyLimit, body_too_large},
+        routes::RouteInfos,
+    },
+    service::Service,
+    store::Claim,
+};
+
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+#[derive(Clone)]
+pub struct Idempotency {
+    pub service: Arc<Service>,
+    pub routes: RouteInfos,
+    pub max_request_bytes: usize,
+}
+
+/// A key as the header may carry it: 1-255 visible ASCII characters (a UUID is the usual choice).
+fn parse_key(v: &HeaderValue) -> Result<String, ApiError> {
+    match v.to_str() {
+        Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => {
+            Ok(k.to_string())
+        }
+        _ => Err(ApiError::bad_request(
+            "Idempotency-Key must be 1-255 visible ASCII characters (a UUID, say)",
+        )),
+    }
+}
+
+/// A digest of what makes two requests the same: the media type and the body. A multipart boundary is
+/// chosen afresh by most clients for each attempt, so it is taken out of both.
+fn fingerprint(headers: &HeaderMap, body: &[u8]) -> String {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let boundary = ct
+        .split(';')
+        .filter_map(|p| p.trim().strip_prefix("boundary="))
+        .map(|b| b.trim_matches('"'))
+        .find(|b| !b.is_empty());
+    let mut h = Sha256::new();
+    // The media type alone: parameters (a boundary, a charset) do not make another request.
+    let media = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    h.update(media.as_bytes());
+    h.update([0]);
+    match boundary {
+        Some(b) => {
+            let b = b.as_bytes();
+            let mut rest = body;
+            while let Some(at) = rest.windows(b.len()).position(|w| w == b) {
+                h.update(&rest[..at]);
+                rest = &rest[at + b.len()..];
+            }
+            h.update(rest);
+        }
+        None => h.update(body),
+    }
+    hex::encode(h.finalize())
+}
+
+pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next) -> Response {
+    let Some(value) = req.headers().get(&IDEMPOTENCY_KEY) else {
+        return next.run(req).await;
+    };
+    // Reads and searches may be retried as they are; PUT, PATCH and DELETE are idempotent by themselves.
+    if req.method() != Method::POST || !st.routes.of_request(&req).writes {
+        return next.run(req).await;
+    }
+    let key = match parse_key(value) {
+        Ok(k) => k,
+        Err(e) => return e.into_response(),
+    };
+    let caller = req
+        .extensions()
+        .get::<Caller>()
+        .and_then(|c| c.0.as_ref().map(|k| k.name.clone()))
+        .unwrap_or_else(|| "-".into());
+    let scope = format!("{caller} POST {}", req.uri().path());
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, st.max_request_bytes).await {
+        Ok(b) => b,
+        Err(e) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            return if too_large {
+                body_too_large(Some(BodyLimit(st.max_request_bytes)))
+            } else {
+                ApiError::bad_request(format!("the request body could not be read: {e}"))
+            }
+            .into_response();
+        }
+    };
+    let fp = fingerprint(&parts.headers, &bytes);
+    match st.service.claim_idempotency(&scope, &key, &fp).await {
+        Err(e) => return ApiError::from(e).into_response(),
+        Ok(Claim::Run) => {}
+        Ok(Claim::Replay { status, body }) => return replay(status, body),
+        Ok(Claim::InFlight) => {
+            let mut e = ApiError::new(
+                StatusCode::CONFLICT,
+                "idempotency_in_flight",
+                "a request with this Idempotency-Key is still running; retry once it has finished \
+                 (if the server stopped while running it, check whether it was applied before sending it \
+                 with a new key)",
+            );
+            e.retry_after = Some(1);
+            return e.into_response();
+        }
+        Ok(Claim::Mismatch) => {
+            return ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "this Idempotency-Key was used for a different request in the last 24 hours; \
+                 use a new key for a new request",
+            )
+            .into_response();
+        }
+    }
+    let res = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    if !res.status().is_success() {
+        if let Err(e) = st.service.release_idempotency(&scope, &key).await {
+            tracing::warn!(error = %e, "releasing an idempotency key failed; its retries answer 409 for 24 h");
+        }
+        return res;
+    }
+    let (parts, body) = res.into_parts();
+    let body: Bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!(error = %e, "reading our own answer failed");
+            return ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the request was applied but its answer was lost; retry with the same Idempotency-Key",
+            )
+            .into_response();
+        }
+    };
+    if let Err(e) = st
+        .service
+        .finish_idempotency(&scope, &key, parts.status.as_u16(), &body)
+        .await
+    {
+        tracing::warn!(error = %e, "keeping the answer of an idempotent request failed; its retries answer 409");
+    }
+    Response::from_parts(parts, Body::from(body))
+}
+
+fn replay(status: u16, body: Vec<u8>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    (
+        status,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (REPLAYED, HeaderValue::from_static("true")),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(ct: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_str(ct).expect("header"),
+        );
+        h
+    }
+
+    #[test]
+    fn a_fingerprint_ignores_the_multipart_boundary_and_nothing_else() {
+        let body = |b: &str, v: &str| {
+            format!(
+                "--{b}\r\nContent-Disposition: form-data; name=\"image\"\r\n\r\n{v}\r\n--{b}--\r\n"
+            )
+        };
+        let a = fingerprint(
+            &headers("multipart/form-data; boundary=aaa111"),
+            body("aaa111", "x").as_bytes(),
+        );
+        let b = fingerprint(
+            &headers("multipart/form-data; boundary=\"bbb222\""),
+            body("bbb222", "x").as_bytes(),
+        );
+        let c = fingerprint(
+            &headers("multipart/form-data; boundary=bbb222"),
+            body("bbb222", "y").as_bytes(),
+        );
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let j = fingerprint(&headers("application/json"), b"{\"name\":\"a\"}");
+        assert_ne!(
+            j,
+            fingerprint(&headers("application/json"), b"{\"name\":\"b\"}")
+        );
+        assert_ne!(j, fingerprint(&headers("text/plain"), b"{\"name\":\"a\"}"));
+    }
+
+    #[test]
+    fn keys_are_visible_ascii_up_to_255() {
+        assert!(parse_key(&HeaderValue::from_static("3f2a-uuid")).is_ok());
+        assert!(parse_key(&HeaderValue::from_static("")).is_err());
+        assert!(parse_key(&HeaderValue::from_static("has space")).is_err());
+        assert!(parse_key(&HeaderValue::from_str(&"k".repeat(256)).expect("header")).is_err());
+    }
+}

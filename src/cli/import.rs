@@ -1,0 +1,327 @@
+//! `jointspace import`: a collection restored from an export without the CNN (codes projected by the loaded
+//! bundle, as in a reindex), or a JSONL catalogue of photos on disk added through the API's own path.
+//!
+//! The whole file is read and checked first (an export must end with its `end` line and counts, a catalogue's
+//! every line must parse), so a bad file is refused before anything is written. Each batch then commits with
+//! a mark of how many lines are in (src/store/transfer.rs), so a rerun after a crash starts after the last
+//! batch that committed and never adds one twice.
+
+use std::{
+    io::{BufRead, BufReader, Read},
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{offline_pipeline, progress};
+use crate::{
+    app::open_service,
+    config::ImportArgs,
+    metrics::Metrics,
+    service::{
+        CollectionName, EXPORT_FORMAT, ExportLine, ImageInput, ImageLine, ImportMark, Service,
+    },
+};
+
+/// A catalogue line.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogueItem {
+    /// The photo's file, relative to the catalogue's folder (or absolute).
+    path: String,
+    external_id: Option<String>,
+    metadata: Option<Value>,
+    #[serde(default)]
+    captions: Vec<String>,
+}
+
+enum Kind {
+    /// An export of this collection name and description, with this many images and captions.
+    Export {
+        collection: String,
+        description: String,
+        images: u64,
+        captions: u64,
+    },
+    Catalogue {
+        items: u64,
+    },
+}
+
+/// A file's identity for resuming: its length and a digest of its first MiB (an export's header has the
+/// time it was made, so two exports of one collection differ there).
+fn identity(file: &Path) -> anyhow::Result<String> {
+    let len = std::fs::metadata(file)?.len();
+    let mut head = Vec::new();
+    std::fs::File::open(file)?
+        .take(1 << 20)
+        .read_to_end(&mut head)?;
+    Ok(format!("{len}:{}", hex::encode(Sha256::digest(&head))))
+}
+
+fn lines(file: &Path) -> anyhow::Result<impl Iterator<Item = (usize, anyhow::Result<String>)>> {
+    let f = std::fs::File::open(file).with_context(|| format!("cannot read {}", file.display()))?;
+    Ok(BufReader::new(f)
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.map_err(anyhow::Error::from))))
+}
+
+/// Reads the whole file once: what it is, and whether every line is what it should be.
+fn survey(file: &Path) -> anyhow::Result<Kind> {
+    let mut kind: Option<Kind> = None;
+    let mut seen = (0u64, 0u64);
+    let mut ended = None;
+    for (n, l) in lines(file)? {
+        let l = l?;
+        if l.trim().is_empty() {
+            continue;
+        }
+        let at = || format!("{}:{n}", file.display());
+        match &kind {
+            None => {
+                if let Ok(ExportLine::Header(h)) = serde_json::from_str::<ExportLine>(&l) {
+                    if h.format != EXPORT_FORMAT || h.version != 1 {
+                        bail!(
+                            "{}: an export of format {} version {}; this jointspace reads {EXPORT_FORMAT} version 1",
+                            at(),
+                            h.format,
+                            h.version
+                        );
+                    }
+                    kind = Some(Kind::Export {
+                        collection: h.collection,
+                        description: h.description,
+                        images: 0,
+                        captions: 0,
+                    });
+                } else {
+                    serde_json::from_str::<CatalogueItem>(&l).with_context(|| {
+                        format!("{}: neither an export's header nor a catalogue item ({{\"path\", \"external_id\", \"metadata\", \"captions\"}})", at())
+                    })?;
+                    kind = Some(Kind::Catalogue { items: 1 });
+                }
+            }
+            Some(Kind::Catalogue { .. }) => {
+                serde_json::from_str::<CatalogueItem>(&l)
+                    .with_context(|| format!("{}: not a catalogue item", at()))?;
+                if let Some(Kind::Catalogue { items }) = &mut kind {
+                    *items += 1;
+                }
+            }
+            Some(Kind::Export { .. }) => {
+                if ended.is_some() {
+                    bail!("{}: a line after the export's end", at());
+                }
+                match serde_json::from_str::<ExportLine>(&l)
+                    .with_context(|| format!("{}: not an export line", at()))?
+                {
+                    ExportLine::Image(_) => seen.0 += 1,
+                    ExportLine::Caption(_) => seen.1 += 1,
+                    ExportLine::End(e) => ended = Some((e.images, e.captions)),
+                    ExportLine::Header(_) => bail!("{}: a second header", at()),
+                }
+            }
+        }
+    }
+    match kind {
+        None => bail!("{} is empty", file.display()),
+        Some(Kind::Export {
+            collection,
+            description,
+            ..
+        }) => match ended {
+            Some(counts) if counts == seen => Ok(Kind::Export {
+                collection,
+                description,
+                images: seen.0,
+                captions: seen.1,
+            }),
+            Some(counts) => bail!(
+                "{}: the export says {} images and {} captions but holds {} and {}",
+                file.display(),
+                counts.0,
+                counts.1,
+                seen.0,
+                seen.1
+            ),
+            None => bail!(
+                "{} has no `end` line: the export was cut short (export again)",
+                file.display()
+            ),
+        },
+        Some(k) => Ok(k),
+    }
+}
+
+pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
+    let kind = survey(&args.file)?;
+    let source = identity(&args.file)?;
+    let metrics = Arc::new(Metrics::new());
+    let svc = open_service(offline_pipeline(&args.model)?, &args.store, metrics.clone()).await?;
+    let (name, description) = match (&args.collection, &kind) {
+        (Some(c), _) => (c.clone(), String::new()),
+        (
+            None,
+            Kind::Export {
+                collection,
+                description,
+                ..
+            },
+        ) => (collection.clone(), description.clone()),
+        (None, Kind::Catalogue { .. }) => bail!("a catalogue needs --collection"),
+    };
+    let collection = CollectionName::parse(&name)?;
+    match svc.create_collection(&collection, &description).await {
+        Ok(_) => {}
+        Err(e) if e.is_conflict() => {}
+        Err(e) => return Err(e.into()),
+    }
+    let done = svc.import_progress(&collection, &source).await? as usize;
+    let batch = args.batch.max(1);
+    let mut job = Job {
+        pb: progress(0, "import"),
+        svc: &svc,
+        collection: &collection,
+        source,
+        dir: args
+            .file
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
+        images: vec![],
+        captions: vec![],
+        items: vec![],
+        last: done,
+        added: (0, 0),
+    };
+    let total = match kind {
+        Kind::Export {
+            images, captions, ..
+        } => images + captions,
+        Kind::Catalogue { items } => items,
+    };
+    job.pb.set_length(total);
+    if done > 0 {
+        tracing::info!(
+            lines = done,
+            "resuming after the lines an earlier import committed"
+        );
+    }
+    for (n, l) in lines(&args.file)? {
+        let l = l?;
+        if n <= done || l.trim().is_empty() {
+            continue;
+        }
+        if let Ok(line) = serde_json::from_str::<ExportLine>(&l) {
+            match line {
+                ExportLine::Image(i) => {
+                    if !job.captions.is_empty() {
+                        job.flush().await?;
+                    }
+                    job.images.push(i);
+                }
+                ExportLine::Caption(c) => {
+                    if !job.images.is_empty() {
+                        job.flush().await?;
+                    }
+                    job.captions.push(c.text);
+                }
+                ExportLine::Header(_) | ExportLine::End(_) => {}
+            }
+        } else {
+            job.items.push(serde_json::from_str(&l)?);
+        }
+        job.last = n;
+        if job.images.len() + job.items.len() >= batch || job.captions.len() >= batch * 8 {
+            job.flush().await?;
+        }
+    }
+    job.flush().await?;
+    job.pb.finish();
+    svc.snapshot().await?;
+    println!(
+        "imported {} images and {} captions into \"{name}\" ({} photos embedded by the CNN, {} sentences by \
+         the text model)",
+        job.added.0,
+        job.added.1,
+        metrics.embedded("image"),
+        metrics.embedded("text"),
+    );
+    Ok(())
+}
+
+/// What is read but not yet committed, and where it comes from.
+struct Job<'a> {
+    pb: indicatif::ProgressBar,
+    svc: &'a Arc<Service>,
+    collection: &'a CollectionName,
+    source: String,
+    dir: PathBuf,
+    images: Vec<ImageLine>,
+    captions: Vec<String>,
+    items: Vec<CatalogueItem>,
+    /// The last line read: committed with the next flush.
+    last: usize,
+    /// Images and captions added.
+    added: (u64, u64),
+}
+
+impl Job<'_> {
+    async fn flush(&mut self) -> anyhow::Result<()> {
+        let pending = self.images.len() + self.captions.len() + self.items.len();
+        let mark = ImportMark {
+            source: self.source.clone(),
+            lines: self.last as i64,
+        };
+        if !self.images.is_empty() {
+            let images = std::mem::take(&mut self.images);
+            let caps: u64 = images.iter().map(|i| i.captions.len() as u64).sum();
+            let ids = self
+                .svc
+                .restore_images(self.collection, images, &mark)
+                .await
+                .with_context(|| format!("the batch ending at line {}", self.last))?;
+            self.added.0 += ids.len() as u64;
+            self.added.1 += caps;
+        }
+        if !self.captions.is_empty() {
+            let texts = std::mem::take(&mut self.captions);
+            let ids = self
+                .svc
+                .restore_captions(self.collection, texts, &mark)
+                .await
+                .with_context(|| format!("the batch ending at line {}", self.last))?;
+            self.added.1 += ids.len() as u64;
+        }
+        if !self.items.is_empty() {
+            let mut inputs = Vec::new();
+            for it in std::mem::take(&mut self.items) {
+                let path = self.dir.join(&it.path);
+                let bytes = tokio::fs::read(&path)
+                    .await
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                self.added.1 += it.captions.len() as u64;
+                inputs.push(ImageInput {
+                    bytes: Bytes::from(bytes),
+                    external_id: it.external_id,
+                    metadata: it.metadata,
+                    captions: it.captions,
+                });
+            }
+            let added = self
+                .svc
+                .add_images_marked(self.collection, inputs, Some(&mark))
+                .await
+                .with_context(|| format!("the batch ending at line {}", self.last))?;
+            self.added.0 += added.len() as u64;
+        }
+        self.pb.inc(pending as u64);
+        Ok(())
+    }
+}

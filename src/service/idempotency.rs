@@ -1,0 +1,36 @@
+//! The answers kept for retried POSTs (`Idempotency-Key`), handed to the HTTP layer's middleware, which is
+//! the only user: the service is the only way up to the store.
+
+use super::{Result, Service};
+use crate::store::Claim;
+
+impl Service {
+    pub async fn claim_idempotency(
+        &self,
+        scope: &str,
+        key: &str,
+        fingerprint: &str,
+    ) -> Result<Claim> {
+        Ok(self
+            .store
+            .claim_idempotency(scope, key, fingerprint)
+            .await?)
+    }
+
+    pub async fn finish_idempotency(
+        &self,
+        scope: &str,
+        key: &str,
+        status: u16,
+        body: &[u8],
+    ) -> Result<()> {
+        Ok(self
+            .store
+            .finish_idempotency(scope, key, status, body)
+            .await?)
+    }
+
+    pub async fn release_idempotency(&self, scope: &str, key: &str) -> Result<()> {
+        Ok(self.store.release_idempotency(scope, key).await?)
+    }
+}
