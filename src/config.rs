@@ -293,6 +293,10 @@ pub struct EvalArgs {
     pub batch: usize,
     #[arg(long, env = "JOINTSPACE_EVAL_CONCURRENCY", default_value_t = 2)]
     pub concurrency: usize,
+    /// Also measure hybrid search: each image keeps its first caption as a keyword-searchable title and its
+    /// other four are the queries, in vector, hybrid and keyword mode (docs/api.md, "Hybrid search").
+    #[arg(long, env = "JOINTSPACE_EVAL_HYBRID", value_parser = clap::builder::FalseyValueParser::new())]
+    pub hybrid: bool,
     #[command(flatten)]
     pub model: ModelArgs,
 }

@@ -24,8 +24,18 @@ const MAX_SEGMENTS: usize = 8;
 pub struct FieldPath(Vec<String>);
 
 impl FieldPath {
+    /// A dotted path into metadata, checked as filters check theirs.
+    pub fn parse(field: &str) -> Result<FieldPath, FilterError> {
+        parse_path(field, field)
+    }
+
     pub fn segments(&self) -> &[String] {
         &self.0
+    }
+
+    /// The value at this path in `v`, if any.
+    pub fn get<'a>(&self, v: &'a Value) -> Option<&'a Value> {
+        self.0.iter().try_fold(v, |v, s| v.get(s))
     }
 }
 

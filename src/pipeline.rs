@@ -297,6 +297,11 @@ impl Pipeline {
     }
 
     /// Tokenises every sentence (so that bad input is reported before any inference), then one runtime call.
+    /// The words of a sentence the text model does not know (see `TextTokenizer::unknown_words`).
+    pub fn unknown_words(&self, text: &str) -> Vec<String> {
+        self.tokenizer.unknown_words(text)
+    }
+
     pub fn tokenize(
         &self,
         texts: impl IntoIterator<Item = impl AsRef<str>>,

@@ -79,6 +79,31 @@ impl TextTokenizer {
     }
 }
 
+impl TextTokenizer {
+    /// The words of `text` the model has no vector for (each read as the unknown token), as written, in
+    /// order, once each: a brand or a model number the caller should know the vector search ignores.
+    pub fn unknown_words(&self, text: &str) -> Vec<String> {
+        let Some(unk) = self.tokenizer.token_to_id("<unk>") else {
+            return vec![];
+        };
+        let Ok(enc) = self.tokenizer.encode_char_offsets(text, false) else {
+            return vec![];
+        };
+        let chars: Vec<char> = text.chars().collect();
+        let mut out: Vec<String> = vec![];
+        for (&id, &(a, b)) in enc.get_ids().iter().zip(enc.get_offsets()) {
+            if id != unk || a >= b || b > chars.len() {
+                continue;
+            }
+            let word: String = chars[a..b].iter().collect();
+            if !out.contains(&word) {
+                out.push(word);
+            }
+        }
+        out
+    }
+}
+
 /// Right-pads a batch: `(ids [n, t], lengths [n], t)`.
 pub fn pad(batch: &[&[i64]], pad_id: i64) -> (Vec<i64>, Vec<i64>, usize) {
     let t = batch.iter().map(|s| s.len()).max().unwrap_or(1).max(1);

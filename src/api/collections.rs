@@ -20,6 +20,11 @@ pub struct CreateCollection {
     pub name: String,
     #[serde(default)]
     pub description: String,
+    /// Metadata fields (dotted paths, e.g. "title" or "brand.name") whose text keyword search finds, beside
+    /// captions and external ids. Given (even `[]`), sentence searches default to hybrid mode (docs/api.md,
+    /// "Hybrid search"); absent, to vector mode.
+    #[schema(example = json!(["title", "brand.name"]))]
+    pub text_fields: Option<Vec<String>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -27,6 +32,8 @@ pub struct Collection {
     pub name: String,
     pub description: String,
     pub created_at: String,
+    /// The metadata fields searched by keyword; null: the collection did not ask for keyword search.
+    pub text_fields: Option<Vec<String>>,
     pub images: i64,
     pub captions: i64,
 }
@@ -37,6 +44,7 @@ impl From<CollectionRow> for Collection {
             name: c.name,
             description: c.description,
             created_at: c.created_at,
+            text_fields: c.text_fields,
             images: c.images,
             captions: c.captions,
         }
@@ -56,7 +64,10 @@ pub async fn create(
     ApiJson(req): ApiJson<CreateCollection>,
 ) -> ApiResult<(StatusCode, Json<Collection>)> {
     let name = CollectionName::parse(&req.name)?;
-    let c = s.service.create_collection(&name, &req.description).await?;
+    let c = s
+        .service
+        .create_collection_with(&name, &req.description, req.text_fields.as_deref())
+        .await?;
     Ok((StatusCode::CREATED, Json(c.into())))
 }
 

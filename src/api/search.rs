@@ -19,7 +19,7 @@ use super::{
 };
 use crate::{
     filter::Filter,
-    service::{Query, SearchParams},
+    service::{Query, SearchMode, SearchParams},
 };
 
 /// Exactly one of `text`, `image` and `image_id`.
@@ -42,9 +42,45 @@ pub struct SearchRequest {
     /// {"price": {"$lt": 50}, "size": {"$in": ["M", "L"]}, "brand.name": "acme"}.
     #[schema(value_type = Option<Object>)]
     pub filter: Option<Value>,
-    /// Leave out results whose `score` is below this (the results are ordered by `score`, so this shortens
-    /// the page). What a score means depends on the bundle's similarity: see `score` in the results.
+    /// Leave out results below this: in vector mode their `score` (the results are ordered by it, so this
+    /// shortens the page; what a score means depends on the bundle's similarity: see `score` in the
+    /// results); in keyword and hybrid modes their `similarity`.
     pub min_score: Option<f32>,
+    /// Image searches by `text` only: `vector` (the sentence's vector), `keyword` (its words in each image's
+    /// captions, external id and the collection's `text_fields`, full-text ranked), or `hybrid` (both,
+    /// fused by reciprocal rank). Default: `hybrid` in a collection created with `text_fields`, else `vector`.
+    pub mode: Option<Mode>,
+    /// Hybrid mode: the keyword ranking's weight in the fusion, 0..=1 (the vector ranking has the rest).
+    #[schema(default = 0.5, minimum = 0.0, maximum = 1.0)]
+    pub keyword_weight: Option<f32>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Vector,
+    Keyword,
+    Hybrid,
+}
+
+impl From<Mode> for SearchMode {
+    fn from(m: Mode) -> Self {
+        match m {
+            Mode::Vector => SearchMode::Vector,
+            Mode::Keyword => SearchMode::Keyword,
+            Mode::Hybrid => SearchMode::Hybrid,
+        }
+    }
+}
+
+impl From<SearchMode> for Mode {
+    fn from(m: SearchMode) -> Self {
+        match m {
+            SearchMode::Vector => Mode::Vector,
+            SearchMode::Keyword => Mode::Keyword,
+            SearchMode::Hybrid => Mode::Hybrid,
+        }
+    }
 }
 
 /// multipart/form-data search: an `image` file part, optional `k`, `offset` and `filter` (JSON) parts.
@@ -61,10 +97,12 @@ pub struct SearchMultipart {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ImageResult {
-    /// What the results are ordered by, higher first: `similarity`, except for a sentence query under a
-    /// bundle with a hubness bank, where it is `similarity` plus the image's offset (<= 0 for an image close
-    /// to many training captions, which demotes images that match many sentences loosely). Comparable within
-    /// one bundle only.
+    /// What the results are ordered by, higher first. Vector mode: `similarity`, except for a sentence query
+    /// under a bundle with a hubness bank, where it is `similarity` plus the image's offset (<= 0 for an
+    /// image close to many training captions, which demotes images that match many sentences loosely);
+    /// comparable within one bundle only. Hybrid mode: the fused reciprocal-rank score, the sum over the two
+    /// rankings of weight / (60 + rank) (at most 1/61). Keyword mode: the database's text relevance (SQLite:
+    /// -bm25; Postgres: ts_rank_cd), comparable within one engine only.
     pub score: f32,
     /// The bundle's similarity of query and image: the cosine (-1..1) for `cosine` bundles, the
     /// order-embedding score -||max(0, c - i)||^2 (<= 0) for `order` ones, the negative squared distance
@@ -79,6 +117,11 @@ pub struct ImageResults {
     /// With a filter: how many images of the collection it admits (all of them, not only this page).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub matches: Option<usize>,
+    /// The mode the search ran in.
+    pub mode: Mode,
+    /// The words of a `text` query the text model does not know (it reads each as "unknown"): the vector
+    /// ranking ignores them; keyword and hybrid modes still match them in the images' text.
+    pub unknown_words: Vec<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -93,6 +136,8 @@ pub struct CaptionResult {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CaptionResults {
     pub results: Vec<CaptionResult>,
+    /// The words of a `text` query the text model does not know (it reads each as "unknown").
+    pub unknown_words: Vec<String>,
 }
 
 async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
@@ -107,6 +152,8 @@ async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
                 offset: None,
                 filter: None,
                 min_score: None,
+                mode: None,
+                keyword_weight: None,
             };
             let mut file = None;
             for p in parts {
@@ -166,7 +213,12 @@ fn params(r: &SearchRequest) -> ApiResult<SearchParams> {
     if r.min_score.is_some_and(|m| !m.is_finite()) {
         return Err(ApiError::invalid("min_score must be a finite number"));
     }
+    if r.keyword_weight.is_some_and(|w| !(0.0..=1.0).contains(&w)) {
+        return Err(ApiError::invalid("keyword_weight must be between 0 and 1"));
+    }
     Ok(SearchParams {
+        mode: r.mode.map(Into::into),
+        keyword_weight: r.keyword_weight,
         min_score: r.min_score,
         k: r.k.unwrap_or(10),
         offset: r.offset.unwrap_or(0),
@@ -203,6 +255,8 @@ pub async fn images(
             })
             .collect(),
         matches: found.matches,
+        mode: found.mode.unwrap_or(SearchMode::Vector).into(),
+        unknown_words: found.unknown_words,
     }))
 }
 
@@ -231,5 +285,6 @@ pub async fn captions(
                 caption: h.caption.into(),
             })
             .collect(),
+        unknown_words: found.unknown_words,
     }))
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::{CollectionIndexes, Result, Service, ServiceError};
 use crate::{
+    filter::FieldPath,
     index::{VectorIndex, remove_snapshot, snapshot_name},
     modality::Modality,
     store::CollectionRow,
@@ -58,9 +59,29 @@ impl Service {
         name: &CollectionName,
         description: &str,
     ) -> Result<CollectionRow> {
+        self.create_collection_with(name, description, None).await
+    }
+
+    /// A collection whose sentence searches default to hybrid, finding images by keyword in their captions,
+    /// external ids and `text_fields` (dotted metadata paths) as well as by vector.
+    pub async fn create_collection_with(
+        &self,
+        name: &CollectionName,
+        description: &str,
+        text_fields: Option<&[String]>,
+    ) -> Result<CollectionRow> {
+        for f in text_fields.unwrap_or_default() {
+            FieldPath::parse(f)
+                .map_err(|e| ServiceError::Invalid(format!("text_fields: {}", e.message)))?;
+        }
+        if text_fields.is_some_and(|f| f.len() > 32) {
+            return Err(ServiceError::Invalid(
+                "text_fields: at most 32 fields".into(),
+            ));
+        }
         let row = self
             .store
-            .create_collection(name.as_str(), description)
+            .create_collection_with(name.as_str(), description, text_fields)
             .await?;
         let params = self.opts.index;
         let idx = CollectionIndexes {

@@ -4,12 +4,13 @@
 //! (api, cli) see rows and hits, never the store itself.
 //!
 //! One file per area: `collections`, `ingest` (adding images and captions), `items` (reading and deleting
-//! them), `updates` (PATCH and the upsert by external id), `transfer` (export and import), `search`, `reindex`, `follow` (other replicas' writes), `idempotency` (answers kept for retried POSTs), `readiness` (whether to send this process
+//! them), `updates` (PATCH and the upsert by external id), `transfer` (export and import), `search` (with `hybrid`, its keyword and fused modes), `reindex`, `follow` (other replicas' writes), `idempotency` (answers kept for retried POSTs), `readiness` (whether to send this process
 //! traffic); `registry` holds the indexes.
 
 mod collections;
 mod error;
 mod follow;
+mod hybrid;
 mod idempotency;
 mod ingest;
 mod items;
@@ -37,7 +38,7 @@ pub use follow::{CHANGE_RETENTION, FollowReport};
 pub use ingest::{AddedImage, ImageInput};
 pub use readiness::{ReadinessReport, ReadyOptions};
 pub use reindex::{REINDEX_PAGE_ROWS, Reindexed};
-pub use search::{CaptionHit, Hits, ImageHit, Query, SearchParams};
+pub use search::{CaptionHit, Hits, ImageHit, Query, SearchMode, SearchParams};
 pub use transfer::{
     CaptionLine, EXPORT_FORMAT, EndLine, ExportHeader, ExportLine, ImageLine, export_collection,
 };
@@ -60,9 +61,11 @@ pub struct ServiceOptions {
     pub max_batch: usize,
 }
 
-/// A collection resolved by name, for the operations that need only its id.
+/// A collection resolved by name, for the operations that need only its id (and, for searches, whether
+/// it asked for keyword search).
 struct CollectionRef {
     id: i64,
+    text_fields: Option<Vec<String>>,
 }
 
 pub struct Service {
@@ -241,9 +244,8 @@ impl Service {
     /// The collection's id by name, without `collection`'s row counts: every request resolves its collection,
     /// and counting 100k rows twice per search cost more than the search (docs/benchmarks.md).
     async fn collection_ref(&self, name: &CollectionName) -> Result<CollectionRef> {
-        Ok(CollectionRef {
-            id: self.store.collection_id(name.as_str()).await?,
-        })
+        let (id, text_fields) = self.store.collection_key(name.as_str()).await?;
+        Ok(CollectionRef { id, text_fields })
     }
 
     // ---- the pipeline, timed ----

@@ -21,18 +21,58 @@ pub enum Query {
     ImageId(i64),
 }
 
+/// How a sentence finds images: by its vector, by its words in the images' text, or both fused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchMode {
+    Vector,
+    Keyword,
+    Hybrid,
+}
+
+impl SearchMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SearchMode::Vector => "vector",
+            SearchMode::Keyword => "keyword",
+            SearchMode::Hybrid => "hybrid",
+        }
+    }
+}
+
+#[derive(Clone)]
 pub struct SearchParams {
     pub k: usize,
     pub offset: usize,
     pub filter: Filter,
-    /// Leave out results whose `score` is below this.
+    /// Leave out results whose `score` (vector mode) or `similarity` (keyword and hybrid) is below this.
     pub min_score: Option<f32>,
+    /// None: hybrid for a sentence on images in a collection that asked for keyword search, else vector.
+    pub mode: Option<SearchMode>,
+    /// Hybrid: the keyword ranking's share of the fused score (0..=1; default 0.5).
+    pub keyword_weight: Option<f32>,
 }
 
-/// One page of results, and how many images the filter admits (a filtered image search only).
+impl SearchParams {
+    /// k results from `offset`, nothing else asked.
+    pub fn page(k: usize, offset: usize) -> SearchParams {
+        SearchParams {
+            k,
+            offset,
+            filter: Filter::all(),
+            min_score: None,
+            mode: None,
+            keyword_weight: None,
+        }
+    }
+}
+
+/// One page of results, how many images the filter admits (a filtered image search only), the mode an
+/// image search ran in, and the words of a sentence query the text model does not know.
 pub struct Hits<H> {
     pub hits: Vec<H>,
     pub matches: Option<usize>,
+    pub mode: Option<SearchMode>,
+    pub unknown_words: Vec<String>,
 }
 
 /// `score` orders the results; `similarity` is the bundle's similarity alone: the same, except for a
@@ -50,14 +90,14 @@ pub struct CaptionHit {
 }
 
 /// A ranked point: (id, score, similarity).
-type Ranked = (i64, f32, f32);
+pub(super) type Ranked = (i64, f32, f32);
 
 /// A query turned into what the index needs.
-struct QueryVector {
-    vector: Vec<f32>,
-    modality: Modality,
+pub(super) struct QueryVector {
+    pub vector: Vec<f32>,
+    pub modality: Modality,
     /// A stored image used as the query: left out of image results.
-    exclude: Option<i64>,
+    pub exclude: Option<i64>,
 }
 
 impl Service {
@@ -132,23 +172,14 @@ impl Service {
         Ok(idx.search(q, score, 0, k, None))
     }
 
-    /// The ranked page of `target` for a query, the collection it was found in, and how many images the
-    /// filter admits.
-    async fn search_ids(
+    /// The ranked page of `target` for a query vector, and how many images the filter admits.
+    pub(super) async fn search_ids(
         &self,
-        collection: &CollectionName,
+        c: &CollectionRef,
         target: Modality,
-        q: Query,
+        q: &QueryVector,
         p: &SearchParams,
-    ) -> Result<(CollectionRef, Vec<Ranked>, Option<usize>)> {
-        self.check_window(p)?;
-        if target == Modality::Captions && !p.filter.is_all() {
-            return Err(ServiceError::Invalid(
-                "filters apply to image metadata; caption search takes none".into(),
-            ));
-        }
-        let c = self.collection_ref(collection).await?;
-        let q = self.query_vector(&c, q).await?;
+    ) -> Result<(Vec<Ranked>, Option<usize>)> {
         // A stored query image is left out of image results before paging, so pages neither skip nor repeat.
         let exclude = q.exclude.filter(|_| target == Modality::Images);
         let mut allowed: Option<HashSet<i64>> = if p.filter.is_all() {
@@ -169,7 +200,7 @@ impl Service {
         let idx = self.indexes_of(c.id)?.get(target).clone();
         let score = self.score(q.modality, target);
         let (offset, k, extra) = (p.offset, p.k, usize::from(exclude.is_some()));
-        let (vector, min_score) = (q.vector, p.min_score);
+        let (vector, min_score) = (q.vector.clone(), p.min_score);
         let hits = tokio::task::spawn_blocking(move || {
             let page: Vec<(i64, f32)> = match exclude {
                 None => idx.search(&vector, score, offset, k, allowed.as_ref()),
@@ -196,7 +227,7 @@ impl Service {
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        Ok((c, hits, matches))
+        Ok((hits, matches))
     }
 
     pub async fn search_images(
@@ -206,7 +237,20 @@ impl Service {
         p: SearchParams,
     ) -> Result<Hits<ImageHit>> {
         let t = std::time::Instant::now();
-        let (c, hits, matches) = self.search_ids(collection, Modality::Images, q, &p).await?;
+        self.check_window(&p)?;
+        let c = self.collection_ref(collection).await?;
+        let mode = self.resolve_mode(&c, &q, p.mode)?;
+        let (text, unknown_words) = match &q {
+            Query::Text(t) => (Some(t.clone()), self.pipeline.unknown_words(t)),
+            _ => (None, vec![]),
+        };
+        let qv = self.query_vector(&c, q).await?;
+        let (hits, matches) = match (mode, text) {
+            (SearchMode::Keyword | SearchMode::Hybrid, Some(text)) => {
+                self.fused(&c, &qv, &text, mode, &p).await?
+            }
+            _ => self.search_ids(&c, Modality::Images, &qv, &p).await?,
+        };
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         let rows = self
             .timed_db("fetch_hits", self.store.images_by_ids(c.id, &ids))
@@ -224,6 +268,8 @@ impl Service {
                 },
             ),
             matches,
+            mode: Some(mode),
+            unknown_words,
         })
     }
 
@@ -234,9 +280,24 @@ impl Service {
         p: SearchParams,
     ) -> Result<Hits<CaptionHit>> {
         let t = std::time::Instant::now();
-        let (c, hits, matches) = self
-            .search_ids(collection, Modality::Captions, q, &p)
-            .await?;
+        self.check_window(&p)?;
+        if !p.filter.is_all() {
+            return Err(ServiceError::Invalid(
+                "filters apply to image metadata; caption search takes none".into(),
+            ));
+        }
+        if p.mode.is_some_and(|m| m != SearchMode::Vector) {
+            return Err(ServiceError::Invalid(
+                "keyword and hybrid modes search images; caption search is by vector".into(),
+            ));
+        }
+        let c = self.collection_ref(collection).await?;
+        let unknown_words = match &q {
+            Query::Text(t) => self.pipeline.unknown_words(t),
+            _ => vec![],
+        };
+        let qv = self.query_vector(&c, q).await?;
+        let (hits, matches) = self.search_ids(&c, Modality::Captions, &qv, &p).await?;
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         let rows = self
             .timed_db("fetch_hits", self.store.captions_by_ids(c.id, &ids))
@@ -254,6 +315,8 @@ impl Service {
                 },
             ),
             matches,
+            mode: None,
+            unknown_words,
         })
     }
 }

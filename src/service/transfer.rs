@@ -124,8 +124,9 @@ pub async fn export_collection(
     store: &Store,
     collection: &CollectionName,
 ) -> Result<impl Stream<Item = Result<Bytes>> + Send + 'static> {
-    let snap = store.read_snapshot().await?;
+    // The row first: an in-memory database has one connection, which the snapshot then holds.
     let collection = store.collection(collection.as_str()).await?;
+    let snap = store.read_snapshot().await?;
     let st = Export {
         snap,
         collection,

@@ -81,6 +81,10 @@ impl Store {
                 .await?,
             );
         }
+        let mut images: Vec<i64> = caps.iter().filter_map(|c| c.image_id).collect();
+        images.sort_unstable();
+        images.dedup();
+        self.refresh_text(&mut tx, collection_id, &images).await?;
         Self::log(&mut tx, collection_id, ChangeKind::Caption, false, &ids).await?;
         Self::bump(&mut tx, collection_id).await?;
         if let Some(m) = mark {
@@ -180,15 +184,20 @@ impl Store {
 
     pub async fn delete_caption(&self, collection_id: i64, id: i64) -> Result<(), StoreError> {
         let mut tx = self.write_tx().await?;
-        let n = sqlx::query("DELETE FROM captions WHERE collection_id = $1 AND id = $2")
-            .bind(collection_id)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        if n.rows_affected() == 0 {
+        let image: Option<Option<i64>> = sqlx::query_scalar(
+            "DELETE FROM captions WHERE collection_id = $1 AND id = $2 RETURNING image_id",
+        )
+        .bind(collection_id)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(image) = image else {
             return Err(StoreError::NotFound(format!(
                 "no caption {id} in this collection"
             )));
+        };
+        if let Some(image) = image {
+            self.refresh_text(&mut tx, collection_id, &[image]).await?;
         }
         Self::log(&mut tx, collection_id, ChangeKind::Caption, true, &[id]).await?;
         Self::bump(&mut tx, collection_id).await?;

@@ -12,11 +12,13 @@ pub struct CollectionRow {
     pub description: String,
     pub created_at: String,
     pub generation: i64,
+    /// The metadata fields searched by keyword; `None`: keyword search not asked for (vector by default).
+    pub text_fields: Option<Vec<String>>,
     pub images: i64,
     pub captions: i64,
 }
 
-const COLLECTION_SELECT: &str = "SELECT c.id, c.name, c.description, c.created_at, c.generation, \
+const COLLECTION_SELECT: &str = "SELECT c.id, c.name, c.description, c.created_at, c.generation, c.text_fields, \
     (SELECT COUNT(*) FROM images i WHERE i.collection_id = c.id) AS images, \
     (SELECT COUNT(*) FROM captions p WHERE p.collection_id = c.id) AS captions FROM collections c";
 
@@ -27,6 +29,7 @@ fn collection_row(r: &AnyRow) -> CollectionRow {
         description: r.get("description"),
         created_at: r.get("created_at"),
         generation: r.get("generation"),
+        text_fields: super::keywords::parse_fields(r.get("text_fields")),
         images: r.get("images"),
         captions: r.get("captions"),
     }
@@ -38,14 +41,25 @@ impl Store {
         name: &str,
         description: &str,
     ) -> Result<CollectionRow, StoreError> {
+        self.create_collection_with(name, description, None).await
+    }
+
+    /// A collection that searches `text_fields` by keyword (see `CollectionRow::text_fields`).
+    pub async fn create_collection_with(
+        &self,
+        name: &str,
+        description: &str,
+        text_fields: Option<&[String]>,
+    ) -> Result<CollectionRow, StoreError> {
         let now = now_rfc3339();
         let mut tx = self.write_tx().await?;
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO collections (name, description, created_at) VALUES ($1, $2, $3) RETURNING id",
+            "INSERT INTO collections (name, description, created_at, text_fields) VALUES ($1, $2, $3, $4) RETURNING id",
         )
         .bind(name)
         .bind(description)
         .bind(&now)
+        .bind(text_fields.map(|f| serde_json::Value::from(f.to_vec()).to_string()))
         .fetch_one(&mut *tx)
         .await
         .map_err(|e| conflict_or(e, || format!("a collection named \"{name}\" already exists")))?;
@@ -57,6 +71,7 @@ impl Store {
             description: description.into(),
             created_at: now,
             generation: 0,
+            text_fields: text_fields.map(<[String]>::to_vec),
             images: 0,
             captions: 0,
         })
@@ -88,6 +103,22 @@ impl Store {
     }
 
     /// Just the id (no row counts): what a request needs to resolve its collection.
+    /// A collection's id and keyword fields by name (no counts: every request resolves its collection).
+    pub async fn collection_key(
+        &self,
+        name: &str,
+    ) -> Result<(i64, Option<Vec<String>>), StoreError> {
+        let r = sqlx::query("SELECT id, text_fields FROM collections WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::NoCollection(name.into()))?;
+        Ok((
+            r.get("id"),
+            super::keywords::parse_fields(r.get("text_fields")),
+        ))
+    }
+
     pub async fn collection_id(&self, name: &str) -> Result<i64, StoreError> {
         let id: Option<i64> = sqlx::query_scalar("SELECT id FROM collections WHERE name = $1")
             .bind(name)
@@ -113,6 +144,13 @@ impl Store {
                 .await?;
         let id =
             id.ok_or_else(|| StoreError::NotFound(format!("no collection named \"{name}\"")))?;
+        // FTS5 rows have no foreign key to cascade on (Postgres' go with their images).
+        if self.engine == super::Engine::Sqlite {
+            sqlx::query("DELETE FROM image_text WHERE collection_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
         Self::log(&mut tx, id, ChangeKind::Collection, true, &[id]).await?;
         tx.commit().await?;
         Ok(id)

@@ -185,6 +185,7 @@ impl Store {
                 .await?,
             );
         }
+        self.refresh_text(tx, collection_id, &[id]).await?;
         Ok((id, caps))
     }
 
@@ -353,6 +354,7 @@ impl Store {
         if n.rows_affected() == 0 {
             return Err(no_image(id));
         }
+        Self::forget_text_tx(&mut tx, self.engine, &[id]).await?;
         Self::log(&mut tx, collection_id, ChangeKind::Image, true, &[id]).await?;
         Self::log(&mut tx, collection_id, ChangeKind::Caption, true, &caps).await?;
         Self::bump(&mut tx, collection_id).await?;

@@ -14,6 +14,7 @@ mod collections;
 mod dialect;
 mod idempotency;
 mod images;
+mod keywords;
 mod reindex;
 mod transfer;
 mod upsert;
@@ -33,6 +34,7 @@ pub use self::{
     collections::CollectionRow,
     idempotency::{Claim, IDEMPOTENCY_RETENTION},
     images::{ImageRow, NewImage, Provenance, StoredCode},
+    keywords::KeywordQuery,
     reindex::Switch,
     transfer::{ExportedImage, ImportMark, ReadSnapshot},
     upsert::{ImagePatch, Photo, Upsert, Upserted, merge_patch},

@@ -133,6 +133,7 @@ impl Store {
                 })?;
             img.external_id = ext.clone();
         }
+        self.refresh_text(&mut tx, collection_id, &[id]).await?;
         tx.commit().await?;
         Ok(img)
     }
@@ -250,12 +251,14 @@ impl Store {
             &now,
         )
         .await?;
+        self.refresh_text(&mut tx, collection_id, &[id]).await?;
         if let Some(old_id) = previous_id {
             // Its remaining captions were moved or deleted above; the thumbnail goes with the row.
             sqlx::query("DELETE FROM images WHERE id = $1")
                 .bind(old_id)
                 .execute(&mut *tx)
                 .await?;
+            Self::forget_text_tx(&mut tx, self.engine, &[old_id]).await?;
             Self::log(&mut tx, collection_id, ChangeKind::Image, true, &[old_id]).await?;
         }
         if previous_id.is_some() || old.is_none() {

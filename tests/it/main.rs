@@ -14,6 +14,7 @@ mod default_bundle;
 mod device;
 mod faults;
 mod filters;
+mod hybrid;
 mod openapi;
 mod ops;
 mod parity;

@@ -3,6 +3,7 @@
 //! trainer recorded in the bundle.
 
 mod dataset;
+mod hybrid;
 mod metrics;
 mod report;
 
@@ -77,10 +78,24 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
             .cloned()
             .unwrap_or(serde_json::Value::Null),
     };
+    let hybrid = if args.hybrid {
+        Some(hybrid::measure(&svc, &collection, &split.names, &ids, &split.captions).await?)
+    } else {
+        None
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.json())?);
+        let mut j = report.json();
+        if let (Some(h), Some(o)) = (hybrid, j.as_object_mut()) {
+            o.insert("hybrid".into(), h);
+        }
+        println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         print!("{}", report.table());
+        if let Some(h) = hybrid {
+            println!(
+                "hybrid search (first caption as title, the other four as queries, k=10): {h}"
+            );
+        }
     }
     Ok(())
 }

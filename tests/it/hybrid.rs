@@ -1,0 +1,303 @@
+//! Hybrid search on both engines: product words the text model does not know find their products by
+//! keyword (in captions, external ids and declared metadata fields), fused with the vector ranking; the
+//! response names the unknown words; the keyword index follows every write (PATCH, captions added and
+//! deleted, upserts, deletes) in the same transaction.
+
+use crate::common;
+
+use common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
+use serde_json::{Value, json};
+
+async fn search(app: &TestApp, collection: &str, body: Value) -> (u16, Value) {
+    app.post_json(&format!("/v1/collections/{collection}/images/search"), body)
+        .await
+}
+
+/// The external ids of a search's results, in order.
+async fn found(app: &TestApp, collection: &str, body: Value) -> Vec<String> {
+    let (s, r) = search(app, collection, body.clone()).await;
+    assert_eq!(s, 200, "{body}: {r}");
+    r["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|h| {
+            h["image"]["external_id"]
+                .as_str()
+                .unwrap_or("-")
+                .to_string()
+        })
+        .collect()
+}
+
+async fn products(url: &str) {
+    let app = TestApp::start_url(BUNDLE, url, &[]).await;
+    let (s, c) = app
+        .post_json(
+            "/v1/collections",
+            json!({"name": "shop", "text_fields": ["title", "brand.name", "tags"]}),
+        )
+        .await;
+    assert_eq!(s, 201, "{c}");
+    assert_eq!(c["text_fields"], json!(["title", "brand.name", "tags"]));
+    let items = json!({"images": [
+        {"data": b64(&fixture_image(0)), "external_id": "sku-4411",
+         "metadata": {"title": "Espadrille canvas", "brand": {"name": "Nike"}, "price": 40},
+         "captions": ["a red picture"]},
+        {"data": b64(&fixture_image(1)), "external_id": "sku-2000",
+         "metadata": {"title": "Loafer", "brand": {"name": "Acme"}, "tags": ["suede", "brown"], "price": 90},
+         "captions": ["a dog runs on the beach"]},
+        {"data": b64(&fixture_image(2)), "external_id": "sku-3000",
+         "metadata": {"title": "Sandal", "brand": {"name": "Acme"}, "note": "espadrille style", "price": 20}},
+        {"data": b64(&fixture_image(3)), "external_id": "sku-5000",
+         "metadata": {"title": "Boot", "brand": {"name": "Zeta"}, "price": 120}}
+    ]});
+    let (s, r) = app.post_json("/v1/collections/shop/images", items).await;
+    assert_eq!(s, 201, "{r}");
+    let ids: Vec<i64> = r["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .map(|i| i["id"].as_i64().expect("id"))
+        .collect();
+
+    // An unknown product word: named in the answer, and its product first by default (hybrid).
+    let (s, r) = search(&app, "shop", json!({"text": "espadrille", "k": 4})).await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["mode"], "hybrid");
+    assert_eq!(r["unknown_words"], json!(["espadrille"]));
+    assert_eq!(r["results"][0]["image"]["external_id"], "sku-4411", "{r}");
+    assert!(r["results"][0]["score"].as_f64().expect("score") <= 1.0 / 61.0 + 1e-6);
+    assert!(r["results"][0]["similarity"].as_f64().is_some());
+    // A field not declared searchable is not searched: sku-3000's "note" says espadrille too.
+    assert_eq!(
+        found(
+            &app,
+            "shop",
+            json!({"text": "espadrille", "mode": "keyword"})
+        )
+        .await,
+        vec!["sku-4411"]
+    );
+    for (q, want) in [
+        ("sku-4411", "sku-4411"),
+        ("NIKE shoes", "sku-4411"),
+        ("brown suede", "sku-2000"),
+        ("dogs running", "sku-2000"),
+    ] {
+        let got = found(&app, "shop", json!({"text": q, "k": 4})).await;
+        assert_eq!(got[0], want, "{q}: {got:?}");
+    }
+    // Vector mode ranks every image by the sentence's vector; keyword_weight 0 is the vector ranking too.
+    let vector = found(
+        &app,
+        "shop",
+        json!({"text": "espadrille", "k": 4, "mode": "vector"}),
+    )
+    .await;
+    assert_eq!(vector.len(), 4);
+    let fused_as_vector = found(
+        &app,
+        "shop",
+        json!({"text": "a dog runs", "k": 4, "keyword_weight": 0.0}),
+    )
+    .await;
+    assert_eq!(
+        fused_as_vector,
+        found(
+            &app,
+            "shop",
+            json!({"text": "a dog runs", "k": 4, "mode": "vector"})
+        )
+        .await
+    );
+    // Filters apply to both rankings.
+    let (s, r) = search(
+        &app,
+        "shop",
+        json!({"text": "espadrille", "filter": {"brand.name": "Acme"}}),
+    )
+    .await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["matches"], 2);
+    assert!(
+        r["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .all(|h| h["image"]["metadata"]["brand"]["name"] == "Acme"),
+        "{r}"
+    );
+    // Bad requests say what is wrong.
+    let (s, e) = search(&app, "shop", json!({"image_id": ids[0], "mode": "hybrid"})).await;
+    assert_eq!(s, 422, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("text")
+    );
+    let (s, _) = search(&app, "shop", json!({"text": "shoe", "keyword_weight": 2})).await;
+    assert_eq!(s, 422);
+    let (s, _) = search(&app, "shop", json!({"text": "shoe", "mode": "fuzzy"})).await;
+    assert!(s == 400 || s == 422, "{s}");
+
+    // The keyword index follows writes: a patched title, a caption added then deleted, a delete.
+    let (s, _) = app
+        .client
+        .patch(app.url(&format!("/v1/collections/shop/images/{}", ids[3])))
+        .json(&json!({"metadata": {"title": "Chelsea boot"}}))
+        .send()
+        .await
+        .map(|r| (r.status().as_u16(), ()))
+        .expect("patch");
+    assert_eq!(s, 200);
+    assert_eq!(
+        found(&app, "shop", json!({"text": "chelsea", "mode": "keyword"})).await,
+        vec!["sku-5000"]
+    );
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/shop/captions",
+            json!({"captions": [{"text": "waterproof leather", "image_id": ids[2]}]}),
+        )
+        .await;
+    assert_eq!(s, 201, "{r}");
+    let caption = r["ids"][0]
+        .as_i64()
+        .or_else(|| r["captions"][0]["id"].as_i64())
+        .unwrap_or_else(|| panic!("caption id in {r}"));
+    assert_eq!(
+        found(
+            &app,
+            "shop",
+            json!({"text": "waterproof", "mode": "keyword"})
+        )
+        .await,
+        vec!["sku-3000"]
+    );
+    assert_eq!(
+        app.delete(&format!("/v1/collections/shop/captions/{caption}"))
+            .await,
+        204
+    );
+    assert!(
+        found(
+            &app,
+            "shop",
+            json!({"text": "waterproof", "mode": "keyword"})
+        )
+        .await
+        .is_empty()
+    );
+    assert_eq!(
+        app.delete(&format!("/v1/collections/shop/images/{}", ids[0]))
+            .await,
+        204
+    );
+    assert!(
+        found(
+            &app,
+            "shop",
+            json!({"text": "espadrille nike", "mode": "keyword"})
+        )
+        .await
+        .is_empty()
+    );
+    // An upsert that replaces the photo moves the text to the new id.
+    let r = app
+        .client
+        .put(app.url("/v1/collections/shop/images/by-external-id/sku-2000"))
+        .json(&json!({"data": b64(&fixture_image(5)), "metadata": {"title": "Moccasin"}}))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(r.status(), 200);
+    let (s, r) = search(&app, "shop", json!({"text": "moccasin", "mode": "keyword"})).await;
+    assert_eq!(s, 200);
+    assert_eq!(r["results"].as_array().map(Vec::len), Some(1), "{r}");
+    assert_ne!(r["results"][0]["image"]["id"].as_i64(), Some(ids[1]));
+    assert!(
+        found(&app, "shop", json!({"text": "loafer", "mode": "keyword"}))
+            .await
+            .is_empty()
+    );
+
+    // A collection created without text_fields searches by vector unless asked; captions and external ids
+    // are keyword-searchable in it all the same.
+    assert_eq!(
+        app.post_json("/v1/collections", json!({"name": "plain"}))
+            .await
+            .0,
+        201
+    );
+    let (s, _) = app
+        .post_json(
+            "/v1/collections/plain/images",
+            json!({"images": [{"data": b64(&fixture_image(4)), "external_id": "x-1", "captions": ["a striped espadrille"]},
+                              {"data": b64(&fixture_image(6)), "external_id": "x-2"}]}),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let (_, r) = search(&app, "plain", json!({"text": "espadrille"})).await;
+    assert_eq!(r["mode"], "vector");
+    assert_eq!(
+        found(
+            &app,
+            "plain",
+            json!({"text": "espadrille", "mode": "hybrid"})
+        )
+        .await[0],
+        "x-1"
+    );
+    // Caption search names unknown words too, and refuses keyword modes.
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/plain/captions/search",
+            json!({"text": "a red espadrille"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["unknown_words"], json!(["espadrille"]));
+    let (s, _) = app
+        .post_json(
+            "/v1/collections/plain/captions/search",
+            json!({"text": "a red espadrille", "mode": "keyword"}),
+        )
+        .await;
+    assert_eq!(s, 422);
+    // Deleting a collection takes its keyword rows with it (a new one of the same name starts empty).
+    assert_eq!(app.delete("/v1/collections/plain").await, 204);
+    assert_eq!(
+        app.post_json(
+            "/v1/collections",
+            json!({"name": "plain", "text_fields": []})
+        )
+        .await
+        .0,
+        201
+    );
+    assert!(
+        found(
+            &app,
+            "plain",
+            json!({"text": "espadrille", "mode": "keyword"})
+        )
+        .await
+        .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn product_words_find_their_products_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("h.db").display());
+    products(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn product_words_find_their_products_on_postgres() {
+    let pg = PgCluster::start();
+    let url = pg.create_db("hybrid").await;
+    products(&url).await;
+}
