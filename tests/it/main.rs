@@ -26,4 +26,5 @@ mod tenants;
 mod thumbnails;
 mod trainer_features;
 mod transfer;
+mod url_ingest;
 mod writes;
