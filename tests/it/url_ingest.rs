@@ -262,7 +262,7 @@ async fn is_off_by_default_and_says_how_to_turn_it_on() {
 async fn ssrf_cases_are_refused_before_any_connection() {
     let site = origin("127.0.0.1").await;
     let port = site.addr.port();
-    let (app, _dir) = start(&["--url-ingest", "--url-ingest-timeout-ms", "3000"]).await;
+    let (app, _dir) = start(&["--url-ingest", "--url-ingest-timeout-ms", "5000"]).await;
     let cases = [
         (
             format!("http://127.0.0.1:{port}/img/0.png"),
@@ -316,7 +316,7 @@ async fn ssrf_cases_are_refused_before_any_connection() {
         );
         // Refused, not timed out: no connection was tried (10.0.0.1 and 169.254.169.254 would hang).
         assert!(
-            t.elapsed() < Duration::from_secs(2),
+            t.elapsed() < Duration::from_secs(4),
             "{url} took {:?}",
             t.elapsed()
         );
@@ -391,15 +391,10 @@ async fn fetches_through_the_allow_list_failing_one_by_one() {
         {"url": format!("http://localhost:{port}/untyped"), "external_id": "untyped"},
         {"data": b64(&fixture_image(3)), "external_id": "inline"},
     ]});
-    let t = std::time::Instant::now();
     let (s, r) = add(&app, batch).await;
     assert_eq!(s, 201, "{r}");
-    // Fetched side by side: the two timeouts together cost one.
-    assert!(
-        t.elapsed() < Duration::from_secs(4),
-        "took {:?}",
-        t.elapsed()
-    );
+    // Fetched side by side (up to --url-ingest-concurrency, 8), not one after the other.
+    assert!(site.seen.max_in_flight.load(Ordering::SeqCst) > 1);
     let added: Vec<(u64, &str)> = r["images"]
         .as_array()
         .expect("images")
