@@ -162,11 +162,9 @@ pub struct ListImagesQuery {
 
 /// The images of a request, and whether it is all or nothing for those given by URL.
 fn items_from(body: Body<AddImagesJson>) -> ApiResult<(Vec<ImageItem>, bool)> {
-    let (j, all_or_nothing) = match body {
-        Body::Json(j) => {
-            let all_or_nothing = j.all_or_nothing;
-            (j, all_or_nothing)
-        }
+    let j = match body {
+        Body::Json(j) => j,
+        // Files only: nothing to fetch, so nothing to fail one by one.
         Body::Multipart(parts) => {
             let items = inputs_from_parts(parts)?
                 .into_iter()
@@ -180,6 +178,7 @@ fn items_from(body: Body<AddImagesJson>) -> ApiResult<(Vec<ImageItem>, bool)> {
             return Ok((items, true));
         }
     };
+    let all_or_nothing = j.all_or_nothing;
     let items = j
         .images
         .into_iter()
