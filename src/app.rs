@@ -9,8 +9,9 @@ use tokio::net::TcpListener;
 use crate::{
     api::{self, ApiKeys, RouterOptions},
     bundle::Bundle,
-    config::{ModelArgs, ServeArgs, StoreArgs},
+    config::{ModelArgs, ServeArgs, StoreArgs, UrlIngestArgs},
     decode::DecodeLimits,
+    fetch::{Cidr, FetchOptions, Fetcher},
     index::IndexParams,
     metrics::Metrics,
     pipeline::{Pipeline, PipelineOptions},
@@ -116,6 +117,43 @@ pub async fn open_service(
     ))
 }
 
+/// URL ingest's fetcher, when it is on.
+fn url_fetcher(
+    args: &UrlIngestArgs,
+    max_image_bytes: usize,
+) -> anyhow::Result<Option<Arc<Fetcher>>> {
+    // An empty JOINTSPACE_URL_INGEST_ALLOW (as a ConfigMap may carry) means none.
+    let allow = args
+        .url_ingest_allow
+        .iter()
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| {
+            c.parse::<Cidr>()
+                .map_err(|e| anyhow::anyhow!("--url-ingest-allow: {e}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if !args.url_ingest {
+        if !allow.is_empty() {
+            tracing::warn!("--url-ingest-allow is set but URL ingest is off (--url-ingest)");
+        }
+        return Ok(None);
+    }
+    let opts = FetchOptions {
+        timeout: Duration::from_millis(args.url_ingest_timeout_ms.max(1)),
+        max_bytes: args.url_ingest_max_bytes.unwrap_or(max_image_bytes),
+        max_in_flight: args.url_ingest_concurrency.max(1),
+        allow,
+    };
+    tracing::info!(
+        timeout_ms = opts.timeout.as_millis() as u64, max_bytes = opts.max_bytes, concurrency = opts.max_in_flight,
+        allow = %opts.allow.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+        "URL ingest on: images may be given by URL (loopback, private and link-local addresses refused)"
+    );
+    Ok(Some(Arc::new(
+        Fetcher::new(opts).context("cannot set up URL ingest's HTTP client")?,
+    )))
+}
+
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
@@ -156,6 +194,7 @@ impl Application {
                 "API keys required (Authorization: Bearer)"
             );
         }
+        let url_fetcher = url_fetcher(&cfg.url_ingest, cfg.model.max_image_bytes)?;
         let pipeline = load_wrapped(&cfg.model, &metrics, wrap)?;
         let service = open_service(pipeline, &cfg.store, metrics).await?;
         // Before the listener: the first requests find the runtime's buffers sized and the pages warm.
@@ -178,6 +217,7 @@ impl Application {
                 body_read_timeout: (cfg.http.body_read_timeout_ms > 0)
                     .then(|| Duration::from_millis(cfg.http.body_read_timeout_ms)),
                 cors_origins: cfg.http.cors_origins.clone(),
+                url_fetcher,
                 ready: ReadyOptions {
                     probe_timeout: Duration::from_millis(cfg.ready_probe_timeout_ms.max(1)),
                     max_lag: (cfg.follow_interval_ms > 0)

@@ -199,6 +199,36 @@ pub struct ServeArgs {
     pub ready_max_lag_ms: u64,
     #[command(flatten)]
     pub http: HttpArgs,
+    #[command(flatten)]
+    pub url_ingest: UrlIngestArgs,
+}
+
+/// Images given by URL (`{"url": ...}` in place of `data`), which the server fetches itself.
+#[derive(Debug, Clone, Default, Args)]
+pub struct UrlIngestArgs {
+    /// Accept images by URL: the server fetches them over http(s), refusing loopback, private, link-local
+    /// (cloud metadata), CGNAT, multicast and reserved addresses, after DNS resolution and on every redirect
+    /// (docs/api.md, "URL ingest"). Off by default: a server that can reach an internal network should not
+    /// fetch URLs for its callers unless that is wanted.
+    #[arg(long, env = "JOINTSPACE_URL_INGEST", value_parser = clap::builder::FalseyValueParser::new())]
+    pub url_ingest: bool,
+    /// Address ranges URL ingest may reach although they are forbidden (comma-separated CIDRs, e.g.
+    /// `10.20.0.0/16,fd00:1::/64`): an internal image store. Public addresses need no entry.
+    #[arg(long, env = "JOINTSPACE_URL_INGEST_ALLOW", value_delimiter = ',')]
+    pub url_ingest_allow: Vec<String>,
+    /// Milliseconds one fetch may take, from connecting to the body's last byte, redirects included.
+    #[arg(
+        long,
+        env = "JOINTSPACE_URL_INGEST_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub url_ingest_timeout_ms: u64,
+    /// Largest fetched image, bytes (default: --max-image-bytes); a longer answer is cut off and refused.
+    #[arg(long, env = "JOINTSPACE_URL_INGEST_MAX_BYTES")]
+    pub url_ingest_max_bytes: Option<usize>,
+    /// Fetches in flight at once in this server (every request together); the others wait for a turn.
+    #[arg(long, env = "JOINTSPACE_URL_INGEST_CONCURRENCY", default_value_t = 8)]
+    pub url_ingest_concurrency: usize,
 }
 
 /// Who may call the API, and how much a request may ask for.

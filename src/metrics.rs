@@ -49,6 +49,11 @@ pub struct SourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OpLabels {
     pub op: String,
 }
@@ -81,6 +86,7 @@ pub struct Metrics {
     index_loads: Family<SourceLabels, Counter>,
     key_requests: Family<KeyLabels, Counter>,
     rate_limited: Family<LimitLabels, Counter>,
+    url_fetches: Family<OutcomeLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -193,8 +199,16 @@ impl Metrics {
             "Requests refused (429) by an API key's rate: limit=requests or rows",
             rate_limited.clone(),
         );
+        let url_fetches = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "url_fetches",
+            "Images fetched for URL ingest, by outcome: ok, or why not (forbidden, timeout, too_large, not_image, \
+             status, redirects, unreachable, invalid_url, off)",
+            url_fetches.clone(),
+        );
         Metrics {
             registry,
+            url_fetches,
             provider,
             index_loads,
             key_requests,
@@ -291,6 +305,15 @@ impl Metrics {
             .get_or_create(&LimitLabels {
                 key: key.to_string(),
                 limit: limit.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a URL ingest fetch by outcome: "ok" or the refusal's kind.
+    pub fn url_fetched(&self, outcome: &str) {
+        self.url_fetches
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
             })
             .inc();
     }

@@ -10,8 +10,13 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::{
-    decode::DecodeError, filter::FilterError, runtime::RuntimeError, service::ServiceError,
-    store::StoreError, text::TextError,
+    decode::DecodeError,
+    fetch::FetchError,
+    filter::FilterError,
+    runtime::RuntimeError,
+    service::{ItemFailure, ServiceError},
+    store::StoreError,
+    text::TextError,
 };
 
 /// Every error response: `{"error": {"status": 404, "code": "not_found", "message": "..."}}`.
@@ -64,6 +69,10 @@ impl ApiError {
             message: message.into(),
             retry_after: None,
         }
+    }
+
+    pub fn with_code(self, code: &'static str) -> ApiError {
+        ApiError { code, ..self }
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
@@ -154,6 +163,79 @@ fn text_error(index: Option<usize>, e: TextError) -> ApiError {
     }
 }
 
+/// An image given by URL that could not be had. All are 422: the request cannot be carried out as given, and
+/// the fault is at the URL (the code says which; `url_timeout`, `url_unreachable` and `url_status` may pass on
+/// a retry), not in this server, so none is a 5xx that would page its operator.
+fn fetch_error(index: Option<usize>, url: &str, e: FetchError) -> ApiError {
+    let code = match &e {
+        FetchError::Off => "url_ingest_off",
+        FetchError::InvalidUrl(_) => "invalid_url",
+        FetchError::Forbidden(_) => "url_forbidden",
+        FetchError::Unreachable(_) => "url_unreachable",
+        FetchError::Timeout(_) => "url_timeout",
+        FetchError::Status(_) => "url_status",
+        FetchError::TooManyRedirects => "url_redirects",
+        FetchError::TooLarge { .. } => "url_too_large",
+        FetchError::NotImage { .. } => "url_not_image",
+    };
+    let advice = match &e {
+        FetchError::Off => {
+            "; send the image as `data` (base64) instead, or start the server with --url-ingest \
+             (JOINTSPACE_URL_INGEST=1)"
+        }
+        FetchError::Forbidden(_) => {
+            "; URL ingest fetches only from public addresses (the server's operator may allow ranges with \
+             --url-ingest-allow)"
+        }
+        FetchError::Timeout(_) => "; the server's limit is --url-ingest-timeout-ms",
+        FetchError::TooLarge { .. } => "; the server's limit is --url-ingest-max-bytes",
+        FetchError::NotImage { .. } => {
+            "; the URL must serve the image file itself, not a page showing it"
+        }
+        _ => "",
+    };
+    let prefix = index.map(|i| format!("image {i}: ")).unwrap_or_default();
+    let shown = if url.chars().count() > 200 {
+        format!("{}...", url.chars().take(200).collect::<String>())
+    } else {
+        url.to_string()
+    };
+    ApiError::invalid(format!("{prefix}{shown}: {e}{advice}")).with_code(code)
+}
+
+/// The answer when no image was added because images given by URL failed: 422 (the fault is at the URLs,
+/// not in the request's size or type, whatever a decode error of uploaded bytes would answer), the first
+/// failure's code, and every failure in the message.
+pub fn items_failed(total: usize, all_or_nothing: bool, failed: Vec<ItemFailure>) -> ApiError {
+    let n = failed.len();
+    let mut errors = failed.into_iter().map(|f| {
+        let e = ApiError::from(f.error);
+        let msg = format!("image {}: {}", f.index, e.message);
+        (e, msg)
+    });
+    let Some((first, first_msg)) = errors.next() else {
+        return ApiError::invalid("no image was added");
+    };
+    let mut all = vec![first_msg];
+    all.extend(errors.map(|(_, m)| m));
+    let why = if all_or_nothing && n < total {
+        format!("no image was added (all_or_nothing, and {n} of {total} failed)")
+    } else if total > 1 {
+        format!("no image was added ({n} of {total} failed)")
+    } else {
+        return ApiError {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            message: all.remove(0),
+            ..first
+        };
+    };
+    ApiError {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        message: format!("{why}: {}", all.join("; ")),
+        ..first
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
@@ -195,6 +277,7 @@ impl From<ServiceError> for ApiError {
         match e {
             ServiceError::Decode { index, source } => decode_error(index, source),
             ServiceError::Text { index, source } => text_error(index, source),
+            ServiceError::Fetch { index, url, source } => fetch_error(index, &url, *source),
             ServiceError::Store(e) => e.into(),
             ServiceError::Runtime(e) => e.into(),
             e @ ServiceError::Index(_) => {

@@ -15,20 +15,24 @@ use super::middleware::auth::Caller;
 use super::{
     AppState,
     captions::Caption,
-    error::{ApiError, ApiResult, ErrorBody},
+    error::{self, ApiError, ApiResult, ErrorBody},
     extract::{ApiPath, ApiQuery, CollectionPath},
     upload::{self, Body},
 };
 use crate::{
     filter::Filter,
-    service::{ImageInput, ImageRow},
+    service::{ImageInput, ImageItem, ImageRow, ImageSource},
 };
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewImageJson {
-    /// The image file (JPEG, PNG, WebP, GIF, BMP), base64 (a `data:` URL is accepted too).
-    pub data: String,
+    /// The image file (JPEG, PNG, WebP, GIF, BMP), base64 (a `data:` URL is accepted too). Give `data` or
+    /// `url`, not both.
+    pub data: Option<String>,
+    /// An http(s) URL the server fetches the image from, on servers started with `--url-ingest` (docs/api.md,
+    /// "URL ingest"). Addresses the server alone can reach (loopback, private, link-local) are refused.
+    pub url: Option<String>,
     /// Your id for the image, unique in the collection.
     pub external_id: Option<String>,
     /// A JSON object (nested objects allowed); searches and lists filter on it (docs/api.md, "Filters").
@@ -43,6 +47,11 @@ pub struct NewImageJson {
 #[serde(deny_unknown_fields)]
 pub struct AddImagesJson {
     pub images: Vec<NewImageJson>,
+    /// For images given by URL: when one cannot be fetched or decoded, store none and answer with its error.
+    /// By default the others are stored and the failures listed in `errors`. Images given as `data` always
+    /// fail the whole request.
+    #[serde(default)]
+    pub all_or_nothing: bool,
 }
 
 /// Per-file fields of a multipart batch, in file order (the `items` form field).
@@ -71,6 +80,8 @@ pub struct AddImagesMultipart {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AddedImage {
+    /// The image's position in the request (0-based).
+    pub index: usize,
     pub id: i64,
     pub external_id: Option<String>,
     pub width: u32,
@@ -78,9 +89,23 @@ pub struct AddedImage {
     pub caption_ids: Vec<i64>,
 }
 
+/// An image given by URL that was not added (the others were).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ItemError {
+    /// The image's position in the request (0-based).
+    pub index: usize,
+    pub url: String,
+    /// As in ErrorBody: `url_forbidden`, `url_timeout`, `url_too_large`, `url_not_image`, `invalid_image`, ...
+    pub code: String,
+    pub message: String,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AddedImages {
     pub images: Vec<AddedImage>,
+    /// Images given by URL that could not be added; present only when some failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ItemError>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -135,115 +160,177 @@ pub struct ListImagesQuery {
     pub limit: Option<i64>,
 }
 
-fn inputs_from(body: Body<AddImagesJson>) -> ApiResult<Vec<ImageInput>> {
-    match body {
-        Body::Json(j) => j
-            .images
-            .into_iter()
-            .enumerate()
-            .map(|(i, it)| {
-                Ok(ImageInput {
-                    bytes: upload::base64_image(&format!("images[{i}].data"), &it.data)?,
+/// The images of a request, and whether it is all or nothing for those given by URL.
+fn items_from(body: Body<AddImagesJson>) -> ApiResult<(Vec<ImageItem>, bool)> {
+    let j = match body {
+        Body::Json(j) => j,
+        // Files only: nothing to fetch, so nothing to fail one by one.
+        Body::Multipart(parts) => {
+            let items = inputs_from_parts(parts)?
+                .into_iter()
+                .map(|i| ImageItem {
+                    source: ImageSource::Bytes(i.bytes),
+                    external_id: i.external_id,
+                    metadata: i.metadata,
+                    captions: i.captions,
+                })
+                .collect();
+            return Ok((items, true));
+        }
+    };
+    let all_or_nothing = j.all_or_nothing;
+    let items = j
+        .images
+        .into_iter()
+        .enumerate()
+        .map(|(i, it)| {
+            let source = match (it.data, it.url) {
+                (Some(data), None) => {
+                    ImageSource::Bytes(upload::base64_image(&format!("images[{i}].data"), &data)?)
+                }
+                (None, Some(url)) => ImageSource::Url(url),
+                (Some(_), Some(_)) => {
+                    return Err(ApiError::invalid(format!(
+                        "images[{i}] has both `data` and `url`; give one: the image as base64, or a URL to fetch it from"
+                    )));
+                }
+                (None, None) => {
+                    return Err(ApiError::invalid(format!(
+                        "images[{i}] has no image: give `data` (the file, base64) or `url` (http or https)"
+                    )));
+                }
+            };
+            Ok(ImageItem {
+                source,
+                external_id: it.external_id,
+                metadata: it.metadata,
+                captions: it.captions,
+            })
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    Ok((items, all_or_nothing))
+}
+
+fn inputs_from_parts(parts: Vec<upload::Part>) -> ApiResult<Vec<ImageInput>> {
+    let (mut files, mut external_id, mut metadata, mut captions, mut items) =
+        (vec![], None, None, vec![], None);
+    for p in parts {
+        match p.name.as_str() {
+            "image" | "image[]" | "images" => files.push(p.data),
+            "external_id" => external_id = Some(p.text()?.to_string()),
+            "metadata" => metadata = Some(upload::json_field::<Value>(&p)?),
+            "caption" | "captions" => captions.push(p.text()?.to_string()),
+            "items" => items = Some(upload::json_field::<Vec<ItemFields>>(&p)?),
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown form field \"{other}\"; expected image, external_id, metadata, caption or items"
+                )));
+            }
+        }
+    }
+    if files.is_empty() {
+        return Err(ApiError::bad_request("no `image` file part in the form"));
+    }
+    match items {
+        Some(items) => {
+            if items.len() != files.len() {
+                return Err(ApiError::invalid(format!(
+                    "`items` has {} entries for {} images",
+                    items.len(),
+                    files.len()
+                )));
+            }
+            Ok(files
+                .into_iter()
+                .zip(items)
+                .map(|(bytes, it)| ImageInput {
+                    bytes,
                     external_id: it.external_id,
                     metadata: it.metadata,
                     captions: it.captions,
                 })
-            })
-            .collect(),
-        Body::Multipart(parts) => {
-            let (mut files, mut external_id, mut metadata, mut captions, mut items) =
-                (vec![], None, None, vec![], None);
-            for p in parts {
-                match p.name.as_str() {
-                    "image" | "image[]" | "images" => files.push(p.data),
-                    "external_id" => external_id = Some(p.text()?.to_string()),
-                    "metadata" => metadata = Some(upload::json_field::<Value>(&p)?),
-                    "caption" | "captions" => captions.push(p.text()?.to_string()),
-                    "items" => items = Some(upload::json_field::<Vec<ItemFields>>(&p)?),
-                    other => {
-                        return Err(ApiError::bad_request(format!(
-                            "unknown form field \"{other}\"; expected image, external_id, metadata, caption or items"
-                        )));
-                    }
-                }
+                .collect())
+        }
+        None if files.len() == 1 => Ok(vec![ImageInput {
+            bytes: files.remove(0),
+            external_id,
+            metadata,
+            captions,
+        }]),
+        None => {
+            if external_id.is_some() || metadata.is_some() || !captions.is_empty() {
+                return Err(ApiError::invalid(
+                    "several images: give their fields in an `items` JSON array",
+                ));
             }
-            if files.is_empty() {
-                return Err(ApiError::bad_request("no `image` file part in the form"));
-            }
-            match items {
-                Some(items) => {
-                    if items.len() != files.len() {
-                        return Err(ApiError::invalid(format!(
-                            "`items` has {} entries for {} images",
-                            items.len(),
-                            files.len()
-                        )));
-                    }
-                    Ok(files
-                        .into_iter()
-                        .zip(items)
-                        .map(|(bytes, it)| ImageInput {
-                            bytes,
-                            external_id: it.external_id,
-                            metadata: it.metadata,
-                            captions: it.captions,
-                        })
-                        .collect())
-                }
-                None if files.len() == 1 => Ok(vec![ImageInput {
-                    bytes: files.remove(0),
-                    external_id,
-                    metadata,
-                    captions,
-                }]),
-                None => {
-                    if external_id.is_some() || metadata.is_some() || !captions.is_empty() {
-                        return Err(ApiError::invalid(
-                            "several images: give their fields in an `items` JSON array",
-                        ));
-                    }
-                    Ok(files
-                        .into_iter()
-                        .map(|bytes| ImageInput {
-                            bytes,
-                            external_id: None,
-                            metadata: None,
-                            captions: vec![],
-                        })
-                        .collect())
-                }
-            }
+            Ok(files
+                .into_iter()
+                .map(|bytes| ImageInput {
+                    bytes,
+                    external_id: None,
+                    metadata: None,
+                    captions: vec![],
+                })
+                .collect())
         }
     }
 }
 
 #[utoipa::path(post, path = "/v1/collections/{collection}/images", tag = "images",
     params(("collection" = String, Path, description = "collection name")),
-    request_body(description = "one image or a batch, stored all or nothing", content(
+    request_body(description = "one image or a batch, stored all or nothing; images given by URL (JSON only) may fail one by one \
+        (listed in `errors`, the others stored) unless `all_or_nothing` is set", content(
         (AddImagesJson = "application/json"), (AddImagesMultipart = "multipart/form-data"))),
-    responses((status = 201, body = AddedImages), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+    responses((status = 201, description = "stored; images given by URL that failed are listed in `errors`", body = AddedImages),
+              (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 409, description = "external_id taken", body = ErrorBody), (status = 413, body = ErrorBody),
-              (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+              (status = 415, body = ErrorBody),
+              (status = 422, description = "well-formed but not acceptable; or nothing was added because images given by URL \
+                failed (all of them, or one with `all_or_nothing`): the first one's code (url_ingest_off, invalid_url, \
+                url_forbidden, url_unreachable, url_timeout, url_status, url_redirects, url_too_large, url_not_image, \
+                invalid_image) and every failure in the message", body = ErrorBody)))]
 pub async fn add(
     State(s): State<AppState>,
     CollectionPath(collection): CollectionPath,
     caller: Caller,
     req: Request,
 ) -> ApiResult<(StatusCode, Json<AddedImages>)> {
-    let inputs = inputs_from(upload::read::<AddImagesJson>(req).await?)?;
-    caller.charge_rows(inputs.len(), s.service.metrics())?;
-    let added = s.service.add_images(&collection, inputs).await?;
+    let (items, all_or_nothing) = items_from(upload::read::<AddImagesJson>(req).await?)?;
+    caller.charge_rows(items.len(), s.service.metrics())?;
+    let total = items.len();
+    let report = s
+        .service
+        .add_image_items(&collection, items, s.url_fetcher.as_deref(), all_or_nothing)
+        .await?;
+    if report.added.is_empty() {
+        return Err(error::items_failed(total, all_or_nothing, report.failed));
+    }
     Ok((
         StatusCode::CREATED,
         Json(AddedImages {
-            images: added
+            images: report
+                .added
                 .into_iter()
-                .map(|a| AddedImage {
+                .map(|(index, a)| AddedImage {
+                    index,
                     id: a.id,
                     external_id: a.external_id,
                     width: a.width,
                     height: a.height,
                     caption_ids: a.caption_ids,
+                })
+                .collect(),
+            errors: report
+                .failed
+                .into_iter()
+                .map(|f| {
+                    let e = ApiError::from(f.error);
+                    ItemError {
+                        index: f.index,
+                        url: f.url,
+                        code: e.code.to_string(),
+                        message: e.message,
+                    }
                 })
                 .collect(),
         }),

@@ -37,7 +37,10 @@ use tower_http::{
 };
 use tracing::Level;
 
-use crate::service::{ReadyOptions, Service};
+use crate::{
+    fetch::Fetcher,
+    service::{ReadyOptions, Service},
+};
 use error::{ApiError, BodyLimit};
 pub use keys::ApiKeys;
 use middleware::{
@@ -51,6 +54,8 @@ pub struct AppState {
     pub service: Arc<Service>,
     /// What `/readyz` demands.
     pub ready: ReadyOptions,
+    /// URL ingest's fetcher; none when it is off.
+    pub url_fetcher: Option<Arc<Fetcher>>,
 }
 
 /// What the HTTP layer enforces around the handlers.
@@ -63,6 +68,8 @@ pub struct RouterOptions {
     pub body_read_timeout: Option<Duration>,
     pub cors_origins: Vec<String>,
     pub ready: ReadyOptions,
+    /// Images by URL (`--url-ingest`); none: refused.
+    pub url_fetcher: Option<Arc<Fetcher>>,
 }
 
 /// The router with an open API, no timeout and no CORS (for embedders; the server uses `router_with`).
@@ -121,6 +128,7 @@ pub fn router_with(service: Arc<Service>, opts: RouterOptions) -> anyhow::Result
     let state = AppState {
         service,
         ready: opts.ready,
+        url_fetcher: opts.url_fetcher,
     };
     let table = routes::table();
     let infos = RouteInfos::of(&table);

@@ -2,8 +2,8 @@
 //! to HTTP in src/api/error.rs.
 
 use crate::{
-    decode::DecodeError, index::IndexError, pipeline::EmbedError, runtime::RuntimeError,
-    store::StoreError, text::TextError,
+    decode::DecodeError, fetch::FetchError, index::IndexError, pipeline::EmbedError,
+    runtime::RuntimeError, store::StoreError, text::TextError,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +17,13 @@ pub enum ServiceError {
     Text {
         index: Option<usize>,
         source: TextError,
+    },
+    /// An image given by URL could not be fetched (boxed: the common results stay small).
+    #[error("{}{url}: {source}", at(*.index))]
+    Fetch {
+        index: Option<usize>,
+        url: String,
+        source: Box<FetchError>,
     },
     #[error(transparent)]
     Store(#[from] StoreError),

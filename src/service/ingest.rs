@@ -32,7 +32,7 @@ pub struct AddedImage {
 
 impl Service {
     /// The request's shape, before anything is read or embedded: counts, external ids, metadata.
-    fn check_images(&self, inputs: &[ImageInput]) -> Result<()> {
+    pub(super) fn check_images(&self, inputs: &[ImageInput]) -> Result<()> {
         if inputs.is_empty() {
             return Err(ServiceError::Invalid("no images in the request".into()));
         }

@@ -6,6 +6,7 @@
 //! One file per area: `collections`, `ingest` (adding images and captions), `items` (reading and deleting
 //! them), `updates` (PATCH and the upsert by external id), `transfer` (export and import), `search` (with `hybrid`, its keyword and fused modes), `reindex`, `follow` (other replicas' writes), `idempotency` (answers kept for retried POSTs), `readiness` (whether to send this process
 //! traffic); `registry` holds the indexes.
+//! `url_ingest`: images given by URL, fetched (src/fetch.rs) and failing one by one.
 
 mod collections;
 mod error;
@@ -20,6 +21,7 @@ mod reindex;
 mod search;
 mod transfer;
 mod updates;
+mod url_ingest;
 mod warm;
 
 use std::{
@@ -43,6 +45,7 @@ pub use transfer::{
     CaptionLine, EXPORT_FORMAT, EndLine, ExportHeader, ExportLine, ImageLine, export_collection,
 };
 pub use updates::{UpsertInput, UpsertOutcome, UpsertedImage, content_hash};
+pub use url_ingest::{AddReport, ImageItem, ImageSource, ItemFailure};
 
 use crate::{
     index::{IndexParams, VectorIndex, snapshot_name},

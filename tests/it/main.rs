@@ -27,4 +27,5 @@ mod tenants;
 mod thumbnails;
 mod trainer_features;
 mod transfer;
+mod url_ingest;
 mod writes;
