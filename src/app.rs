@@ -117,8 +117,8 @@ pub async fn open_service(
     ))
 }
 
-/// URL ingest's fetcher, when it is on.
-fn url_fetcher(
+/// URL ingest's fetcher, when it is on (the server's, and `import`'s for a catalogue's URLs).
+pub fn url_fetcher(
     args: &UrlIngestArgs,
     max_image_bytes: usize,
 ) -> anyhow::Result<Option<Arc<Fetcher>>> {

@@ -357,7 +357,8 @@ pub struct ExportArgs {
 #[derive(Debug, Clone, Args)]
 pub struct ImportArgs {
     /// An export (`jointspace export`, or GET /v1/collections/{c}/export), or a catalogue: one JSON object per
-    /// line with `path` (relative to the file's folder), and optional `external_id`, `metadata` and `captions`.
+    /// line with `path` (relative to the file's folder) or `url` (fetched with --url-ingest), and optional
+    /// `external_id`, `metadata` and `captions`.
     pub file: PathBuf,
     /// The collection to import into, created if missing (default: an export's own name).
     #[arg(long, env = "JOINTSPACE_COLLECTION")]
@@ -365,10 +366,18 @@ pub struct ImportArgs {
     /// Images per transaction.
     #[arg(long, env = "JOINTSPACE_IMPORT_BATCH", default_value_t = 64)]
     pub batch: usize,
+    /// A catalogue photo whose URL cannot be fetched (or is not an image) is reported and left out, and the
+    /// import goes on; without it the import stops at that photo's batch, and a rerun resumes there.
+    #[arg(long, env = "JOINTSPACE_IMPORT_SKIP_FAILED", value_parser = clap::builder::FalseyValueParser::new())]
+    pub skip_failed: bool,
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Catalogue photos given by `url` are fetched as the server's URL ingest fetches them (--url-ingest,
+    /// the same address guard, allow-list and limits).
+    #[command(flatten)]
+    pub url_ingest: UrlIngestArgs,
 }
 
 #[derive(Debug, Parser)]

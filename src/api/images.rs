@@ -300,7 +300,13 @@ pub async fn add(
     let total = items.len();
     let report = s
         .service
-        .add_image_items(&collection, items, s.url_fetcher.as_deref(), all_or_nothing)
+        .add_image_items(
+            &collection,
+            items,
+            s.url_fetcher.as_deref(),
+            all_or_nothing,
+            None,
+        )
         .await?;
     if report.added.is_empty() {
         return Err(error::items_failed(total, all_or_nothing, report.failed));

@@ -1,5 +1,6 @@
 //! `jointspace import`: a collection restored from an export without the CNN (codes projected by the loaded
-//! bundle, as in a reindex), or a JSONL catalogue of photos on disk added through the API's own path.
+//! bundle, as in a reindex), or a JSONL catalogue of photos on disk or at URLs added through the API's own
+//! path (URLs fetched by URL ingest's guarded fetcher, src/fetch.rs).
 //!
 //! The whole file is read and checked first (an export must end with its `end` line and counts, a catalogue's
 //! every line must parse), so a bad file is refused before anything is written. Each batch then commits with
@@ -20,11 +21,13 @@ use sha2::{Digest, Sha256};
 
 use super::{offline_pipeline, progress};
 use crate::{
-    app::open_service,
+    app::{open_service, url_fetcher},
     config::ImportArgs,
+    fetch::Fetcher,
     metrics::Metrics,
     service::{
-        CollectionName, EXPORT_FORMAT, ExportLine, ImageInput, ImageLine, ImportMark, Service,
+        CollectionName, EXPORT_FORMAT, ExportLine, ImageItem, ImageLine, ImageSource, ImportMark,
+        Service,
     },
 };
 
@@ -33,7 +36,9 @@ use crate::{
 #[serde(deny_unknown_fields)]
 struct CatalogueItem {
     /// The photo's file, relative to the catalogue's folder (or absolute).
-    path: String,
+    path: Option<String>,
+    /// Or its http(s) URL.
+    url: Option<String>,
     external_id: Option<String>,
     metadata: Option<Value>,
     #[serde(default)]
@@ -50,7 +55,19 @@ enum Kind {
     },
     Catalogue {
         items: u64,
+        /// Whether any item is given by URL.
+        urls: bool,
     },
+}
+
+/// A catalogue line, parsed and checked: exactly one of `path` and `url`.
+fn catalogue_item(l: &str) -> anyhow::Result<CatalogueItem> {
+    let it: CatalogueItem = serde_json::from_str(l)?;
+    match (&it.path, &it.url) {
+        (Some(_), None) | (None, Some(_)) => Ok(it),
+        (Some(_), Some(_)) => bail!("a catalogue item gives `path` or `url`, not both"),
+        (None, None) => bail!("a catalogue item needs `path` (a file) or `url`"),
+    }
 }
 
 /// A file's identity for resuming: its length and a digest of its first MiB (an export's header has the
@@ -101,17 +118,21 @@ fn survey(file: &Path) -> anyhow::Result<Kind> {
                         captions: 0,
                     });
                 } else {
-                    serde_json::from_str::<CatalogueItem>(&l).with_context(|| {
-                        format!("{}: neither an export's header nor a catalogue item ({{\"path\", \"external_id\", \"metadata\", \"captions\"}})", at())
+                    let it = catalogue_item(&l).with_context(|| {
+                        format!("{}: neither an export's header nor a catalogue item ({{\"path\" or \"url\", \"external_id\", \"metadata\", \"captions\"}})", at())
                     })?;
-                    kind = Some(Kind::Catalogue { items: 1 });
+                    kind = Some(Kind::Catalogue {
+                        items: 1,
+                        urls: it.url.is_some(),
+                    });
                 }
             }
             Some(Kind::Catalogue { .. }) => {
-                serde_json::from_str::<CatalogueItem>(&l)
+                let it = catalogue_item(&l)
                     .with_context(|| format!("{}: not a catalogue item", at()))?;
-                if let Some(Kind::Catalogue { items }) = &mut kind {
+                if let Some(Kind::Catalogue { items, urls }) = &mut kind {
                     *items += 1;
+                    *urls |= it.url.is_some();
                 }
             }
             Some(Kind::Export { .. }) => {
@@ -161,6 +182,14 @@ fn survey(file: &Path) -> anyhow::Result<Kind> {
 
 pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     let kind = survey(&args.file)?;
+    if matches!(kind, Kind::Catalogue { urls: true, .. }) && !args.url_ingest.url_ingest {
+        bail!(
+            "{} gives photos by `url`: pass --url-ingest to let import fetch them (loopback and private \
+             addresses need --url-ingest-allow)",
+            args.file.display()
+        );
+    }
+    let fetcher = url_fetcher(&args.url_ingest, args.model.max_image_bytes)?;
     let source = identity(&args.file)?;
     let metrics = Arc::new(Metrics::new());
     let svc = open_service(offline_pipeline(&args.model)?, &args.store, metrics.clone()).await?;
@@ -189,22 +218,26 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
         svc: &svc,
         collection: &collection,
         source,
+        file: args.file.clone(),
         dir: args
             .file
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default(),
+        fetcher: fetcher.as_deref(),
+        skip_failed: args.skip_failed,
         images: vec![],
         captions: vec![],
         items: vec![],
         last: done,
         added: (0, 0),
+        failed: 0,
     };
     let total = match kind {
         Kind::Export {
             images, captions, ..
         } => images + captions,
-        Kind::Catalogue { items } => items,
+        Kind::Catalogue { items, .. } => items,
     };
     job.pb.set_length(total);
     if done > 0 {
@@ -235,7 +268,7 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
                 ExportLine::Header(_) | ExportLine::End(_) => {}
             }
         } else {
-            job.items.push(serde_json::from_str(&l)?);
+            job.items.push((n, catalogue_item(&l)?));
         }
         job.last = n;
         if job.images.len() + job.items.len() >= batch || job.captions.len() >= batch * 8 {
@@ -253,6 +286,12 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
         metrics.embedded("image"),
         metrics.embedded("text"),
     );
+    if job.failed > 0 {
+        println!(
+            "{} photos given by URL were left out (--skip-failed; each is logged above with its line)",
+            job.failed
+        );
+    }
     Ok(())
 }
 
@@ -262,14 +301,20 @@ struct Job<'a> {
     svc: &'a Arc<Service>,
     collection: &'a CollectionName,
     source: String,
+    file: PathBuf,
     dir: PathBuf,
+    fetcher: Option<&'a Fetcher>,
+    skip_failed: bool,
     images: Vec<ImageLine>,
     captions: Vec<String>,
-    items: Vec<CatalogueItem>,
+    /// Catalogue items and their lines.
+    items: Vec<(usize, CatalogueItem)>,
     /// The last line read: committed with the next flush.
     last: usize,
     /// Images and captions added.
     added: (u64, u64),
+    /// Catalogue photos left out (--skip-failed).
+    failed: u64,
 }
 
 impl Job<'_> {
@@ -300,26 +345,61 @@ impl Job<'_> {
             self.added.1 += ids.len() as u64;
         }
         if !self.items.is_empty() {
-            let mut inputs = Vec::new();
-            for it in std::mem::take(&mut self.items) {
-                let path = self.dir.join(&it.path);
-                let bytes = tokio::fs::read(&path)
-                    .await
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                self.added.1 += it.captions.len() as u64;
-                inputs.push(ImageInput {
-                    bytes: Bytes::from(bytes),
-                    external_id: it.external_id,
-                    metadata: it.metadata,
-                    captions: it.captions,
+            let items = std::mem::take(&mut self.items);
+            let mut inputs = Vec::with_capacity(items.len());
+            for (_, it) in &items {
+                let source = match (&it.path, &it.url) {
+                    (_, Some(url)) => ImageSource::Url(url.clone()),
+                    (Some(p), None) => {
+                        let path = self.dir.join(p);
+                        let bytes = tokio::fs::read(&path)
+                            .await
+                            .with_context(|| format!("cannot read {}", path.display()))?;
+                        ImageSource::Bytes(Bytes::from(bytes))
+                    }
+                    (None, None) => unreachable!("catalogue_item checked it"),
+                };
+                inputs.push(ImageItem {
+                    source,
+                    external_id: it.external_id.clone(),
+                    metadata: it.metadata.clone(),
+                    captions: it.captions.clone(),
                 });
             }
-            let added = self
+            // Failed URLs stop the import unless skipped: all or nothing of the batch, so that a rerun
+            // resumes at it.
+            let report = self
                 .svc
-                .add_images_marked(self.collection, inputs, Some(&mark))
+                .add_image_items(
+                    self.collection,
+                    inputs,
+                    self.fetcher,
+                    !self.skip_failed,
+                    Some(&mark),
+                )
                 .await
                 .with_context(|| format!("the batch ending at line {}", self.last))?;
-            self.added.0 += added.len() as u64;
+            let failures: Vec<String> = report
+                .failed
+                .iter()
+                .map(|f| format!("{}:{}: {}", self.file.display(), items[f.index].0, f.error))
+                .collect();
+            if !self.skip_failed && !failures.is_empty() {
+                bail!(
+                    "{}\nnothing of the batch ending at line {} was written: fix or remove those lines and run \
+                     again (the import resumes at that batch), or pass --skip-failed",
+                    failures.join("\n"),
+                    self.last
+                );
+            }
+            for f in &failures {
+                tracing::warn!("left out: {f}");
+            }
+            self.failed += report.failed.len() as u64;
+            for (i, _) in &report.added {
+                self.added.1 += items[*i].1.captions.len() as u64;
+            }
+            self.added.0 += report.added.len() as u64;
         }
         self.pb.inc(pending as u64);
         Ok(())

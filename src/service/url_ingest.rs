@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{AddedImage, CollectionName, ImageInput, Result, Service, ServiceError};
+use super::{AddedImage, CollectionName, ImageInput, ImportMark, Result, Service, ServiceError};
 use crate::fetch::{FetchError, Fetcher};
 
 pub enum ImageSource {
@@ -57,13 +57,15 @@ impl Pending {
 }
 
 impl Service {
-    /// Adds images given as bytes or by URL (`fetcher` is none when URL ingest is off).
+    /// Adds images given as bytes or by URL (`fetcher` is none when URL ingest is off); an import's `mark`
+    /// commits with them.
     pub async fn add_image_items(
         &self,
         collection: &CollectionName,
         items: Vec<ImageItem>,
         fetcher: Option<&Fetcher>,
         all_or_nothing: bool,
+        mark: Option<&ImportMark>,
     ) -> Result<AddReport> {
         let several = items.len() > 1;
         let urls = items
@@ -83,7 +85,7 @@ impl Service {
                     captions: it.captions,
                 })
                 .collect();
-            let added = self.add_images(collection, inputs).await?;
+            let added = self.add_images_marked(collection, inputs, mark).await?;
             return Ok(AddReport {
                 added: added.into_iter().enumerate().collect(),
                 failed: vec![],
@@ -179,7 +181,7 @@ impl Service {
         // inference or write, so a retry costs only the others' decoding.
         loop {
             let inputs = pending.iter().map(Pending::input).collect();
-            match self.add_images(collection, inputs).await {
+            match self.add_images_marked(collection, inputs, mark).await {
                 Ok(added) => {
                     failed.sort_by_key(|f| f.index);
                     return Ok(AddReport {

@@ -613,3 +613,87 @@ async fn a_name_is_checked_after_resolution_on_every_hop_and_fetches_are_bounded
     assert_eq!(site.seen.max_in_flight.load(Ordering::SeqCst), 1);
     app.stop().await;
 }
+
+/// `jointspace import` of a catalogue (files and URLs) into `db`, run beside the image server.
+async fn import(db: &str, file: &std::path::Path, extra: &[&str]) -> (bool, String) {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_jointspace"));
+    c.env("JOINTSPACE_BUNDLE", crate::common::BUNDLE)
+        .env("JOINTSPACE_DATABASE_URL", db)
+        .env("RUST_LOG", "warn")
+        .args(["import", "--collection", "shop", "--batch", "2"])
+        .args(extra)
+        .arg(file);
+    let out = tokio::task::spawn_blocking(move || c.output().expect("runs"))
+        .await
+        .expect("joins");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalogue_of_urls_imports_stops_at_a_dead_one_and_resumes() {
+    let site = origin("127.0.0.1").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("local.png"), fixture_image(1)).expect("write");
+    let lines = [
+        json!({"url": site.url("/img/0.png"), "external_id": "u0", "captions": ["a red dog"]}),
+        json!({"path": "local.png", "external_id": "p1"}),
+        json!({"url": site.url("/missing"), "external_id": "gone"}),
+        json!({"url": site.url("/img/2.png"), "external_id": "u2", "metadata": {"from": "web"}}),
+    ];
+    let file = dir.path().join("catalogue.jsonl");
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&file, text.join("\n")).expect("write");
+    let db = format!("sqlite://{}", dir.path().join("js.db").display());
+    let allow = ["--url-ingest", "--url-ingest-allow", "127.0.0.0/8"];
+
+    // URLs are fetched only when asked for, and loopback only when allowed.
+    let (ok, out) = import(&db, &file, &[]).await;
+    assert!(!ok && out.contains("--url-ingest"), "{out}");
+    assert_eq!(site.seen.hits.load(Ordering::SeqCst), 0);
+    let (ok, out) = import(&db, &file, &["--url-ingest"]).await;
+    assert!(!ok && out.contains("catalogue.jsonl:1:"), "{out}");
+    assert_eq!(site.seen.hits.load(Ordering::SeqCst), 0);
+
+    // The first batch (lines 1-2) commits; the second stops at the dead URL, naming its line, and writes
+    // nothing of that batch.
+    let (ok, out) = import(&db, &file, &allow).await;
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("catalogue.jsonl:3:") && out.contains("404"),
+        "{out}"
+    );
+    let stored = |app: TestApp| async move {
+        let (_, list) = app.get_json("/v1/collections/shop/images?limit=10").await;
+        let mut ids: Vec<String> = list["images"]
+            .as_array()
+            .expect("images")
+            .iter()
+            .map(|i| i["external_id"].as_str().unwrap_or("").to_string())
+            .collect();
+        ids.sort();
+        app.stop().await;
+        ids
+    };
+    let app = TestApp::start(&dir.path().join("js.db"), &[]).await;
+    assert_eq!(stored(app).await, ["p1", "u0"]);
+
+    // Rerun with --skip-failed: resumes at the second batch, leaves the dead URL out and says so.
+    let (ok, out) = import(&db, &file, &[&allow[..], &["--skip-failed"]].concat()).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("imported 1 images") && out.contains("1 photos given by URL were left out"),
+        "{out}"
+    );
+    assert!(out.contains("catalogue.jsonl:3:"), "{out}");
+    let app = TestApp::start(&dir.path().join("js.db"), &[]).await;
+    let (_, hit) = app
+        .get_json("/v1/collections/shop/images/by-external-id/u2")
+        .await;
+    assert_eq!(hit["metadata"]["from"], "web", "{hit}");
+    assert_eq!(stored(app).await, ["p1", "u0", "u2"]);
+}
