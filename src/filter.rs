@@ -20,7 +20,7 @@ const MAX_SEGMENTS: usize = 8;
 
 /// A dotted path into the metadata, each segment 1-64 of `[A-Za-z0-9_-]` (so it can be written into SQL as a
 /// JSON path literal without quoting: see `store::dialect`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FieldPath(Vec<String>);
 
 impl FieldPath {
@@ -123,6 +123,98 @@ impl Filter {
             Value::Null => Ok(Filter::all()),
             _ => parse_object(v, "", 0, &mut count),
         }
+    }
+}
+
+/// A metadata field's value as a condition sees it: missing, a comparable scalar, or something else there
+/// (null, an array, an object), which exists but equals and orders against nothing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Field<'a> {
+    Missing,
+    Str(&'a str),
+    Num(f64),
+    Bool(bool),
+    Other,
+}
+
+impl<'a> Field<'a> {
+    pub fn of(v: Option<&'a Value>) -> Field<'a> {
+        match v {
+            None => Field::Missing,
+            Some(Value::String(s)) => Field::Str(s),
+            Some(Value::Number(n)) => n.as_f64().map_or(Field::Other, Field::Num),
+            Some(Value::Bool(b)) => Field::Bool(*b),
+            Some(_) => Field::Other,
+        }
+    }
+}
+
+impl Filter {
+    /// Whether `metadata` matches: the same answer as the SQL the store compiles (`store::dialect`), which
+    /// tests/it/filters.rs checks on both engines. A comparison with a missing field, or one of another JSON
+    /// type, is false, so `$ne`, `$nin` and `$not` match images that lack the field.
+    pub fn matches(&self, metadata: &Value) -> bool {
+        match self {
+            Filter::And(parts) => parts.iter().all(|f| f.matches(metadata)),
+            Filter::Or(parts) => parts.is_empty() || parts.iter().any(|f| f.matches(metadata)),
+            Filter::Not(inner) => !inner.matches(metadata),
+            Filter::Compare(path, ..) | Filter::In(path, ..) | Filter::Exists(path, _) => {
+                self.test(Field::of(path.get(metadata)))
+            }
+        }
+    }
+
+    /// Whether a condition holds for its field's value (`$and`, `$or` and `$not` hold no field: false).
+    pub fn test(&self, x: Field<'_>) -> bool {
+        match self {
+            Filter::Compare(_, Cmp::Ne, v) => !compare(x, Cmp::Eq, v),
+            Filter::Compare(_, cmp, v) => compare(x, *cmp, v),
+            Filter::In(_, values, negated) => {
+                values.iter().any(|v| compare(x, Cmp::Eq, v)) != *negated
+            }
+            Filter::Exists(_, exists) => (x != Field::Missing) == *exists,
+            Filter::And(_) | Filter::Or(_) | Filter::Not(_) => false,
+        }
+    }
+
+    /// The distinct fields the filter's conditions read.
+    pub fn paths(&self) -> Vec<&FieldPath> {
+        fn walk<'a>(f: &'a Filter, out: &mut Vec<&'a FieldPath>) {
+            match f {
+                Filter::And(parts) | Filter::Or(parts) => parts.iter().for_each(|p| walk(p, out)),
+                Filter::Not(inner) => walk(inner, out),
+                Filter::Compare(path, ..) | Filter::In(path, ..) | Filter::Exists(path, _) => {
+                    if !out.contains(&path) {
+                        out.push(path);
+                    }
+                }
+            }
+        }
+        let mut out = vec![];
+        walk(self, &mut out);
+        out
+    }
+}
+
+/// A field's value against a scalar of the same JSON type: numbers by value, strings by their bytes (as
+/// SQLite's BINARY and Postgres' "C" collation order them), booleans for equality only.
+fn compare(x: Field<'_>, cmp: Cmp, v: &Scalar) -> bool {
+    use std::cmp::Ordering;
+    let ord = match (x, v) {
+        (Field::Str(a), Scalar::Str(b)) => a.cmp(b.as_str()),
+        (Field::Num(a), Scalar::Num(b)) => match a.partial_cmp(b) {
+            Some(o) => o,
+            None => return false,
+        },
+        (Field::Bool(a), Scalar::Bool(b)) if a == *b => Ordering::Equal,
+        _ => return false,
+    };
+    match cmp {
+        Cmp::Eq | Cmp::Ne => ord == Ordering::Equal,
+        Cmp::Gt => ord == Ordering::Greater,
+        Cmp::Gte => ord != Ordering::Less,
+        Cmp::Lt => ord == Ordering::Less,
+        Cmp::Lte => ord != Ordering::Greater,
     }
 }
 

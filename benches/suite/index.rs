@@ -66,7 +66,20 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
                 let offsets = store.image_offsets(c.id).await?;
                 anyhow::Ok((v, c.generation, c.id, offsets))
             })?;
-            // The database's part of a filtered search: reading the ids a filter admits, 20 times each.
+            // The ids a filter admits, 20 times each: as a search finds them, from the metadata held in memory
+            // (src/index/attributes.rs), and as a list finds them, from the database.
+            let rss = || -> u64 {
+                std::fs::read_to_string("/proc/self/statm")
+                    .ok()
+                    .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+                    .map_or(0, |pages| pages * 4096)
+            };
+            let before = rss();
+            let attributes = jointspace::index::Attributes::new(rt.block_on(async {
+                let store = jointspace::store::Store::connect(url).await?;
+                anyhow::Ok(store.image_metadata(cid, None).await?)
+            })?);
+            let attributes_bytes = rss().saturating_sub(before);
             for (label, f) in [
                 ("1%, across clusters", json!({"pct": 0})),
                 ("50%, across clusters", json!({"pct": {"$lt": 50}})),
@@ -83,7 +96,22 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
                     }
                     anyhow::Ok((ids, times))
                 })?;
-                db_filters.push(json!({"filter": label, "matching_ids": ids.len(), "latency": latency(&mut times)}));
+                let mut memory_times = vec![];
+                for _ in 0..20 {
+                    let t = Instant::now();
+                    let found = attributes.matching(&f);
+                    memory_times.push(t.elapsed());
+                    ensure!(
+                        found.len() == ids.len(),
+                        "memory and database disagree on {label}"
+                    );
+                }
+                db_filters.push(json!({
+                    "filter": label, "matching_ids": ids.len(),
+                    "latency": latency(&mut times),
+                    "in_memory_latency": latency(&mut memory_times),
+                    "in_memory_rss_bytes": attributes_bytes,
+                }));
                 db_allowed.push(ids.into_iter().collect::<HashSet<i64>>());
             }
             // A sentence query's score under a bundle with a bank: cosine plus the image's offset.

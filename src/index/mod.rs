@@ -4,8 +4,10 @@
 //! there, and exact).
 //!
 //! `graph` wraps USearch, `score` says how a query meets a point, `search` picks graph or `exact` scan,
-//! `snapshot` saves and loads, `legacy` clears the files of the old snapshot format.
+//! `snapshot` saves and loads, `legacy` clears the files of the old snapshot format; `attributes` holds the
+//! images' metadata that filters are evaluated on.
 
+mod attributes;
 mod exact;
 mod graph;
 mod legacy;
@@ -20,6 +22,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
+pub use attributes::Attributes;
 use graph::Graph;
 pub use score::Score;
 pub use snapshot::{NotLoaded, remove_snapshot, snapshot_name};

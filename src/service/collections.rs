@@ -87,6 +87,7 @@ impl Service {
         let idx = CollectionIndexes {
             images: Arc::new(VectorIndex::build(params, vec![])?),
             captions: Arc::new(VectorIndex::build(params, vec![])?),
+            attributes: Arc::default(),
         };
         // The follower may have loaded it already (and items added elsewhere since): keep that one.
         self.indexes.put_if_absent(row.id, idx);

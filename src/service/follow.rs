@@ -169,6 +169,11 @@ impl Service {
             let Ok(idx) = self.indexes_of(cid) else {
                 continue;
             };
+            if m == Modality::Images {
+                // Every mentioned image's metadata is read again: a PATCH or an upsert changes it in place.
+                idx.attributes
+                    .set(self.store.image_metadata(cid, Some(&ids)).await?);
+            }
             let idx = idx.get(m);
             let missing: Vec<i64> = ids
                 .into_iter()
@@ -186,6 +191,9 @@ impl Service {
             let Ok(idx) = self.indexes_of(cid) else {
                 continue;
             };
+            if m == Modality::Images {
+                idx.attributes.remove(&ids);
+            }
             for id in ids {
                 hide(idx.get(m), id);
             }

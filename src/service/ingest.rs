@@ -165,6 +165,11 @@ impl Service {
         ids: &[(i64, Vec<i64>)],
     ) -> Result<()> {
         let idx = self.indexes_of(collection_id)?;
+        idx.attributes.set(
+            rows.iter()
+                .zip(ids)
+                .map(|(row, (id, _))| (*id, row.metadata.clone())),
+        );
         for (row, (id, cap_ids)) in rows.into_iter().zip(ids) {
             idx.images.insert(*id, row.vector, Some(row.offset))?;
             for ((_, v), cid) in row.captions.into_iter().zip(cap_ids) {

@@ -58,6 +58,7 @@ impl Service {
         let caps = self.store.delete_image(c.id, id).await?;
         let idx = self.indexes_of(c.id)?;
         hide(&idx.images, id);
+        idx.attributes.remove(&[id]);
         for cid in caps {
             hide(&idx.captions, cid);
         }

@@ -48,7 +48,7 @@ pub use updates::{UpsertInput, UpsertOutcome, UpsertedImage, content_hash};
 pub use url_ingest::{AddReport, ImageItem, ImageSource, ItemFailure};
 
 use crate::{
-    index::{IndexParams, VectorIndex, snapshot_name},
+    index::{Attributes, IndexParams, VectorIndex, snapshot_name},
     metrics::Metrics,
     modality::Modality,
     pipeline::{ImageEmbedding, ImageUse, Pipeline},
@@ -190,7 +190,16 @@ impl Service {
         let [images, captions]: [Arc<VectorIndex>; 2] = out
             .try_into()
             .map_err(|_| ServiceError::Unavailable("index build failed".into()))?;
-        Ok(CollectionIndexes { images, captions })
+        // Read after the vectors, as the offsets: an image added since has its row, and the follower its
+        // change.
+        let attributes = Arc::new(Attributes::new(
+            self.store.image_metadata(c.id, None).await?,
+        ));
+        Ok(CollectionIndexes {
+            images,
+            captions,
+            attributes,
+        })
     }
 
     fn indexes_of(&self, collection_id: i64) -> Result<CollectionIndexes> {

@@ -10,13 +10,17 @@ use std::{
     },
 };
 
-use crate::{index::VectorIndex, modality::Modality};
+use crate::{
+    index::{Attributes, VectorIndex},
+    modality::Modality,
+};
 
-/// A collection's two indexes.
+/// A collection's two indexes, and its images' metadata for filters.
 #[derive(Clone)]
 pub(super) struct CollectionIndexes {
     pub images: Arc<VectorIndex>,
     pub captions: Arc<VectorIndex>,
+    pub attributes: Arc<Attributes>,
 }
 
 impl CollectionIndexes {

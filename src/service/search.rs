@@ -182,22 +182,23 @@ impl Service {
     ) -> Result<(Vec<Ranked>, Option<usize>)> {
         // A stored query image is left out of image results before paging, so pages neither skip nor repeat.
         let exclude = q.exclude.filter(|_| target == Modality::Images);
+        let indexes = self.indexes_of(c.id)?;
         let mut allowed: Option<HashSet<i64>> = if p.filter.is_all() {
             None
         } else {
+            // In memory, beside the vectors (src/index/attributes.rs); off the async threads, as the search.
+            let (attributes, filter) = (indexes.attributes.clone(), p.filter.clone());
             Some(
-                self.store
-                    .filter_image_ids(c.id, &p.filter)
-                    .await?
-                    .into_iter()
-                    .collect(),
+                tokio::task::spawn_blocking(move || attributes.matching(&filter))
+                    .await
+                    .map_err(|e| ServiceError::Unavailable(e.to_string()))?,
             )
         };
         if let (Some(x), Some(a)) = (exclude, allowed.as_mut()) {
             a.remove(&x);
         }
         let matches = allowed.as_ref().map(HashSet::len);
-        let idx = self.indexes_of(c.id)?.get(target).clone();
+        let idx = indexes.get(target).clone();
         let score = self.score(q.modality, target);
         let (offset, k, extra) = (p.offset, p.k, usize::from(exclude.is_some()));
         let (vector, min_score) = (q.vector.clone(), p.min_score);

@@ -75,7 +75,11 @@ impl Service {
                     .into(),
             ));
         }
-        Ok(self.store.patch_image(c.id, id, &patch).await?)
+        let row = self.store.patch_image(c.id, id, &patch).await?;
+        self.indexes_of(c.id)?
+            .attributes
+            .set([(row.id, row.metadata.clone())]);
+        Ok(row)
     }
 
     pub async fn upsert_image(
@@ -162,7 +166,9 @@ impl Service {
             let idx = self.indexes_of(c.id)?;
             if let Some(prev) = done.previous_id {
                 hide(&idx.images, prev);
+                idx.attributes.remove(&[prev]);
             }
+            idx.attributes.set([(done.id, metadata.clone())]);
             if let (Photo::New(p), true) = (&u.photo, done.created || done.previous_id.is_some()) {
                 idx.images
                     .insert(done.id, p.vector.clone(), Some(p.offset))?;

@@ -7,7 +7,7 @@ use serde_json::Value;
 use sqlx::{Row, any::AnyRow};
 
 use super::{
-    ChangeKind, ImportMark, Store, StoreError, Tx,
+    ChangeKind, Engine, ImportMark, Store, StoreError, Tx,
     codec::{now_rfc3339, vector_to_blob},
     conflict_or, dialect,
 };
@@ -373,6 +373,41 @@ impl Store {
             .iter()
             .map(|r| (r.get("bundle_id"), r.get("vision_id"), r.get("n")))
             .collect())
+    }
+
+    /// Image metadata by id, or every image's in the collection when `ids` is None (the in-memory attribute
+    /// table keeps it beside the vectors). Ids no longer there are simply not returned.
+    pub async fn image_metadata(
+        &self,
+        collection_id: i64,
+        ids: Option<&[i64]>,
+    ) -> Result<Vec<(i64, Value)>, StoreError> {
+        let meta = match self.engine {
+            Engine::Sqlite => "metadata",
+            Engine::Postgres => "metadata::text AS metadata",
+        };
+        let row = |r: &AnyRow| {
+            let m: String = r.get("metadata");
+            (
+                r.get::<i64, _>("id"),
+                serde_json::from_str(&m).unwrap_or(Value::Null),
+            )
+        };
+        match ids {
+            Some(ids) => {
+                let select =
+                    format!("SELECT id, {meta} FROM images WHERE collection_id = $1 AND id IN");
+                self.fetch_by_ids(&select, collection_id, ids, row).await
+            }
+            None => {
+                let sql = format!("SELECT id, {meta} FROM images WHERE collection_id = $1");
+                let rows = sqlx::query(&sql)
+                    .bind(collection_id)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(rows.iter().map(row).collect())
+            }
+        }
     }
 
     /// Every image's search offset in one collection (the index keeps them beside the vectors).

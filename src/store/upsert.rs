@@ -85,7 +85,8 @@ fn no_image(id: i64) -> StoreError {
 
 impl Store {
     /// Merges `patch` into an image's metadata and sets its external id; returns the image as it now is.
-    /// Vectors do not change, so the indexes and the change sequence are not touched.
+    /// The vector does not change; the change sequence says the image changed, so that other replicas read
+    /// its metadata again (their filters are evaluated in memory).
     pub async fn patch_image(
         &self,
         collection_id: i64,
@@ -134,6 +135,7 @@ impl Store {
             img.external_id = ext.clone();
         }
         self.refresh_text(&mut tx, collection_id, &[id]).await?;
+        Self::log(&mut tx, collection_id, ChangeKind::Image, false, &[id]).await?;
         tx.commit().await?;
         Ok(img)
     }
@@ -261,9 +263,8 @@ impl Store {
             Self::forget_text_tx(&mut tx, self.engine, &[old_id]).await?;
             Self::log(&mut tx, collection_id, ChangeKind::Image, true, &[old_id]).await?;
         }
-        if previous_id.is_some() || old.is_none() {
-            Self::log(&mut tx, collection_id, ChangeKind::Image, false, &[id]).await?;
-        }
+        // Also when updated in place: followers read its metadata again.
+        Self::log(&mut tx, collection_id, ChangeKind::Image, false, &[id]).await?;
         Self::log(&mut tx, collection_id, ChangeKind::Caption, true, &removed).await?;
         let added_ids: Vec<i64> = added.iter().map(|(c, _)| *c).collect();
         Self::log(
@@ -510,7 +511,8 @@ mod tests {
                 .expect("count"),
             1
         );
-        // Replicas learn of it: the old id deleted, the new one inserted.
+        // Replicas learn of it: created, updated in place (its metadata), the old id deleted, the new one
+        // inserted.
         let (changes, _) = store
             .changes_since(crate::store::Cursor::start())
             .await
@@ -522,7 +524,12 @@ mod tests {
             .collect();
         assert_eq!(
             images,
-            vec![(made.id, false), (made.id, true), (replaced.id, false)]
+            vec![
+                (made.id, false),
+                (made.id, false),
+                (made.id, true),
+                (replaced.id, false)
+            ]
         );
     }
 

@@ -46,10 +46,16 @@ fn embedded_images(metrics: &str) -> i64 {
 
 /// The image ids a sentence search over the whole collection returns.
 async fn searchable(app: &TestApp) -> Vec<i64> {
+    filtered(app, Value::Null).await
+}
+
+/// The image ids a sentence search under a metadata filter returns (the filter runs on the server's
+/// in-memory copy of the metadata, which writes here and on other replicas must keep in step).
+async fn filtered(app: &TestApp, filter: Value) -> Vec<i64> {
     let (s, r) = app
         .post_json(
             "/v1/collections/shop/images/search",
-            json!({"text": "a picture", "k": 50}),
+            json!({"text": "a picture", "k": 50, "filter": filter}),
         )
         .await;
     assert_eq!(s, 200, "{r}");
@@ -102,6 +108,11 @@ async fn upserts_and_patches(url: &str, replica_url: Option<&str>) {
     let (_, got) = app.get_json(SKU).await;
     assert_eq!(got["metadata"], json!({"price": 12}));
     assert_eq!(got["captions"].as_array().map(Vec::len), Some(2));
+    assert_eq!(filtered(&app, json!({"price": 12})).await, vec![id1]);
+    assert_eq!(
+        filtered(&app, json!({"price": 10})).await,
+        Vec::<i64>::new()
+    );
 
     // A new photo: replaced under a new id; the old id is gone everywhere.
     let (s, new) = put(
@@ -158,6 +169,22 @@ async fn upserts_and_patches(url: &str, replica_url: Option<&str>) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert_eq!(seen, vec![id3], "the replica follows a replacement");
+        // A metadata change in place reaches the replica's filters.
+        let (s, p) = patch(
+            &app,
+            &format!("/v1/collections/shop/images/{id3}"),
+            json!({"metadata": {"color": "blue"}}),
+        )
+        .await;
+        assert_eq!(s, 200, "{p}");
+        for _ in 0..50 {
+            seen = filtered(&replica, json!({"color": "blue"})).await;
+            if seen == vec![id3] {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(seen, vec![id3], "the replica follows a PATCH");
         assert_eq!(
             third["caption_ids"],
             json!([]),
@@ -202,6 +229,12 @@ async fn check_patch(app: &TestApp, id: i64) {
         (s, listed["images"][0]["id"].as_i64()),
         (200, Some(id)),
         "{listed}"
+    );
+    assert_eq!(filtered(app, json!({"size.us": 7})).await, vec![id]);
+    assert_eq!(
+        filtered(app, json!({"price": {"$exists": true}})).await,
+        Vec::<i64>::new(),
+        "the PATCH removed price"
     );
     // Another image takes sku-2; moving sku-1b onto it is a conflict.
     let (s, _) = put(
