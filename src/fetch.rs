@@ -368,7 +368,7 @@ impl Fetcher {
             match hop_guard.check_url(attempt.url()) {
                 Ok(()) => attempt.follow(),
                 Err(FetchError::Forbidden(mut r)) => {
-                    r.redirect = Some(attempt.url().to_string());
+                    r.redirect = Some(redacted(attempt.url().as_str()));
                     attempt.error(FetchError::Forbidden(r))
                 }
                 Err(e) => attempt.error(e),
@@ -462,12 +462,34 @@ impl Fetcher {
     }
 }
 
+/// A URL fit for a log line: a password in it (`https://user:secret@host/...`) replaced by `***`.
+pub fn redacted(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("address")
+    }
+
+    #[test]
+    fn a_password_in_a_url_is_not_repeated() {
+        assert_eq!(
+            redacted("https://shop:s3cret@img.example.com/a.jpg?x=1"),
+            "https://shop:***@img.example.com/a.jpg?x=1"
+        );
+        let plain = "https://img.example.com/a.jpg";
+        assert_eq!(redacted(plain), plain);
+        assert_eq!(redacted("not a url"), "not a url");
     }
 
     #[test]

@@ -167,6 +167,7 @@ fn text_error(index: Option<usize>, e: TextError) -> ApiError {
 /// the fault is at the URL (the code says which; `url_timeout`, `url_unreachable` and `url_status` may pass on
 /// a retry), not in this server, so none is a 5xx that would page its operator.
 fn fetch_error(index: Option<usize>, url: &str, e: FetchError) -> ApiError {
+    let url = &crate::fetch::redacted(url);
     let code = match &e {
         FetchError::Off => "url_ingest_off",
         FetchError::InvalidUrl(_) => "invalid_url",

@@ -333,7 +333,7 @@ pub async fn add(
                     let e = ApiError::from(f.error);
                     ItemError {
                         index: f.index,
-                        url: f.url,
+                        url: crate::fetch::redacted(&f.url),
                         code: e.code.to_string(),
                         message: e.message,
                     }

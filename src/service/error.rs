@@ -19,7 +19,7 @@ pub enum ServiceError {
         source: TextError,
     },
     /// An image given by URL could not be fetched (boxed: the common results stay small).
-    #[error("{}{url}: {source}", at(*.index))]
+    #[error("{}{}: {source}", at(*.index), crate::fetch::redacted(url))]
     Fetch {
         index: Option<usize>,
         url: String,

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::{AddedImage, CollectionName, ImageInput, ImportMark, Result, Service, ServiceError};
-use crate::fetch::{FetchError, Fetcher};
+use crate::fetch::{FetchError, Fetcher, redacted};
 
 pub enum ImageSource {
     Bytes(Bytes),
@@ -158,7 +158,7 @@ impl Service {
                 }),
                 Err(source) => {
                     let url = url.unwrap_or_default();
-                    tracing::info!(index, url = %url, error = %source, "URL ingest: image not fetched");
+                    tracing::info!(index, url = %redacted(&url), error = %source, "URL ingest: image not fetched");
                     failed.push(ItemFailure {
                         index,
                         url: url.clone(),
@@ -197,7 +197,7 @@ impl Service {
                             source,
                         });
                     };
-                    tracing::info!(index = p.index, url = %url, error = %source, "URL ingest: fetched bytes are not a usable image");
+                    tracing::info!(index = p.index, url = %redacted(&url), error = %source, "URL ingest: fetched bytes are not a usable image");
                     failed.push(ItemFailure {
                         index: p.index,
                         url,

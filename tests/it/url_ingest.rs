@@ -233,6 +233,17 @@ async fn is_off_by_default_and_says_how_to_turn_it_on() {
         "{msg}"
     );
     assert_eq!(site.seen.hits.load(Ordering::SeqCst), 0);
+    // A password in the URL is not repeated back.
+    let with_secret = site
+        .url("/img/0.png")
+        .replace("http://", "http://shop:s3cret@");
+    let (s, r) = add_urls(&app, &[with_secret]).await;
+    assert_eq!(s, 422, "{r}");
+    let msg = r["error"]["message"].as_str().expect("message");
+    assert!(
+        msg.contains("shop:***@") && !msg.contains("s3cret"),
+        "{msg}"
+    );
 
     // Exactly one of data and url.
     let (s, r) = add(&app, json!({"images": [{"external_id": "x"}]})).await;
