@@ -79,11 +79,13 @@ pub fn resize(img: &RgbImage, side: usize) -> Resized {
     Resized { side, data }
 }
 
-/// Crop origins `(top, left, mirrored)` in the order of docs/bundle.md.
+/// Crop origins `(top, left, mirrored)` in the order of docs/bundle.md (`windowed`: the whole image, then
+/// its mirror).
 pub fn crop_origins(mode: CropMode, resize: usize, input: usize) -> Vec<(usize, usize, bool)> {
     let (e, c) = (resize - input, (resize - input) / 2);
     match mode {
         CropMode::Center => vec![(c, c, false)],
+        CropMode::Windowed => vec![(0, 0, false), (0, 0, true)],
         CropMode::Ten => {
             let five = [(0, 0), (0, e), (e, 0), (e, e), (c, c)];
             five.iter()
@@ -96,12 +98,15 @@ pub fn crop_origins(mode: CropMode, resize: usize, input: usize) -> Vec<(usize, 
 
 /// Floats one crop occupies in the NCHW buffer.
 pub fn crop_len(spec: &VisionSpec) -> usize {
-    3 * spec.input_size * spec.input_size
+    3 * spec.graph_side() * spec.graph_side()
 }
 
 /// Writes this image's crops, normalised, into `out` (exactly `crops * crop_len` floats).
 pub fn write_crops(img: &Resized, spec: &VisionSpec, mode: CropMode, out: &mut [f32]) {
-    let s = spec.input_size;
+    let s = match mode {
+        CropMode::Windowed => img.side,
+        CropMode::Center | CropMode::Ten => spec.input_size,
+    };
     let plane = s * s;
     let channels: [usize; 3] = match spec.color_order {
         ColorOrder::RGB => [0, 1, 2],
@@ -156,5 +161,26 @@ mod tests {
         assert_eq!(o[2], (32, 0, false));
         assert_eq!(o[4], (16, 16, false));
         assert_eq!(o[9], (16, 16, true));
+    }
+
+    #[test]
+    fn windowed_is_the_whole_image_then_its_mirror() {
+        let img = Resized {
+            side: 4,
+            data: (0..4 * 4 * 3).map(|i| i as f32).collect(),
+        };
+        let spec: VisionSpec = serde_json::from_value(serde_json::json!({
+            "onnx": "v.onnx", "input_size": 2, "resize": 4, "crop_mode": "windowed",
+            "color_order": "RGB", "mean": [0.0, 0.0, 0.0], "scale": [1.0, 1.0, 1.0],
+            "taps": [], "raw_dim": 0, "input_name": "images", "output_name": "features"
+        }))
+        .expect("spec");
+        assert_eq!(crop_len(&spec), 3 * 16);
+        let mut out = vec![0f32; 2 * crop_len(&spec)];
+        write_crops(&img, &spec, CropMode::Windowed, &mut out);
+        // Red plane, row 1: pixels (1, 0..4) of the image, then mirrored.
+        let red = |n: usize, y: usize| out[n * 48 + y * 4..n * 48 + y * 4 + 4].to_vec();
+        assert_eq!(red(0, 1), [12.0, 15.0, 18.0, 21.0]);
+        assert_eq!(red(1, 1), [21.0, 18.0, 15.0, 12.0]);
     }
 }

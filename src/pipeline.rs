@@ -95,6 +95,18 @@ impl Pipeline {
     ) -> Result<Pipeline, EmbedError> {
         let m = &bundle.manifest;
         let crop_mode = opts.crop_mode.unwrap_or(m.vision.crop_mode);
+        // A windowed graph takes whole images and reads the crops itself; the others take crops.
+        if (crop_mode == CropMode::Windowed) != (m.vision.crop_mode == CropMode::Windowed) {
+            return Err(EmbedError::Runtime(RuntimeError::Graph {
+                graph: m.vision.onnx.clone(),
+                message: format!(
+                    "--crop-mode {} cannot run this bundle's graph, built for crop mode {}: center and \
+                     ten share one graph, windowed needs its own",
+                    format!("{crop_mode:?}").to_lowercase(),
+                    format!("{:?}", m.vision.crop_mode).to_lowercase()
+                ),
+            }));
+        }
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2);

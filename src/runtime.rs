@@ -203,7 +203,7 @@ impl OrtBackend {
             &[&m.text.output_name],
         )?;
         let (side, raw, joint) = (
-            m.vision.input_size as i64,
+            m.vision.graph_side() as i64,
             m.vision.raw_dim as i64,
             m.projection.joint_dim as i64,
         );

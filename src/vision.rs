@@ -26,7 +26,7 @@ impl Vision {
         opts: BatchOptions,
         stats: BatchStats,
     ) -> Vision {
-        let (side, crop_len, raw_dim) = (spec.input_size, crops::crop_len(spec), spec.raw_dim);
+        let (side, crop_len, raw_dim) = (spec.graph_side(), crops::crop_len(spec), spec.raw_dim);
         let max_batch_crops = opts.max_rows.max(1);
         let batcher = Batcher::spawn(
             "vision",

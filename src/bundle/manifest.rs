@@ -38,13 +38,18 @@ pub enum CropMode {
     Center,
     /// Four corners and the centre, then their horizontal mirrors.
     Ten,
+    /// The ten crops read off two passes, the whole resized image and its mirror: the graph averages each
+    /// crop's window of its feature maps (docs/bundle.md, "The image path, exactly").
+    Windowed,
 }
 
 impl CropMode {
+    /// Rows the vision graph runs per image.
     pub fn crops(self) -> usize {
         match self {
             CropMode::Center => 1,
             CropMode::Ten => 10,
+            CropMode::Windowed => 2,
         }
     }
 }
@@ -100,6 +105,16 @@ pub struct VisionSpec {
     /// the server prepares every photo the same way. Absent: no preparation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepare: Option<Prepare>,
+}
+
+impl VisionSpec {
+    /// The side of the square the graph takes: a crop, or under `windowed` the whole resized image.
+    pub fn graph_side(&self) -> usize {
+        match self.crop_mode {
+            CropMode::Windowed => self.resize,
+            CropMode::Center | CropMode::Ten => self.input_size,
+        }
+    }
 }
 
 /// A squash of the whole photo to `resize` = [width, height] with PIL's 8-bit `filter`.

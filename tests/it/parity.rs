@@ -198,3 +198,43 @@ async fn text_ids_and_vectors_match_the_trainer() {
         assert!(max_diff(&v, case["vector"].as_array().expect("vector")) <= 1e-5);
     }
 }
+
+/// The `windowed` crop mode (the ten crops read off two whole-image passes) on the fixture's weights
+/// (models/fixture-tiny-windowed, written by `python -m jointspace_train fixture`): the same codes, vectors
+/// and offsets as the trainer's reference, for the fixture images and the real photos; and a crop mode that
+/// needs the other kind of graph is refused at start.
+#[tokio::test]
+async fn the_windowed_crop_mode_matches_the_trainer() {
+    let bundle = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny-windowed");
+    let p: Value = serde_json::from_slice(
+        &std::fs::read(format!("{bundle}/parity.json")).expect("parity.json"),
+    )
+    .expect("json");
+    let cfg = ServeArgs::try_from_flags(["--bundle", bundle]).expect("flags");
+    let pl = load_pipeline(&cfg.model).expect("the windowed fixture loads");
+    assert_eq!(pl.crop_mode, jointspace::bundle::CropMode::Windowed);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (images, photos) = (
+        root.join(p["images_dir"].as_str().expect("images_dir")),
+        root.join(p["photos"]["dir"].as_str().expect("photos dir")),
+    );
+    let mut checked = 0;
+    for (dir, cases) in [(&images, &p["images"]), (&photos, &p["photos"]["cases"])] {
+        for case in cases.as_array().expect("cases") {
+            let name = case["image"].as_str().expect("image");
+            let bytes = std::fs::read(dir.join(name)).expect("image file");
+            check_case(&[("windowed", &pl)], name, bytes, case).await;
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 12, "8 fixture images and 4 photos");
+
+    for (bundle, mode) in [(bundle, "ten"), (common::BUNDLE, "windowed")] {
+        let cfg =
+            ServeArgs::try_from_flags(["--bundle", bundle, "--crop-mode", mode]).expect("flags");
+        let e = load_pipeline(&cfg.model)
+            .err()
+            .unwrap_or_else(|| panic!("--crop-mode {mode} on {bundle} must be refused"));
+        assert!(format!("{e:#}").contains("windowed needs its own"), "{e:#}");
+    }
+}

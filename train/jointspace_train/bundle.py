@@ -107,7 +107,8 @@ def read(directory: str | Path) -> Bundle:
         raise BundleError(f"{mf}: fne.dim {f['dim']} != vision.raw_dim {v['raw_dim']}")
     _check_prepare(mf, v.get("prepare"))
     shapes = _io_shapes(directory / v["onnx"])
-    want = {v["input_name"]: ["N", 3, v["input_size"], v["input_size"]], v["output_name"]: ["N", v["raw_dim"]]}
+    side = v["resize"] if v["crop_mode"] == "windowed" else v["input_size"]  # windowed: the whole image
+    want = {v["input_name"]: ["N", 3, side, side], v["output_name"]: ["N", v["raw_dim"]]}
     for name, shape in want.items():
         got = shapes.get(name)
         if got is None or [g if isinstance(g, int) else "N" for g in got] != shape:

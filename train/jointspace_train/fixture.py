@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +98,38 @@ def add_hubness(out: Path) -> None:
     m = {k: v for k, v in p.m.items() if k != "files"}
     m["hubness"] = hubness.section(len(CAPTIONS), 2, 0.5, 0, "the fixture's captions, embedded by its text graph")
     bundle.finish(out, m)
+
+
+def make_windowed(src: str | Path, out: str | Path, seed: int = 0,
+                  photos_dir: Path = photos.DEFAULT_DIR) -> dict:
+    """The fixture under the `windowed` crop mode: the same random weights (checked against `src`'s graph),
+    their windowed graph over the whole 256 image, `src`'s other files, and parity cases for the fixture
+    images and the real photos in that mode."""
+    src, out = Path(src), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    weights = vision.random_vgg(BLOCKS, seed=seed)
+    same = vision.build_graph(weights, "post_relu").SerializeToString(deterministic=True)
+    if hashlib.sha256(same).hexdigest() != features.sha256_file(src / "vision.onnx"):
+        raise ValueError(f"{src}/vision.onnx is not the seed-{seed} fixture graph: write that fixture first")
+    m = json.loads((src / "bundle.json").read_text())
+    for name in m.pop("files"):
+        if name != m["vision"]["onnx"]:
+            shutil.copyfile(src / name, out / name)
+    vision.save(vision.build_graph(weights, "post_relu", windowed_from=m["vision"]["resize"]),
+                out / m["vision"]["onnx"])
+    m["name"] = "fixture-tiny-windowed"
+    m["vision"]["crop_mode"] = "windowed"
+    bundle.finish(out, m)
+    src_parity = json.loads((src / "parity.json").read_text())
+    images_dir = Path(src_parity["images_dir"])
+    names = sorted({c["image"] for c in src_parity["images"]})
+    p = pipeline.Pipeline(out)
+    parity = {"bundle": "fixture-tiny-windowed", "images_dir": str(images_dir),
+              "images": _cases(p, [images_dir / n for n in names], ("windowed",)), "texts": [],
+              "photos": {"source": photos.WHEEL, "dir": str(photos_dir),
+                         "cases": _cases(p, photos.fetch(photos_dir), ("windowed",))}}
+    (out / "parity.json").write_text(json.dumps(parity, indent=1) + "\n")
+    return parity
 
 
 def _cases(p: pipeline.Pipeline, paths: list[Path], modes: tuple[str, ...]) -> list[dict]:

@@ -11,7 +11,7 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image
 
-N_CROPS = {"center": 1, "ten": 10}  # CNN passes per image
+N_CROPS = {"center": 1, "ten": 10, "windowed": 2}  # CNN passes per image
 CROP_MODES = tuple(N_CROPS)
 
 
@@ -62,12 +62,16 @@ def resize(rgb: np.ndarray, size: int) -> np.ndarray:
 
 
 def crops(img: np.ndarray, input_size: int, mode: str) -> np.ndarray:
-    """float32 [R, R, 3] -> [n_crops, input_size, input_size, 3] in the contract's order."""
+    """float32 [R, R, 3] -> [n_crops, input_size, input_size, 3] in the contract's order (`windowed`:
+    [2, R, R, 3])."""
     r = img.shape[0]
     s = input_size
     c = (r - s) // 2
     if mode == "center":
         return img[None, c : c + s, c : c + s]
+    if mode == "windowed":
+        # The whole image and its mirror: the graph reads the ten crops' windows off their feature maps.
+        return np.stack([img, img[:, ::-1]])
     if mode != "ten":
         raise ValueError(f"unknown crop mode {mode!r}; expected one of {CROP_MODES}")
     offsets = [(0, 0), (0, r - s), (r - s, 0), (r - s, r - s), (c, c)]

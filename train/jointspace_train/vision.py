@@ -117,18 +117,45 @@ def random_vgg(blocks, seed: int = 0, fc: int = 0) -> VggWeights:
     return VggWeights(convs=convs, blocks=tuple(tuple(b) for b in blocks), fcs=fcs, source=f"random seed {seed}")
 
 
+def window_weights(side: int, stride: int, input_size: int) -> np.ndarray:
+    """[side/stride, side/stride] float32: how much each cell of a feature map at `stride` over a `side` image
+    counts towards the mean, over the five crops of `input_size` (four corners, centre), of each crop's
+    spatial mean: the number of crop windows covering the cell over (5 x window area). Exact for a network
+    whose every stride up to `stride` divides the crop offsets, except at crop borders, where a real crop
+    is padded with zeros and the window sees the pixels beyond it."""
+    c = (side - input_size) // 2
+    offsets = [(0, 0), (0, side - input_size), (side - input_size, 0),
+               (side - input_size, side - input_size), (c, c)]
+    for o in (0, c, side - input_size):
+        if o % stride:
+            raise ValueError(f"crop offset {o} is not a multiple of the stride {stride}: no windowed mode")
+    n, w = side // stride, input_size // stride
+    cover = np.zeros((n, n), np.float64)
+    for y, x in offsets:
+        cover[y // stride : y // stride + w, x // stride : x // stride + w] += 1
+    return (cover / (5 * w * w)).astype(np.float32)
+
+
 def build_graph(weights: VggWeights, tap_point: str = "post_relu", taps: str = "all",
-                input_size: int = 224) -> onnx.ModelProto:
+                input_size: int = 224, windowed_from: int | None = None) -> onnx.ModelProto:
     """[N,3,S,S] "images" -> [N, raw_dim] "features".
 
     taps="all" taps every conv (and fc) layer, the FNE; taps="last" only the last layer (fc7 when present,
     else the last conv), the single-layer baseline. tap_point="both" emits every pre-ReLU tap and then every
     post-ReLU tap, which lets one extraction pass feed the comparison of the two.
+
+    windowed_from=R builds the `windowed` crop mode's graph: it takes the whole R x R image (S = R) and each
+    tap is the mean over the five crops of `input_size` of the crop's spatial mean, read off the one feature
+    map (`window_weights`); fed an image and its mirror, the mean of the two rows is the ten crops' mean, for
+    about a quarter of the ten passes' arithmetic (docs/bundle.md, "The image path, exactly").
     """
     if tap_point not in TAP_POINTS:
         raise ValueError(f"tap_point must be one of {TAP_POINTS}")
+    if windowed_from is not None and weights.fcs:
+        raise ValueError("the windowed crop mode needs a network of convolutions only (no fc layers)")
     nodes, inits = [], []
     pre, post = [], []
+    strides = {}
 
     def init(name, arr):
         inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
@@ -136,11 +163,20 @@ def build_graph(weights: VggWeights, tap_point: str = "post_relu", taps: str = "
     def tap(x, name, spatial):
         if not spatial:
             return x
+        if windowed_from is not None:
+            w = window_weights(windowed_from, strides[x], input_size)
+            init(f"{name}_window", w[None, None])
+            init(f"{name}_axes", np.array([2, 3], np.int64))
+            nodes.append(helper.make_node("Mul", [x, f"{name}_window"], [f"{name}_weighted"]))
+            nodes.append(helper.make_node("ReduceSum", [f"{name}_weighted", f"{name}_axes"], [f"{name}_mean"],
+                                          keepdims=0))
+            return f"{name}_mean"
         nodes.append(helper.make_node("GlobalAveragePool", [x], [f"{name}_gap"]))
         nodes.append(helper.make_node("Flatten", [f"{name}_gap"], [f"{name}_mean"], axis=1))
         return f"{name}_mean"
 
     x = "images"
+    stride = 1
     block_ends = set(np.cumsum([len(b) for b in weights.blocks]) - 1)
     for i, (name, w, b) in enumerate(weights.convs):
         init(f"{name}_W", w)
@@ -148,12 +184,14 @@ def build_graph(weights: VggWeights, tap_point: str = "post_relu", taps: str = "
         nodes.append(helper.make_node("Conv", [x, f"{name}_W", f"{name}_b"], [f"{name}_conv"],
                                       kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1]))
         nodes.append(helper.make_node("Relu", [f"{name}_conv"], [f"{name}_relu"]))
+        strides[f"{name}_conv"] = strides[f"{name}_relu"] = stride
         pre.append((name, f"{name}_conv", True))
         post.append((name, f"{name}_relu", True))
         x = f"{name}_relu"
         if i in block_ends:
             nodes.append(helper.make_node("MaxPool", [x], [f"{name}_pool"], kernel_shape=[2, 2], strides=[2, 2]))
             x = f"{name}_pool"
+            stride *= 2
     if weights.fcs:
         nodes.append(helper.make_node("Flatten", [x], ["pool5_flat"], axis=1))
         x = "pool5_flat"
@@ -175,7 +213,8 @@ def build_graph(weights: VggWeights, tap_point: str = "post_relu", taps: str = "
     raw_dim = sum(t["channels"] for t in tap_list(weights, tap_point, taps))
     graph = helper.make_graph(
         nodes, "fne_vision",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, input_size, input_size])],
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT,
+                                       ["N", 3, windowed_from or input_size, windowed_from or input_size])],
         [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", raw_dim])],
         initializer=inits,
     )

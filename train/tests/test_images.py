@@ -36,6 +36,10 @@ def test_ten_crops_order_and_mirrors():
     np.testing.assert_array_equal(images.crops(img, 224, "center")[0], c[4])
     with pytest.raises(ValueError):
         images.crops(img, 224, "five")
+    w = images.crops(img, 224, "windowed")
+    assert w.shape == (2, 256, 256, 3)
+    np.testing.assert_array_equal(w[0], img)
+    np.testing.assert_array_equal(w[1], img[:, ::-1])
 
 
 def test_normalise_orders_channels_and_subtracts_mean():

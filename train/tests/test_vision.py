@@ -113,3 +113,42 @@ def test_the_pytorch_network_gives_the_onnx_graphs_features(tmp_path, tap_point)
     # a different network is told apart: the comparison above can fail
     other = vision_torch.runner(vision.random_vgg(SMALL, seed=6, fc=7), tap_point, "cpu")(x)
     assert np.abs(other - want).max() > 1e-2 * np.abs(want).max()
+
+
+def windowed_reference(w: vision.VggWeights, x: np.ndarray, side: int, crop: int) -> np.ndarray:
+    """The five crops' spatial means of each post-ReLU map of the whole image, cut window by window."""
+    h = torch.from_numpy(x)
+    outs, stride = [], 1
+    ends = set(np.cumsum([len(b) for b in w.blocks]) - 1)
+    c = (side - crop) // 2
+    origins = [(0, 0), (0, side - crop), (side - crop, 0), (side - crop, side - crop), (c, c)]
+    for i, (_, wt, b) in enumerate(w.convs):
+        h = F.relu(F.conv2d(h, torch.from_numpy(wt), torch.from_numpy(b), padding=1))
+        n = crop // stride
+        means = [h[:, :, y // stride : y // stride + n, x // stride : x // stride + n].mean(dim=(2, 3))
+                 for y, x in origins]
+        outs.append(torch.stack(means).mean(dim=0))
+        if i in ends:
+            h = F.max_pool2d(h, 2)
+            stride *= 2
+    return torch.cat(outs, 1).numpy()
+
+
+def test_windowed_graph_averages_the_five_crop_windows(tmp_path):
+    w = vision.random_vgg(SMALL, seed=7)
+    path = tmp_path / "w.onnx"
+    vision.save(vision.build_graph(w, "post_relu", windowed_from=256), path)
+    x = np.random.default_rng(1).normal(0, 50, (2, 3, 256, 256)).astype(np.float32)
+    got = features.session(path).run(None, {"images": x})[0]
+    np.testing.assert_allclose(got, windowed_reference(w, x, 256, 224), rtol=1e-4, atol=1e-4)
+    # Not the plain mean over the whole map: the windows weigh the centre more.
+    whole = torch_reference(w, x, "post_relu")
+    assert np.abs(got - whole).max() > 1e-3
+
+
+def test_windowed_needs_strides_that_divide_the_crop_offsets():
+    assert vision.window_weights(256, 16, 224).sum() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="not a multiple of the stride"):
+        vision.window_weights(250, 16, 224)
+    with pytest.raises(ValueError, match="convolutions only"):
+        vision.build_graph(vision.random_vgg(SMALL, seed=1, fc=4), "post_relu", windowed_from=256)

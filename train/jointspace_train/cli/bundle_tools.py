@@ -14,24 +14,31 @@ from .. import data, quantize
 class Fixture:
     out: str
     images: str
+    windowed_out: str
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Fixture:
-        return cls(ns.out, ns.images)
+        return cls(ns.out, ns.images, ns.windowed_out)
 
 
-def write_fixture(s: Fixture) -> None:
+def write_fixture(s: Fixture, only_windowed: bool = False) -> None:
     from .. import fixture
 
-    fixture.make(s.out, s.images)
-    print(f"fixture bundle written to {s.out}")
+    if not only_windowed:
+        fixture.make(s.out, s.images)
+        print(f"fixture bundle written to {s.out}")
+    fixture.make_windowed(s.out, s.windowed_out)
+    print(f"its windowed crop mode written to {s.windowed_out}")
 
 
 def add_fixture(sub) -> None:
     p = sub.add_parser("fixture", help="write the tiny random fixture bundle and its parity expectations")
     p.add_argument("--out", default="models/fixture-tiny")
     p.add_argument("--images", default="tests/fixtures/images")
-    p.set_defaults(fn=lambda ns, argv: write_fixture(Fixture.from_args(ns)))
+    p.add_argument("--windowed-out", default="models/fixture-tiny-windowed")
+    p.add_argument("--only-windowed", action="store_true",
+                   help="keep --out as it is and write only its windowed variant")
+    p.set_defaults(fn=lambda ns, argv: write_fixture(Fixture.from_args(ns), ns.only_windowed))
 
 
 @dataclass(frozen=True)
