@@ -15,7 +15,7 @@ from .eval_bundle import add_eval
 from .export_runs import add_export
 from .extract import add_features
 from .fit import add_fit
-from .graphs import add_rebuild_vision, add_vision_export, add_windowed
+from .graphs import add_quantize_vision, add_rebuild_vision, add_vision_export, add_windowed
 from .hubness_bank import add_hubness
 from .pack import add_pack
 from .photos_cmd import add_photos
@@ -26,9 +26,9 @@ from .training import add_train
 __all__ = ["main", "parser"]
 
 # in the order `--help` lists them
-COMMANDS = (add_vision_export, add_rebuild_vision, add_windowed, add_features, add_train, add_fit, add_export,
-            add_eval, add_ensemble, add_hubness, add_pack, add_split_run, add_join_run, add_fixture, add_report,
-            add_quantize_text, add_prepare, add_photos, add_check)
+COMMANDS = (add_vision_export, add_rebuild_vision, add_windowed, add_quantize_vision, add_features, add_train, add_fit,
+            add_export, add_eval, add_ensemble, add_hubness, add_pack, add_split_run, add_join_run, add_fixture,
+            add_report, add_quantize_text, add_prepare, add_photos, add_check)
 
 
 def parser() -> argparse.ArgumentParser:

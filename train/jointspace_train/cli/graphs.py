@@ -1,5 +1,6 @@
-"""`vision-export` (write an FNE vision graph), `rebuild-vision` (a bundle's vision.onnx from its weights) and
-`windowed` (a copy of a bundle under the windowed crop mode)."""
+"""`vision-export` (write an FNE vision graph), `rebuild-vision` (a bundle's vision.onnx from its weights),
+`windowed` (a copy of a bundle under the windowed crop mode) and `quantize-vision` (a copy with int8
+convolutions)."""
 from __future__ import annotations
 
 import argparse
@@ -154,6 +155,45 @@ def add_windowed(sub) -> None:
                    help="then compare its features and codes with the real ten crops' on N test photos")
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.set_defaults(fn=lambda ns, argv: windowed(Windowed.from_args(ns)))
+
+
+@dataclass(frozen=True)
+class QuantizeVision:
+    bundle: str
+    out: str
+    calibration: int
+    seed: int
+    compare: int
+    data: str
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> QuantizeVision:
+        return cls(ns.bundle, ns.out, ns.calibration, ns.seed, ns.compare, ns.data)
+
+
+def quantize_vision(s: QuantizeVision) -> None:
+    from .. import vision_int8
+
+    photos = vision_int8.calibration_photos(s.data, s.calibration, s.seed)
+    m = vision_int8.quantize(s.bundle, s.out, photos,
+                             f"Flickr8k training photos drawn with seed {s.seed}")
+    print(f"{s.out}: {m['name']}, vision.onnx sha256 {m['files'][m['vision']['onnx']]}")
+    if s.compare:
+        d = Path(s.data)
+        test = [d / "images" / n for n in (d / "Flickr_8k.testImages.txt").read_text().split()[: s.compare]]
+        print(json.dumps(vision_int8.compare(s.bundle, s.out, test), indent=1))
+
+
+def add_quantize_vision(sub) -> None:
+    p = sub.add_parser("quantize-vision", help="copy a bundle with its vision graph's convolutions in int8")
+    p.add_argument("bundle")
+    p.add_argument("--out", required=True)
+    p.add_argument("--calibration", type=int, default=16, metavar="N", help="training photos to calibrate on")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compare", type=int, default=0, metavar="N",
+                   help="then compare its features and codes with the float graph's on N test photos")
+    p.add_argument("--data", default=str(DEFAULT_DATA))
+    p.set_defaults(fn=lambda ns, argv: quantize_vision(QuantizeVision.from_args(ns)))
 
 
 def add_rebuild_vision(sub) -> None:

@@ -1,0 +1,80 @@
+"""A bundle's vision graph with int8 convolutions (`python -m jointspace_train quantize-vision BUNDLE --out DIR`).
+
+The CNN is nearly all of ingest and its float32 convolutions already run near this CPU's peak (docs/benchmarks.md),
+so cheaper arithmetic is one of the few levers left. ONNX Runtime's static QDQ quantisation rewrites every Conv
+to take 8-bit weights (symmetric, one scale per output channel) and 8-bit activations (asymmetric, one scale per
+tensor, from the minimum and maximum seen on calibration photos), which its CPU kernels run with VNNI where the
+CPU has it. Everything else (ReLU, pooling, the taps' means) stays float32, so the graph keeps the contract:
+same input, same `features` output. The result is another bundle, named and described as int8, never a silent
+swap: its codes differ from the float graph's in a few percent of features (`compare` says how many).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from . import bundle, features, fne, images
+
+
+def calibration_photos(data: str | Path, n: int, seed: int = 0) -> list[Path]:
+    """`n` photos of the training split, drawn with `seed`."""
+    d = Path(data)
+    names = (d / "Flickr_8k.trainImages.txt").read_text().split()
+    return [d / "images" / name for name in np.random.default_rng(seed).choice(names, n, replace=False)]
+
+
+def quantize(src: str | Path, out: str | Path, photos: list[Path], source: str) -> dict:
+    """Writes `out`: `src` with its vision graph's convolutions in int8, calibrated on `photos`."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    src, out = Path(src), Path(out)
+    m = json.loads((src / "bundle.json").read_text())
+    v = m["vision"]
+    if v.get("quantization"):
+        raise ValueError(f"{src}: its vision graph is already quantised")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in m.pop("files"):
+        if name != v["onnx"]:
+            shutil.copyfile(src / name, out / name)
+
+    class Photos(CalibrationDataReader):
+        def __init__(self):
+            self.left = iter(photos)
+
+        def get_next(self):
+            p = next(self.left, None)
+            return None if p is None else {v["input_name"]: images.preprocess(str(p), v)}
+
+    pre = out / "vision.pre.onnx"
+    quant_pre_process(str(src / v["onnx"]), str(pre), skip_symbolic_shape=True)
+    quantize_static(str(pre), str(out / v["onnx"]), Photos(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=["Conv"])
+    pre.unlink()
+    v["quantization"] = {"convolutions": "int8 weights per output channel, uint8 activations per tensor (QDQ)",
+                         "calibration": f"min/max over {len(photos)} photos: {source}"}
+    m["name"] = f"{m['name']}-int8"
+    return bundle.finish(out, m)
+
+
+def compare(float_dir: str | Path, int8_dir: str | Path, photos: list[Path]) -> dict:
+    """How far the int8 graph's features and codes are from the float graph's on `photos`."""
+    a_b, q_b = bundle.read(float_dir), bundle.read(int8_dir)
+    v = a_b.manifest["vision"]
+    a = features.embed_images(features.session(Path(float_dir) / v["onnx"]), v, photos, v["crop_mode"])
+    q = features.embed_images(features.session(Path(int8_dir) / v["onnx"]), v, photos, v["crop_mode"])
+    f = a_b.manifest["fne"]
+    ca, cq = (fne.encode(x, q_b.fne_mean, q_b.fne_std, f["thresholds"], f["std_eps"]) for x in (a, q))
+    rel = np.linalg.norm(a - q, axis=1) / np.maximum(np.linalg.norm(a, axis=1), 1e-12)
+    return {"photos": len(photos), "feature_difference_mean": round(float(rel.mean()), 4),
+            "code_flips_mean": round(float((ca != cq).mean()), 4)}
