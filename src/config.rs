@@ -93,7 +93,8 @@ pub struct ModelArgs {
     pub bundle: PathBuf,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
-    /// Override the bundle's crop mode (`ten` is the paper's 10-crop procedure, 10x the CNN cost).
+    /// Override the bundle's crop mode (`ten` is the paper's 10-crop procedure, 10x the CNN cost). `center`
+    /// and `ten` share one graph; a `windowed` bundle has its own, so it neither takes nor gives them.
     #[arg(long, env = "JOINTSPACE_CROP_MODE", value_enum)]
     pub crop_mode: Option<CropMode>,
     /// Most crops in one runtime call (requests queued together are batched up to this).
