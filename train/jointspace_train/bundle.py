@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,18 @@ def write_projection(path, weight: np.ndarray, dtype=np.float16, bias: np.ndarra
         tensors["bias"] = np.ascontiguousarray(bias, np.float32)
     save_file(tensors, str(path))
     shareable(path)
+
+
+def copy_except_vision(src: str | Path, out: str | Path, manifest: dict) -> dict:
+    """Copies every file `manifest` (bundle `src`'s) names but the vision graph into `out`; returns the manifest
+    without `files`, for the caller to change, write the new graph beside and `finish`."""
+    src, out = Path(src), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    m = {k: v for k, v in manifest.items() if k != "files"}
+    for name in manifest["files"]:
+        if name != m["vision"]["onnx"]:
+            shutil.copyfile(src / name, out / name)
+    return m
 
 
 def finish(directory: str | Path, manifest: dict) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import images
+from . import fne, images
 
 
 def default_cache() -> Path:
@@ -138,3 +138,27 @@ def crops_of(graph: str | Path, names: list[str], crop_mode: str, cache: str | P
     if not path.exists():
         raise FileNotFoundError(f"{path}: no per-crop features; run `features --crop {crop_mode}` first")
     return np.load(path, mmap_mode="r")
+
+
+def compare_graphs(v: dict, f: dict, mean: np.ndarray, std: np.ndarray, reference: tuple[Path, str],
+                   other: tuple[Path, str], paths) -> dict:
+    """How far graph `other`'s features and codes are from graph `reference`'s on `paths` (each graph with
+    its crop mode), under one bundle's `vision` and `fne` sections and FNE statistics: the relative L2
+    difference of the features, overall and per tap, and the code features that flip."""
+    a = embed_images(session(reference[0]), v, paths, reference[1])
+    w = embed_images(session(other[0]), v, paths, other[1])
+    ca, cw = (fne.encode(x, mean, std, f["thresholds"], f["std_eps"]) for x in (a, w))
+
+    def difference(sl: slice) -> np.ndarray:
+        return np.linalg.norm(a[:, sl] - w[:, sl], axis=1) / np.maximum(np.linalg.norm(a[:, sl], axis=1), 1e-12)
+
+    taps, off = {}, 0
+    for t in v["taps"]:
+        sl = slice(off, off + t["channels"])
+        taps[t["name"]] = {"feature_difference": round(float(difference(sl).mean()), 4),
+                           "code_flips": round(float((ca[:, sl] != cw[:, sl]).mean()), 4)}
+        off += t["channels"]
+    flips = (ca != cw).mean(axis=1)
+    return {"photos": len(paths), "feature_difference_mean": round(float(difference(slice(None)).mean()), 4),
+            "code_flips_mean": round(float(flips.mean()), 4), "code_flips_max": round(float(flips.max()), 4),
+            "taps": taps}

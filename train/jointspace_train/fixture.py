@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -106,15 +105,11 @@ def make_windowed(src: str | Path, out: str | Path, seed: int = 0,
     their windowed graph over the whole 256 image, `src`'s other files, and parity cases for the fixture
     images and the real photos in that mode."""
     src, out = Path(src), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     weights = vision.random_vgg(BLOCKS, seed=seed)
     same = vision.build_graph(weights, "post_relu").SerializeToString(deterministic=True)
     if hashlib.sha256(same).hexdigest() != features.sha256_file(src / "vision.onnx"):
         raise ValueError(f"{src}/vision.onnx is not the seed-{seed} fixture graph: write that fixture first")
-    m = json.loads((src / "bundle.json").read_text())
-    for name in m.pop("files"):
-        if name != m["vision"]["onnx"]:
-            shutil.copyfile(src / name, out / name)
+    m = bundle.copy_except_vision(src, out, json.loads((src / "bundle.json").read_text()))
     vision.save(vision.build_graph(weights, "post_relu", windowed_from=m["vision"]["resize"]),
                 out / m["vision"]["onnx"])
     m["name"] = "fixture-tiny-windowed"

@@ -11,12 +11,11 @@ swap: its codes differ from the float graph's in a few percent of features (`com
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 
-from . import bundle, features, fne, images
+from . import bundle, features, images
 
 
 def calibration_photos(data: str | Path, n: int, seed: int = 0) -> list[Path]:
@@ -42,10 +41,8 @@ def quantize(src: str | Path, out: str | Path, photos: list[Path], source: str) 
     v = m["vision"]
     if v.get("quantization"):
         raise ValueError(f"{src}: its vision graph is already quantised")
-    out.mkdir(parents=True, exist_ok=True)
-    for name in m.pop("files"):
-        if name != v["onnx"]:
-            shutil.copyfile(src / name, out / name)
+    m = bundle.copy_except_vision(src, out, m)
+    v = m["vision"]
 
     class Photos(CalibrationDataReader):
         def __init__(self):
@@ -69,12 +66,8 @@ def quantize(src: str | Path, out: str | Path, photos: list[Path], source: str) 
 
 def compare(float_dir: str | Path, int8_dir: str | Path, photos: list[Path]) -> dict:
     """How far the int8 graph's features and codes are from the float graph's on `photos`."""
-    a_b, q_b = bundle.read(float_dir), bundle.read(int8_dir)
-    v = a_b.manifest["vision"]
-    a = features.embed_images(features.session(Path(float_dir) / v["onnx"]), v, photos, v["crop_mode"])
-    q = features.embed_images(features.session(Path(int8_dir) / v["onnx"]), v, photos, v["crop_mode"])
-    f = a_b.manifest["fne"]
-    ca, cq = (fne.encode(x, q_b.fne_mean, q_b.fne_std, f["thresholds"], f["std_eps"]) for x in (a, q))
-    rel = np.linalg.norm(a - q, axis=1) / np.maximum(np.linalg.norm(a, axis=1), 1e-12)
-    return {"photos": len(photos), "feature_difference_mean": round(float(rel.mean()), 4),
-            "code_flips_mean": round(float((ca != cq).mean()), 4)}
+    b = bundle.read(float_dir)
+    v = b.manifest["vision"]
+    graph = v["onnx"]
+    return features.compare_graphs(v, b.manifest["fne"], b.fne_mean, b.fne_std, (Path(float_dir) / graph,
+                                   v["crop_mode"]), (Path(int8_dir) / graph, v["crop_mode"]), photos)

