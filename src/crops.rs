@@ -103,10 +103,7 @@ pub fn crop_len(spec: &VisionSpec) -> usize {
 
 /// Writes this image's crops, normalised, into `out` (exactly `crops * crop_len` floats).
 pub fn write_crops(img: &Resized, spec: &VisionSpec, mode: CropMode, out: &mut [f32]) {
-    let s = match mode {
-        CropMode::Windowed => img.side,
-        CropMode::Center | CropMode::Ten => spec.input_size,
-    };
+    let s = spec.graph_side();
     let plane = s * s;
     let channels: [usize; 3] = match spec.color_order {
         ColorOrder::RGB => [0, 1, 2],

@@ -72,8 +72,11 @@ impl Service {
         } else if p.filter.is_all() {
             (vec![], None)
         } else {
-            let n = self.store.count_images(c.id, &p.filter).await?;
-            (vec![], Some(usize::try_from(n).unwrap_or(0)))
+            let indexes = self.indexes_of(c.id)?;
+            (
+                vec![],
+                Some(self.allowed_images(&indexes, &p.filter).await?.len()),
+            )
         };
         let idx = self.indexes_of(c.id)?.images.clone();
         let score = self.score(qv.modality, Modality::Images);

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 
-use super::{CollectionName, CollectionRef, Result, Service, ServiceError};
+use super::{CollectionIndexes, CollectionName, CollectionRef, Result, Service, ServiceError};
 use crate::{
     filter::Filter,
     index::Score,
@@ -172,6 +172,19 @@ impl Service {
         Ok(idx.search(q, score, 0, k, None))
     }
 
+    /// The images `filter` admits, from the metadata held beside the vectors (src/index/attributes.rs), off
+    /// the async threads as the search itself.
+    pub(super) async fn allowed_images(
+        &self,
+        indexes: &CollectionIndexes,
+        filter: &Filter,
+    ) -> Result<HashSet<i64>> {
+        let (attributes, filter) = (indexes.attributes.clone(), filter.clone());
+        tokio::task::spawn_blocking(move || attributes.matching(&filter))
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))
+    }
+
     /// The ranked page of `target` for a query vector, and how many images the filter admits.
     pub(super) async fn search_ids(
         &self,
@@ -186,13 +199,7 @@ impl Service {
         let mut allowed: Option<HashSet<i64>> = if p.filter.is_all() {
             None
         } else {
-            // In memory, beside the vectors (src/index/attributes.rs); off the async threads, as the search.
-            let (attributes, filter) = (indexes.attributes.clone(), p.filter.clone());
-            Some(
-                tokio::task::spawn_blocking(move || attributes.matching(&filter))
-                    .await
-                    .map_err(|e| ServiceError::Unavailable(e.to_string()))?,
-            )
+            Some(self.allowed_images(&indexes, &p.filter).await?)
         };
         if let (Some(x), Some(a)) = (exclude, allowed.as_mut()) {
             a.remove(&x);
