@@ -6,25 +6,11 @@ use crate::common;
 
 use std::process::Command;
 
-use common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
+use common::{BUNDLE, TestApp, b64, fixture_image, jointspace, pg::PgCluster};
 use serde_json::{Value, json};
 
-fn jointspace(db: &str) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_jointspace"));
-    c.env("JOINTSPACE_BUNDLE", BUNDLE)
-        .env("JOINTSPACE_DATABASE_URL", db)
-        .env("RUST_LOG", "warn");
-    c
-}
-
 fn run(c: &mut Command) -> (bool, String) {
-    let out = c.output().expect("runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    common::outcome(&c.output().expect("runs"))
 }
 
 /// (external id or the metadata's `n`, score) of a sentence search's results, in order.

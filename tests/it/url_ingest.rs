@@ -627,22 +627,14 @@ async fn a_name_is_checked_after_resolution_on_every_hop_and_fetches_are_bounded
 
 /// `jointspace import` of a catalogue (files and URLs) into `db`, run beside the image server.
 async fn import(db: &str, file: &std::path::Path, extra: &[&str]) -> (bool, String) {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_jointspace"));
-    c.env("JOINTSPACE_BUNDLE", crate::common::BUNDLE)
-        .env("JOINTSPACE_DATABASE_URL", db)
-        .env("RUST_LOG", "warn")
-        .args(["import", "--collection", "shop", "--batch", "2"])
+    let mut c = crate::common::jointspace(db);
+    c.args(["import", "--collection", "shop", "--batch", "2"])
         .args(extra)
         .arg(file);
     let out = tokio::task::spawn_blocking(move || c.output().expect("runs"))
         .await
         .expect("joins");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    crate::common::outcome(&out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,6 +13,25 @@ use tokio::{sync::oneshot, task::JoinHandle};
 
 pub const BUNDLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny");
 
+/// The `jointspace` binary on the fixture bundle and the database at `db`, logging only warnings.
+pub fn jointspace(db: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_jointspace"));
+    c.env("JOINTSPACE_BUNDLE", BUNDLE)
+        .env("JOINTSPACE_DATABASE_URL", db)
+        .env("RUST_LOG", "warn");
+    c
+}
+
+/// Whether a finished command succeeded, and its stdout then stderr.
+pub fn outcome(out: &std::process::Output) -> (bool, String) {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 pub fn fixture_image(i: usize) -> Vec<u8> {
     std::fs::read(
         Path::new(env!("CARGO_MANIFEST_DIR"))
