@@ -5,14 +5,21 @@
 #
 #   scripts/schemathesis.sh                 # MAX_TIME=120 seconds of generation by default
 #   MAX_TIME=600 scripts/schemathesis.sh
-# Its own virtualenv (.cache/schemathesis-venv) keeps the tool out of the trainer's requirements.
+# Its own virtualenv (.cache/schemathesis-venv-X.Y) keeps the tool out of the trainer's requirements.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ST_VERSION=4.32.5
 MAX_TIME=${MAX_TIME:-120}   # split between the two passes
-venv=.cache/schemathesis-venv
+# The newest Python at hand: CPython 3.11's AST recursion-depth check ("AST constructor recursion depth
+# mismatch") fires inside hypothesis during schemathesis' coverage phase and crashed whole passes here.
+# pyenv's shims answer only for the selected version, so its installs are looked for directly as well.
+py=python3
+for v in python3.13 python3.12 $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[23]*/bin/python3 2>/dev/null | sort -rV); do
+  if "$v" -c 'import venv, ssl' >/dev/null 2>&1; then py=$v; break; fi
+done
+venv=.cache/schemathesis-venv-$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 if [[ ! -x "$venv/bin/st" ]] || ! "$venv/bin/st" --version | grep -q "$ST_VERSION"; then
-  python3 -m venv "$venv"
+  "$py" -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$ST_VERSION"
 fi
 source scripts/server.sh
