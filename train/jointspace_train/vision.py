@@ -44,6 +44,10 @@ class VggWeights:
     mean: list[float] = field(default_factory=lambda: list(KERAS_BGR_MEAN))
     scale: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])
     source: str = ""
+    backbone: str = "vgg16"
+    input_size: int = 224  # the paper's crops: 224 from a 256 resize
+    resize: int = 256
+    tap_points: tuple[str, ...] = TAP_POINTS
 
     def taps(self) -> list[dict]:
         layers = [(n, w.shape[0]) for n, w, _ in self.convs] + [(n, w.shape[0]) for n, w, _ in self.fcs]
@@ -225,7 +229,7 @@ def build_graph(weights: VggWeights, tap_point: str = "post_relu", taps: str = "
     return model
 
 
-def tap_list(weights: VggWeights, tap_point: str, taps: str = "all") -> list[dict]:
+def tap_list(weights, tap_point: str, taps: str = "all") -> list[dict]:
     """The bundle's `vision.taps` for a graph built with the same arguments."""
     t = weights.taps()
     if taps == "last":
@@ -237,11 +241,23 @@ def save(model: onnx.ModelProto, path: str | Path) -> None:
     Path(path).write_bytes(model.SerializeToString(deterministic=True))
 
 
-def vision_section(weights, tap_point: str, crop_mode: str, input_size: int = 224, resize: int = 256,
-                   backbone: str = "vgg16") -> dict:
-    """The bundle manifest's `vision` section for a graph built by `build_graph(weights, tap_point)`."""
+def build(weights, tap_point: str = "post_relu", taps: str = "all", input_size: int | None = None,
+          windowed_from: int | None = None) -> onnx.ModelProto:
+    """The FNE graph of either backbone (VGG16 here, EfficientNet-Lite2 in `effnet`), at the weights' own crop
+    size unless told otherwise."""
+    size = input_size or weights.input_size
+    if weights.backbone == "vgg16":
+        return build_graph(weights, tap_point, taps, input_size=size, windowed_from=windowed_from)
+    from . import effnet
+
+    return effnet.build_graph(weights, tap_point, taps, input_size=size, windowed_from=windowed_from)
+
+
+def vision_section(weights, tap_point: str, crop_mode: str) -> dict:
+    """The bundle manifest's `vision` section for a graph built by `build(weights, tap_point)`."""
     taps = tap_list(weights, tap_point)
-    return {"backbone": backbone, "weights": weights.source, "input_size": input_size, "resize": resize,
+    return {"backbone": weights.backbone, "weights": weights.source, "input_size": weights.input_size,
+            "resize": weights.resize,
             "crop_mode": crop_mode, "color_order": weights.color_order, "mean": list(weights.mean),
             "scale": list(weights.scale), "tap_point": tap_point, "taps": taps,
             "raw_dim": sum(t["channels"] for t in taps), "input_name": "images", "output_name": "features"}

