@@ -206,12 +206,38 @@ async fn text_ids_and_vectors_match_the_trainer() {
 #[tokio::test]
 async fn the_windowed_crop_mode_matches_the_trainer() {
     let bundle = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny-windowed");
+    check_windowed_fixture(bundle).await;
+
+    for (bundle, mode) in [(bundle, "ten"), (common::BUNDLE, "windowed")] {
+        let cfg =
+            ServeArgs::try_from_flags(["--bundle", bundle, "--crop-mode", mode]).expect("flags");
+        let e = load_pipeline(&cfg.model)
+            .err()
+            .unwrap_or_else(|| panic!("--crop-mode {mode} on {bundle} must be refused"));
+        assert!(format!("{e:#}").contains("windowed needs its own"), "{e:#}");
+    }
+}
+
+/// An EfficientNet-Lite-shaped graph (models/fixture-tiny-effnet: depthwise convolutions, ReLU6, TensorFlow's
+/// after-padding at stride 2, RGB scaled to [-1, 1]) under the windowed crop mode at strides up to 32: the
+/// server needs nothing backbone-specific, and its codes, vectors and offsets are the trainer's.
+#[tokio::test]
+async fn an_efficientnet_graph_matches_the_trainer() {
+    check_windowed_fixture(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/models/fixture-tiny-effnet"
+    ))
+    .await;
+}
+
+/// Every parity case of a windowed fixture bundle (8 fixture images, 4 real photos) through the server's path.
+async fn check_windowed_fixture(bundle: &str) {
     let p: Value = serde_json::from_slice(
         &std::fs::read(format!("{bundle}/parity.json")).expect("parity.json"),
     )
     .expect("json");
     let cfg = ServeArgs::try_from_flags(["--bundle", bundle]).expect("flags");
-    let pl = load_pipeline(&cfg.model).expect("the windowed fixture loads");
+    let pl = load_pipeline(&cfg.model).expect("the fixture loads");
     assert_eq!(pl.crop_mode, jointspace::bundle::CropMode::Windowed);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let (images, photos) = (
@@ -228,13 +254,4 @@ async fn the_windowed_crop_mode_matches_the_trainer() {
         }
     }
     assert_eq!(checked, 12, "8 fixture images and 4 photos");
-
-    for (bundle, mode) in [(bundle, "ten"), (common::BUNDLE, "windowed")] {
-        let cfg =
-            ServeArgs::try_from_flags(["--bundle", bundle, "--crop-mode", mode]).expect("flags");
-        let e = load_pipeline(&cfg.model)
-            .err()
-            .unwrap_or_else(|| panic!("--crop-mode {mode} on {bundle} must be refused"));
-        assert!(format!("{e:#}").contains("windowed needs its own"), "{e:#}");
-    }
 }

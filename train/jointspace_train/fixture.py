@@ -30,6 +30,8 @@ CAPTIONS = [
     "a grey cat sleeps on a red sofa",
 ]
 SENTENCES = ["a red circle", "a dog on the beach", "zebra-striped spaceship!", "the"]
+# EfficientNet's seven stages as (channels, blocks, kernel), a few channels wide.
+EFFNET_STAGES = ((8, 1, 3), (12, 2, 3), (16, 2, 5), (20, 2, 3), (24, 1, 5), (28, 2, 5), (32, 1, 3))
 
 
 def make_images(out: str | Path, seed: int = 7, prefix: str = "fixture") -> list[Path]:
@@ -67,27 +69,49 @@ def b64(a: np.ndarray) -> str:
 
 
 def make(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     paths = make_images(images_dir)
     weights = vision.random_vgg(BLOCKS, seed=seed)
-    vis = vision.vision_section(weights, "post_relu", "ten")
+    return _write(Path(out), "fixture-tiny", weights, vision.build_graph(weights, "post_relu"), "ten", paths,
+                  images_dir, seed, cases=("ten", "center"))
+
+
+def make_effnet(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
+    """An EfficientNet-Lite-shaped fixture (`effnet.random_state_dict`: seven stages, a few channels wide,
+    RGB scaled as Lite2 is) under the windowed crop mode: crops of 64 read off a 128 image, so its taps are
+    weighted at strides up to 32 and its stride-2 convolutions pad as TensorFlow does (after, not before)."""
+    from . import effnet
+
+    paths = make_images(images_dir)
+    weights = effnet.from_state_dict(effnet.random_state_dict(EFFNET_STAGES, seed=seed))
+    weights.input_size, weights.resize = 64, 128
+    weights.backbone, weights.source = "efficientnet-lite (tiny fixture)", f"random, seed {seed}"
+    graph = effnet.build_graph(weights, input_size=64, windowed_from=128)
+    return _write(Path(out), "fixture-tiny-effnet", weights, graph, "windowed", paths, images_dir, seed,
+                  cases=("windowed",))
+
+
+def _write(out: Path, name: str, weights, graph, crop_mode: str, paths: list[Path], images_dir, seed: int,
+           cases: tuple[str, ...]) -> dict:
+    """A fixture bundle of random weights: FNE statistics from the fixture images, a random projection, a random
+    GRU text encoder (the same for every fixture of one seed), a hubness bank of its captions, parity cases."""
+    out.mkdir(parents=True, exist_ok=True)
+    vis = vision.vision_section(weights, "post_relu", crop_mode)
     vis["prepare"] = data.PREPARATION  # as a Flickr8k bundle: the parity cases cover the squash
-    vision.save(vision.build_graph(weights, "post_relu"), out / "vision.onnx")
+    vision.save(graph, out / "vision.onnx")
     sess = features.session(out / "vision.onnx")
-    raw = features.embed_images(sess, vis, paths, "ten")
+    raw = features.embed_images(sess, vis, paths, crop_mode)
     mean, std = fne.stats(raw)
     tok = tokenizer.build(CAPTIONS)
     torch.manual_seed(seed)
     joint = 16
     text = TextEncoder(tok.get_vocab_size(), 8, joint)
     w = np.random.default_rng(seed).normal(0, 0.1, (joint, vis["raw_dim"])).astype(np.float32)
-    export.write(out, name="fixture-tiny", vision=vis, vision_onnx=out / "vision.onnx", fne_mean=mean,
+    export.write(out, name=name, vision=vis, vision_onnx=out / "vision.onnx", fne_mean=mean,
                  fne_std=std, projection=w, text=text, tok=tok, max_tokens=16, similarity="cosine",
                  use_abs=False, training={"dataset": "generated fixture pictures", "split": "all",
-                                          "loss": "none (random weights)", "crop_mode": "ten"})
+                                          "loss": "none (random weights)", "crop_mode": crop_mode})
     add_hubness(out)
-    return write_parity(out, images_dir, paths)
+    return write_parity(out, images_dir, paths, name=name, modes=cases)
 
 
 def add_hubness(out: Path) -> None:
@@ -142,15 +166,16 @@ def _cases(p: pipeline.Pipeline, paths: list[Path], modes: tuple[str, ...]) -> l
     return cases
 
 
-def write_parity(out: Path, images_dir, paths: list[Path], photos_dir: Path = photos.DEFAULT_DIR) -> dict:
+def write_parity(out: Path, images_dir, paths: list[Path], photos_dir: Path = photos.DEFAULT_DIR,
+                 name: str = "fixture-tiny", modes: tuple[str, ...] = ("ten", "center")) -> dict:
     """Expected outputs, computed through the bundle as written (the server's tests compare against these):
-    the generated fixture images in both crop modes, and real camera-size photos (photos.py) in ten crops."""
+    the generated fixture images in `modes`, and real camera-size photos (photos.py) in the first of them."""
     p = pipeline.Pipeline(out)
-    cases = _cases(p, paths, ("ten", "center"))
-    real = _cases(p, photos.fetch(photos_dir), ("ten",))
+    cases = _cases(p, paths, modes)
+    real = _cases(p, photos.fetch(photos_dir), modes[:1])
     texts = [{"text": s, "ids": tokenizer.encode_batch(p.tok, [s], 16)[0][0].tolist(),
               "vector": [float(x) for x in vec]} for s, vec in zip(SENTENCES, p.embed_texts(SENTENCES))]
-    parity = {"bundle": "fixture-tiny", "images_dir": str(Path(images_dir)), "images": cases, "texts": texts,
+    parity = {"bundle": name, "images_dir": str(Path(images_dir)), "images": cases, "texts": texts,
               "photos": {"source": photos.WHEEL, "dir": str(photos_dir), "cases": real}}
     (out / "parity.json").write_text(json.dumps(parity, indent=1) + "\n")
     return parity

@@ -15,10 +15,11 @@ class Fixture:
     out: str
     images: str
     windowed_out: str
+    effnet_out: str
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Fixture:
-        return cls(ns.out, ns.images, ns.windowed_out)
+        return cls(ns.out, ns.images, ns.windowed_out, ns.effnet_out)
 
 
 def write_fixture(s: Fixture, only_windowed: bool = False) -> None:
@@ -29,6 +30,8 @@ def write_fixture(s: Fixture, only_windowed: bool = False) -> None:
         print(f"fixture bundle written to {s.out}")
     fixture.make_windowed(s.out, s.windowed_out)
     print(f"its windowed crop mode written to {s.windowed_out}")
+    fixture.make_effnet(s.effnet_out, s.images)
+    print(f"the EfficientNet-shaped fixture written to {s.effnet_out}")
 
 
 def add_fixture(sub) -> None:
@@ -36,8 +39,9 @@ def add_fixture(sub) -> None:
     p.add_argument("--out", default="models/fixture-tiny")
     p.add_argument("--images", default="tests/fixtures/images")
     p.add_argument("--windowed-out", default="models/fixture-tiny-windowed")
+    p.add_argument("--effnet-out", default="models/fixture-tiny-effnet")
     p.add_argument("--only-windowed", action="store_true",
-                   help="keep --out as it is and write only its windowed variant")
+                   help="keep --out as it is and write only the bundles derived from it (windowed, effnet)")
     p.set_defaults(fn=lambda ns, argv: write_fixture(Fixture.from_args(ns), ns.only_windowed))
 
 
