@@ -174,8 +174,26 @@ def check(args) -> dict:
     return {"bench": "python-check", "max_rel_diff_torch_vs_ort": rel, "same": rel < 1e-3}
 
 
+def ort_matmul(threads: int):
+    """A float32 matrix product through ONNX Runtime (MLAS: the kernels the server's convolutions run on, which
+    use AVX-512 where the CPU has it, when the BLAS libraries may not)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "sgemm",
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", "N"]) for x in ("a", "b")],
+                          [helper.make_tensor_value_info("c", TensorProto.FLOAT, ["N", "N"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return lambda x, y: sess.run(None, {"a": x, "b": y})[0]
+
+
 def sgemm(args) -> dict:
-    """GFLOP/s of a large float32 matrix product, best of `reps`, with numpy (OpenBLAS) and torch (MKL)."""
+    """GFLOP/s of a large float32 matrix product, best of `reps`, with numpy (OpenBLAS), torch (MKL) and ONNX
+    Runtime (MLAS); the best of them stands for the machine's FP32 rate."""
     import torch
 
     torch.set_num_threads(args.threads)
@@ -184,7 +202,8 @@ def sgemm(args) -> dict:
     c = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
     out = {}
     for name, mm, x, y in (("numpy_openblas", np.matmul, a, c),
-                           ("torch_mkl", torch.mm, torch.from_numpy(a), torch.from_numpy(c))):
+                           ("torch_mkl", torch.mm, torch.from_numpy(a), torch.from_numpy(c)),
+                           ("onnxruntime_mlas", ort_matmul(args.threads), a, c)):
         mm(x, y)
         best = float("inf")
         for _ in range(args.reps):

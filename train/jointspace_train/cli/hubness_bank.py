@@ -9,14 +9,17 @@ from pathlib import Path
 
 from .. import bundle as bundle_mod
 from .. import data, evaluate
-from .options import Extraction, VisionWeights, add_extraction, add_weights
+from .graphs import recorded_weights
+from .options import Extraction, VisionWeights, add_extraction, add_wheel
 from .prepare import dataset_features, select
 from .weights import load_weights
 
 
 @dataclass(frozen=True)
 class Hubness:
-    source: VisionWeights
+    cache: str
+    weights: str | None  # None: the weights the bundle records (`vision.weights`)
+    wheel: str | None
     extraction: Extraction
     captions: int
     k: int
@@ -26,7 +29,7 @@ class Hubness:
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Hubness:
-        return cls(VisionWeights.from_args(ns), Extraction.from_args(ns), ns.captions, ns.k, ns.alpha, ns.seed,
+        return cls(ns.cache, ns.weights, ns.wheel, Extraction.from_args(ns), ns.captions, ns.k, ns.alpha, ns.seed,
                    ns.bundle)
 
 
@@ -57,8 +60,10 @@ def give_hubness_bank(s: Hubness) -> None:
     bundle_mod.finish(d, manifest)
 
     p = pipeline.Pipeline(d)
-    w = load_weights(s.source)
-    index, raw, _ = dataset_features(s.source, s.extraction, w, m["vision"]["crop_mode"])
+    source = (VisionWeights(s.cache, s.weights, s.wheel) if s.weights
+              else recorded_weights(d, m["vision"], s.cache, s.wheel))
+    w = load_weights(source)
+    index, raw, _ = dataset_features(source, s.extraction, w, m["vision"]["crop_mode"])
     measured = {}
     for split in ("dev", "test"):
         sp = data.load_split(s.extraction.data, split)
@@ -80,7 +85,8 @@ def give_hubness_bank(s: Hubness) -> None:
 def add_hubness(sub) -> None:
     p = sub.add_parser("hubness", help="give a cosine bundle a hubness bank (a search-score offset per image) "
                                        "and record its dev and test metrics with it")
-    add_weights(p)
+    p.add_argument("--weights", help="the vision weights (as `train --weights`); default: the bundle's own")
+    add_wheel(p)
     add_extraction(p)
     p.add_argument("--captions", type=int, default=10000, help="training captions in the bank")
     p.add_argument("--k", type=int, required=True, help="each image's offset is the mean of its K best bank cosines")
