@@ -1,6 +1,6 @@
 # jointspace container images. Two targets:
 #   cpu  (default, the last stage): Debian slim + ONNX Runtime (CPU) from the onnxruntime wheel
-#   cuda: NVIDIA's CUDA 12 + cuDNN 9 runtime + onnxruntime-gpu, JOINTSPACE_DEVICE=cuda
+#   cuda: NVIDIA's CUDA 13 + cuDNN 9 runtime + onnxruntime-gpu, JOINTSPACE_DEVICE=cuda
 #
 #   podman build --format docker -t jointspace:cpu .                 # or: docker build -t jointspace:cpu .
 #   podman build --format docker --target cuda -t jointspace:cuda .
@@ -13,7 +13,9 @@
 
 ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG DEBIAN_IMAGE=docker.io/library/debian:bookworm-slim
-ARG CUDA_IMAGE=docker.io/nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+# onnxruntime-gpu 1.31.1's CUDA provider links libcudart.so.13, libcublas.so.13 and libcublasLt.so.13 (readelf -d
+# on libonnxruntime_providers_cuda.so from the wheel) and loads cuDNN 9: a CUDA 12 image cannot run it.
+ARG CUDA_IMAGE=docker.io/nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 ARG ORT_VERSION=1.31.1
 
 # ---- build: the release binary (cache mounts keep the registry and target/ between builds) ----

@@ -30,8 +30,8 @@ pub enum RuntimeError {
     /// silently runs on the CPU.
     #[error(
         "--device cuda, but ONNX Runtime cannot use the CUDA execution provider ({0}). It needs onnxruntime-gpu's \
-         library (ORT_DYLIB_PATH), CUDA 12 and cuDNN 9 and an NVIDIA GPU visible to this process; \
-         or start with --device auto (CUDA when it works, else the CPU) or --device cpu"
+         1.31.1 library (ORT_DYLIB_PATH), CUDA 13 and cuDNN 9 and an NVIDIA GPU visible to this \
+         process; or start with --device auto (CUDA when it works, else the CPU) or --device cpu"
     )]
     NoCuda(String),
     #[error("inference failed: {0}")]
