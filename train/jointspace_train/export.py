@@ -17,10 +17,12 @@ from .model import StackedText, TextEncoder
 def export_text(text: TextEncoder | StackedText, path: str | Path) -> None:
     """ids [N,T] int64 + lengths [N] int64 -> embedding [N, joint_dim], dynamic N and T.
 
-    The TorchScript exporter is used: it turns nn.GRU into one ONNX GRU node, which the dynamo exporter of
-    this torch version mis-names.
+    The TorchScript exporter is used: it turns nn.GRU (nn.LSTM) into one ONNX GRU (LSTM) node, which the dynamo
+    exporter of this torch version mis-names.
     """
-    text = text.eval()
+    # A narrow (GloVe-width) word table and its learned widening become one table of the words' width.
+    text = (StackedText([m.folded() for m in text.members]) if isinstance(text, StackedText)
+            else text.folded()).eval()
     ids = torch.tensor([[2, 3, 4], [5, 0, 0]], dtype=torch.int64)
     lengths = torch.tensor([3, 1], dtype=torch.int64)
     with warnings.catch_warnings():

@@ -1,4 +1,4 @@
-"""The joint-space model: a GRU caption encoder and a bias-free linear projection of the FNE code."""
+"""The joint-space model: a GRU or LSTM caption encoder and a bias-free linear projection of the FNE code."""
 from __future__ import annotations
 
 import math
@@ -11,14 +11,28 @@ def l2norm(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
+RNNS = ("gru", "lstm")
+
+
 class TextEncoder(nn.Module):
-    """ids [N,T] + lengths [N] -> unit vectors [N, joint_dim] (|.| for order embeddings)."""
+    """ids [N,T] + lengths [N] -> unit vectors [N, joint_dim] (|.| for order embeddings).
+
+    A GRU (the paper's) or an LSTM (the course project's) over word vectors. With `table_dim` below
+    `word_dim` the word table is narrower (GloVe's 50 or 100 dimensions) and a learned map `lift` widens each
+    word to `word_dim`; `folded()` multiplies it into the table, so the exported graph has the usual shape."""
 
     def __init__(self, vocab_size: int, word_dim: int, joint_dim: int, use_abs: bool = False,
-                 word_dropout: float = 0.0, layers: int = 1):
+                 word_dropout: float = 0.0, layers: int = 1, rnn: str = "gru", table_dim: int | None = None):
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
-        self.gru = nn.GRU(word_dim, joint_dim, num_layers=layers, batch_first=True)
+        if rnn not in RNNS:
+            raise ValueError(f"rnn must be one of {RNNS}")
+        table_dim = table_dim or word_dim
+        self.embed = nn.Embedding(vocab_size, table_dim, padding_idx=0)
+        self.lift = nn.Linear(table_dim, word_dim, bias=False) if table_dim != word_dim else None
+        # The GRU keeps its attribute name: state dicts and quantize-text read "gru".
+        cell = nn.GRU if rnn == "gru" else nn.LSTM
+        setattr(self, rnn, cell(word_dim, joint_dim, num_layers=layers, batch_first=True))
+        self.kind = rnn
         self.use_abs = use_abs
         # Dropout on the word vectors while training (a regulariser; not in the paper). No parameters, so
         # the state dict and the exported graph are the same with or without it.
@@ -26,24 +40,45 @@ class TextEncoder(nn.Module):
         nn.init.uniform_(self.embed.weight, -0.1, 0.1)
 
     @property
+    def rnn(self) -> nn.Module:
+        return getattr(self, self.kind)
+
+    @property
     def joint_dim(self) -> int:
-        return self.gru.hidden_size
+        return self.rnn.hidden_size
+
+    def words(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        return self.lift(x) if self.lift is not None else x
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        x = self.word_dropout(self.embed(ids))
+        x = self.word_dropout(self.words(ids))
         if torch.onnx.is_in_onnx_export():
-            # The state after each sentence's last real token. The GRU runs left to right, so right padding
+            # The state after each sentence's last real token. The RNN runs left to right, so right padding
             # never reaches it; this gather exports to ONNX (pack_padded_sequence does not).
-            out, _ = self.gru(x)
+            out, _ = self.rnn(x)
             last = (lengths - 1).clamp_min(0).view(-1, 1, 1).expand(-1, 1, out.shape[2])
             h = out.gather(1, last).squeeze(1)
         else:
-            # Same state, but the GRU skips the padding: training batches are random, so padding to the
+            # Same state, but the RNN skips the padding: training batches are random, so padding to the
             # longest caption would about double the work on CPU.
             packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-            h = self.gru(packed)[1][-1]  # the top layer's
+            state = self.rnn(packed)[1]
+            h = (state[0] if self.kind == "lstm" else state)[-1]  # the top layer's (an LSTM's h, not c)
         h = l2norm(h)
         return h.abs() if self.use_abs else h
+
+    def folded(self) -> TextEncoder:
+        """The same function with `lift` multiplied into the word table (one Gather, no product, at export)."""
+        if self.lift is None:
+            return self
+        rnn = self.rnn
+        out = TextEncoder(self.embed.num_embeddings, self.lift.out_features, self.joint_dim, self.use_abs,
+                          layers=rnn.num_layers, rnn=self.kind)
+        with torch.no_grad():
+            out.embed.weight.copy_(self.lift(self.embed.weight))
+        out.rnn.load_state_dict(rnn.state_dict())
+        return out.eval()
 
 
 class ImageProjection(nn.Module):

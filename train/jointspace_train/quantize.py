@@ -52,8 +52,9 @@ def int8_text_graph(model: onnx.ModelProto, word_table: str = "float16") -> tupl
     # a single-GRU graph always had.
     while gru := next((n for n in graph.node if n.op_type == "GRU"), None):
         blocks.append(_int8_gru(graph, gru, "q_" if not blocks else f"q{len(blocks)}_"))
-    if not blocks:
-        raise ValueError("no GRU node in the text graph")
+    if not blocks and not any(n.op_type == "LSTM" for n in graph.node):
+        raise ValueError("no GRU or LSTM node in the text graph")
+    # An LSTM keeps ONNX Runtime's float32 LSTM op: only its word table shrinks (no int8 recurrence for it yet).
     _small_word_tables(graph, word_table)
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(h.make_opsetid("com.microsoft", 1))
@@ -176,11 +177,12 @@ def quantize_bundle(directory: str | Path, word_table: str = "float16") -> str:
     manifest = json.loads((directory / "bundle.json").read_text())
     path = directory / manifest["text"]["onnx"]
     model = onnx.load(str(path))
-    if any(n.op_type == "Loop" for n in model.graph.node):
+    if any(n.op_type == "Loop" for n in model.graph.node) or manifest.get("training", {}).get("text_graph"):
         raise ValueError(f"{path} is already quantized")
     model, blocks = int8_text_graph(model, word_table)
     onnx.save(model, str(path))
-    note = NOTE.format(block="/".join(map(str, sorted(set(blocks)))), table=word_table)
+    note = (NOTE.format(block="/".join(map(str, sorted(set(blocks)))), table=word_table) if blocks
+            else f"float32 LSTM, {word_table} word table")
     if len(blocks) > 1:
         note = f"{len(blocks)} stacked GRUs, each: {note}"
     manifest.setdefault("training", {})["text_graph"] = note

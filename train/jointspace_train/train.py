@@ -50,7 +50,10 @@ class Settings:
     crop_augment: bool = False         # train on one random crop's input per image per epoch (dev, test: the
                                        # crops' mean)
     ema: float = 0.0                   # decay of an exponential moving average of the weights, per update (0: off)
-    gru_layers: int = 1                # stacked GRU layers in the caption encoder (the paper: one)
+    gru_layers: int = 1                # stacked recurrent layers in the caption encoder (the paper: one)
+    rnn: str = "gru"                   # the caption encoder: "gru" (the paper's) or "lstm"
+    word_init: str = "random"          # "random", or GloVe rows ("glove100", "glove50") for the words it knows
+    freeze_words: int = 0              # epochs during which the word table is not updated (with word_init)
 
     def resolved(self) -> Settings:
         s = copy.copy(self)
@@ -151,9 +154,36 @@ def cpu_bf16_is_fast() -> bool:
     return bool(check()) if check is not None else True
 
 
+def table_dim(s: Settings) -> int:
+    """The word table's width: GloVe's when the words start from it, else the words'."""
+    if s.word_init == "random":
+        return s.word_dim
+    from .glove import SOURCES
+
+    if s.word_init not in SOURCES:
+        raise ValueError(f"word_init must be 'random' or one of {sorted(SOURCES)}")
+    return SOURCES[s.word_init].dim
+
+
+def text_encoder(s: Settings, vocab_size: int, word_vectors: tuple[np.ndarray, np.ndarray] | None = None):
+    """The caption encoder `s` describes; `word_vectors` (rows [V, table_dim], found [V]) replace the random
+    rows of the words they have (the others keep theirs)."""
+    text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs, s.word_dropout, s.gru_layers, s.rnn,
+                       table_dim(s))
+    if word_vectors is not None:
+        rows, found = word_vectors
+        if rows.shape != tuple(text.embed.weight.shape):
+            raise ValueError(f"word vectors {rows.shape} for a table of {tuple(text.embed.weight.shape)}")
+        found = found.copy()
+        found[0] = False  # the padding row (never read: padding follows a sentence's last token)
+        with torch.no_grad():
+            text.embed.weight[torch.from_numpy(found)] = torch.from_numpy(rows[found])
+    return text
+
+
 def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_size: int, log=print,
           init: dict | None = None, checkpoint=None, features: dict | None = None, device: str = "cpu",
-          raw_eval: bool = True):
+          raw_eval: bool = True, word_vectors: tuple[np.ndarray, np.ndarray] | None = None):
     """`init` ({"proj": state, "text": state}) starts from a trained model; for a curriculum pipeline it is
     the best sum-loss model, so training goes straight to the max-loss phase. With `checkpoint` (a path),
     the whole training state is saved after every epoch and an interrupted run resumes from it. `features`
@@ -176,7 +206,7 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
     crop_rng = np.random.default_rng([s.seed, 1])
     similarity, hardest, curriculum = losses.PIPELINES[s.loss]
     proj = ImageProjection(train_split.images.shape[1], s.joint_dim, s.use_abs).to(device)
-    text = TextEncoder(vocab_size, s.word_dim, s.joint_dim, s.use_abs, s.word_dropout, s.gru_layers).to(device)
+    text = text_encoder(s, vocab_size, word_vectors).to(device)
     params = list(proj.parameters()) + list(text.parameters())
     # The averaged model: a shadow that training never reads, so the raw trajectory is the same with or without
     # it until a plateau restarts both from the best (averaged) model.
@@ -236,6 +266,8 @@ def train(settings: Settings, train_split: Encoded, dev_split: Encoded, vocab_si
         st["epoch"] += 1
         epoch = st["epoch"]
         proj.train(), text.train()
+        # GloVe rows held still for the first epochs, so the randomly started rest learns around them first.
+        text.embed.weight.requires_grad_(epoch > s.freeze_words)
         perm = rng.permutation(n)
         cap_idx = np.array([rng.choice(train_split.per_image[i]) for i in perm])
         total, t_epoch = 0.0, time.time()

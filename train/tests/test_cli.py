@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -269,3 +270,34 @@ def test_features_from_the_pytorch_network_and_a_pack_that_exports_with_its_stat
     main(["--cache", str(tmp_path / "empty"), "train", "--pack", str(tmp_path / "b")] + settings
          + ["--run-dir", str(tmp_path / "brun")])
     assert json.loads((tmp_path / "brun" / "result.json").read_text())["features"]["input"] == "l2-last"
+
+
+def test_an_lstm_on_glove_words_trains_exports_and_keeps_its_metrics_through_the_bundle(tmp_path, monkeypatch):
+    from jointspace_train import glove
+
+    data = tmp_path / "flickr"
+    tiny_dataset(data)
+    torchvision_state_dict(tmp_path / "vgg.pth")
+    asked = {}
+
+    def table(name, vocab, cache):  # GloVe's rows for the words it knows; here every other word
+        asked["name"] = name
+        rng = np.random.default_rng(0)
+        found = np.arange(len(vocab)) % 2 == 0
+        return rng.normal(0, 0.5, (len(vocab), 50)).astype(np.float32) * found[:, None], found
+
+    monkeypatch.setattr(glove, "table", table)
+    out = tmp_path / "bundle"
+    main(["--cache", str(tmp_path / "cache"), "train", "--weights", str(tmp_path / "vgg.pth"), "--data", str(data),
+          "--loss", "MH", "--rnn", "lstm", "--word-init", "glove50", "--freeze-words", "1", "--joint-dim", "8",
+          "--word-dim", "12", "--batch-size", "4", "--epochs", "2", "--threads", "1",
+          "--run-dir", str(tmp_path / "run"), "--bundle-out", str(out)])
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert asked["name"] == "glove50"
+    assert (result["settings"]["rnn"], result["settings"]["word_init"]) == ("lstm", "glove50")
+    ops = {n.op_type for n in onnx.load(str(out / "text.onnx")).graph.node}
+    assert "LSTM" in ops and "GRU" not in ops
+    # the graph (LSTM, the 50-d table folded into 12-d words) gives the trainer's test metrics from the images
+    assert reference_eval(out, data, "test") == result["test"]
+    main(["quantize-text", str(out), "--word-table", "int8"])
+    assert "float32 LSTM" in bundle.read(out).manifest["training"]["text_graph"]

@@ -1,4 +1,5 @@
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -7,13 +8,17 @@ from jointspace_train import export, tokenizer
 from jointspace_train.model import TextEncoder
 
 
-@pytest.mark.parametrize("layers", [1, 2])
-def test_text_onnx_matches_torch_and_padding_changes_nothing(tmp_path, layers):
+@pytest.mark.parametrize("layers,rnn,table_dim", [(1, "gru", None), (2, "gru", None), (1, "lstm", None),
+                                                  (2, "lstm", None), (1, "gru", 4), (1, "lstm", 4)])
+def test_text_onnx_matches_torch_and_padding_changes_nothing(tmp_path, layers, rnn, table_dim):
     # Two layers: training reads the top layer's final state, the graph the top layer's output at the last token.
+    # An LSTM's state is (h, c): training must read h. A narrow table (GloVe's width) is folded at export.
     torch.manual_seed(0)
-    text = TextEncoder(30, 6, 12, use_abs=False, layers=layers).eval()
+    text = TextEncoder(30, 6, 12, use_abs=False, layers=layers, rnn=rnn, table_dim=table_dim).eval()
     path = tmp_path / "text.onnx"
     export.export_text(text, path)
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert rnn.upper() in ops and "MatMul" not in ops, ops  # one recurrent node; the widening is in the table
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     sentences = [[5, 7, 9, 11, 13, 2, 3], [4, 4], [29], [8, 6, 10]]
     lengths = np.array([len(s) for s in sentences], np.int64)

@@ -89,3 +89,18 @@ def test_quantize_bundle_rewrites_the_fixture_once_and_keeps_it_valid(repo, tmp_
     assert "int8 input matrix" in note and "float16 word table" in note
     with pytest.raises(ValueError, match="already quantized"):
         quantize.quantize_bundle(d)
+
+
+def test_an_lstm_graph_keeps_its_float_recurrence_and_shrinks_its_word_table(tmp_path):
+    torch.manual_seed(2)
+    text = TextEncoder(50, 8, 16, rnn="lstm").eval()
+    f32 = tmp_path / "f32.onnx"
+    export.export_text(text, f32)
+    model, blocks = quantize.int8_text_graph(onnx.load(str(f32)), "int8")
+    assert blocks == [] and any(n.op_type == "LSTM" for n in model.graph.node)
+    assert {i.name: i.data_type for i in model.graph.initializer}["embed.weight"] == onnx.TensorProto.INT8
+    q8 = tmp_path / "q.onnx"
+    onnx.save(model, str(q8))
+    ids, lengths = padded_batch(3, 50)
+    a, b = _run(f32, ids, lengths), _run(q8, ids, lengths)
+    assert (a * b).sum(1).min() > 0.999 and np.abs(a - b).max() > 0

@@ -39,12 +39,13 @@ def test_training_learns_a_toy_task():
     assert evaluate_split(proj, text, enc_dv, "cosine") == result.dev
 
 
-@pytest.mark.parametrize("knobs", [dict(loss="CE", temperature=0.1), dict(loss="PH", gru_layers=2)])
+@pytest.mark.parametrize("knobs", [dict(loss="CE", temperature=0.1), dict(loss="PH", gru_layers=2),
+                                   dict(loss="PH", rnn="lstm")])
 def test_other_losses_and_encoders_learn_the_toy_task(knobs):
     enc_tr, enc_dv, vocab = toy(64, 16, 0)
     s = Settings(joint_dim=16, word_dim=8, lr=5e-3, batch_size=16, epochs=12, patience=3, threads=1, **knobs)
     proj, text, result = train(s, enc_tr, enc_dv, vocab, log=lambda m: None)
-    assert text.gru.num_layers == s.gru_layers
+    assert text.rnn.num_layers == s.gru_layers and text.kind == s.rnn
     assert result.dev["t2i_r5"] > 60, result.dev
 
 
@@ -234,3 +235,40 @@ def test_bf16_is_refused_on_a_cpu_without_fast_bf16(monkeypatch):
         train(s, enc_tr, enc_dv, vocab, log=lambda m: None)
     monkeypatch.setattr(tr, "cpu_bf16_is_fast", lambda: True)
     assert train(s, enc_tr, enc_dv, vocab, log=lambda m: None)[2].history[0]["epoch"] == 1
+
+
+def test_glove_rows_start_the_words_they_know_and_a_narrow_table_is_widened():
+    from jointspace_train.train import Settings, text_encoder
+
+    rows = np.arange(6 * 100, dtype=np.float32).reshape(6, 100) / 600
+    found = np.array([True, False, True, True, False, True])  # row 0 is padding: never read, left as it was
+    s = Settings(word_dim=16, joint_dim=8, word_init="glove100")
+    text = text_encoder(s, 6, (rows, found))
+    w = text.embed.weight.detach().numpy()
+    assert w.shape == (6, 100) and text.lift is not None and text.lift.weight.shape == (16, 100)
+    np.testing.assert_array_equal(w[[2, 3, 5]], rows[[2, 3, 5]])
+    assert np.abs(w[[0, 1, 4]]).max() <= 0.1  # padding, and the words GloVe lacks: their random start
+    # the folded encoder (what export writes) computes the same function
+    ids, lengths = torch.tensor([[2, 3, 5], [4, 1, 0]]), torch.tensor([3, 2])
+    text.eval()
+    with torch.no_grad():
+        np.testing.assert_allclose(text.folded()(ids, lengths).numpy(), text(ids, lengths).numpy(), atol=1e-6)
+    with pytest.raises(ValueError, match="word vectors"):
+        text_encoder(Settings(word_dim=16, joint_dim=8, word_init="glove50"), 6, (rows, found))
+
+
+def test_frozen_words_do_not_move_for_the_first_epochs_then_do(tmp_path):
+    tr, dev, vocab = toy(32, 8, 1)
+    rows, found = np.ones((vocab, 50), np.float32), np.ones(vocab, bool)
+    s = Settings(loss="MH", joint_dim=8, word_dim=50, word_init="glove50", freeze_words=1, epochs=1, threads=1,
+                 batch_size=8, rnn="lstm")
+    ck = tmp_path / "checkpoint.pt"
+    train(s, tr, dev, vocab, log=lambda m: None, checkpoint=ck, word_vectors=(rows, found))
+
+    def table():  # the weights training has now, not the best epoch's
+        return torch.load(ck, weights_only=False)["text"]["embed.weight"].numpy()
+
+    np.testing.assert_array_equal(table()[1:], rows[1:])  # one epoch, frozen for one: GloVe's rows as given
+    _, text, _ = train(Settings(**{**s.__dict__, "epochs": 2}), tr, dev, vocab, log=lambda m: None, checkpoint=ck,
+                       word_vectors=(rows, found))
+    assert np.abs(table()[1:] - rows[1:]).max() > 0 and text.kind == "lstm"

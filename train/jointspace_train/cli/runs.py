@@ -38,13 +38,17 @@ def run_model(run: Path):
 
 def models_of(d: Prepared, states: list, settings: list):
     """The (projection, text encoder) of each run, in eval mode."""
-    from ..model import ImageProjection, TextEncoder
+    from dataclasses import fields
 
+    from ..model import ImageProjection
+    from ..train import Settings, text_encoder
+
+    known = {f.name for f in fields(Settings)}
     out = []
     for (proj_state, text_state), s in zip(states, settings):
         proj = ImageProjection(d.inputs["train"].shape[1], s["joint_dim"], s["use_abs"])
-        text = TextEncoder(d.tok.get_vocab_size(), s["word_dim"], s["joint_dim"], s["use_abs"],
-                           layers=s.get("gru_layers", 1))
+        # Settings newer than the run were at their defaults there.
+        text = text_encoder(Settings(**{k: v for k, v in s.items() if k in known}), d.tok.get_vocab_size())
         proj.load_state_dict(proj_state), text.load_state_dict(text_state)
         out.append((proj.eval(), text.eval()))
     return out

