@@ -17,10 +17,12 @@ use serde_json::Value;
 use sha2::Digest;
 
 fn parity() -> Value {
-    serde_json::from_slice(
-        &std::fs::read(format!("{}/parity.json", common::BUNDLE)).expect("parity.json"),
-    )
-    .expect("json")
+    parity_of(common::BUNDLE)
+}
+
+fn parity_of(bundle: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(format!("{bundle}/parity.json")).expect("parity.json"))
+        .expect("json")
 }
 
 fn pipeline(crop_mode: &str) -> std::sync::Arc<jointspace::pipeline::Pipeline> {
@@ -96,10 +98,10 @@ async fn check_case(
         "{name} ({}): joint vector differs by {d}",
         case["crop_mode"]
     );
-    // The hubness offset (the fixture has a bank); a bundle without one would give 0 and fail this.
+    // The hubness offset: never 0 under a bank (the fixtures with one), always 0 without.
     let want = case["offset"].as_f64().expect("offset") as f32;
     assert!(
-        (e.offset - want).abs() <= 1e-5 && want != 0.0,
+        (e.offset - want).abs() <= 1e-5 && (want != 0.0) == pl.bundle.hubness.is_some(),
         "{name} ({}): offset {} against the trainer's {want}",
         case["crop_mode"],
         e.offset
@@ -168,9 +170,13 @@ async fn real_photos_larger_than_224_are_squashed_as_the_trainer_squashes_them()
 
 #[tokio::test]
 async fn text_ids_and_vectors_match_the_trainer() {
-    let p = parity();
-    let pl = pipeline("center");
+    check_texts(&parity(), &pipeline("center")).await;
+}
+
+/// Each parity sentence's token ids and vector, in one padded batch and one at a time.
+async fn check_texts(p: &Value, pl: &Pipeline) {
     let cases = p["texts"].as_array().expect("texts");
+    assert!(!cases.is_empty(), "parity.json should cover sentences");
     let texts: Vec<String> = cases
         .iter()
         .map(|c| c["text"].as_str().expect("text").to_string())
@@ -197,6 +203,39 @@ async fn text_ids_and_vectors_match_the_trainer() {
             .expect("embeds");
         assert!(max_diff(&v, case["vector"].as_array().expect("vector")) <= 1e-5);
     }
+}
+
+/// The order-embedding fixture (models/fixture-tiny-order: fixture-tiny's network with `similarity: order`,
+/// `abs: true`, the centre crop, no bank): codes, |unit| vectors and sentence vectors are the trainer's, for
+/// the fixture images and the real photos. (Its scores: similarity.rs.)
+#[tokio::test]
+async fn an_order_bundle_embeds_as_the_trainer_does() {
+    let bundle = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny-order");
+    let p = parity_of(bundle);
+    let cfg = ServeArgs::try_from_flags(["--bundle", bundle]).expect("flags");
+    let pl = load_pipeline(&cfg.model).expect("the order fixture loads");
+    assert_eq!(pl.similarity(), jointspace::bundle::Similarity::Order);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for (dir, cases) in [
+        (&p["images_dir"], &p["images"]),
+        (&p["photos"]["dir"], &p["photos"]["cases"]),
+    ] {
+        let dir = root.join(dir.as_str().expect("dir"));
+        for case in cases.as_array().expect("cases") {
+            let name = case["image"].as_str().expect("image");
+            let bytes = std::fs::read(dir.join(name)).expect("image file");
+            check_case(&[("center", &pl)], name, bytes, case).await;
+            let v = case["vector"].as_array().expect("vector");
+            assert!(
+                v.iter().all(|x| x.as_f64() >= Some(0.0)),
+                "{name}: |.| in the trainer's vector"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 12, "8 fixture images and 4 photos");
+    check_texts(&p, &pl).await;
 }
 
 /// The `windowed` crop mode (the ten crops read off two whole-image passes) on the fixture's weights

@@ -1,5 +1,5 @@
-//! The similarities other than cosine, each on a bundle derived from the fixture: order embeddings (rank by
-//! Vendrov et al.'s S) and euclidean with an affine projection (the closed-form systems: `W · code + bias`,
+//! The similarities other than cosine: order embeddings (rank by Vendrov et al.'s S, on the order fixture the
+//! trainer writes) and, on bundles derived from the fixture, euclidean with an affine projection (the closed-form systems: `W · code + bias`,
 //! never normalised, every pair scored by `-‖a - b‖²`).
 
 use crate::common;
@@ -7,67 +7,149 @@ use crate::common;
 use common::{TestApp, b64, fixture_image, variant_bundle, variant_bundle_affine};
 use serde_json::json;
 
+const ORDER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny-order");
+
+/// The order fixture (models/fixture-tiny-order, written by `python -m jointspace_train fixture`:
+/// fixture-tiny's network exported with `similarity: order` and `abs: true`): searches and annotations rank
+/// by Vendrov et al.'s S through the graph's L2 candidates and the exact re-rank, and every score the server
+/// returns is the trainer's (`order_scores` in the fixture's parity.json), for each sentence and image.
 #[tokio::test]
-async fn order_similarity_bundles_rank_by_s() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let order = variant_bundle(
-        &dir.path().join("order"),
-        |m| {
-            m["similarity"] = "order".into();
-            m["projection"]["abs"] = true.into();
-            // The fixture's hubness bank offsets cosine scores only.
-            m.as_object_mut().expect("manifest").remove("hubness");
-        },
-        None,
-    );
-    let app = TestApp::start_with(
-        order.to_str().expect("path"),
-        &dir.path().join("js.db"),
-        &["--exact-below", "0"],
+async fn order_bundles_rank_by_the_trainers_s() {
+    let parity: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(format!("{ORDER}/parity.json")).expect("parity.json"),
     )
-    .await;
-    seed_dogs(&app).await;
+    .expect("json");
+    let want = &parity["order_scores"];
+    let names: Vec<&str> = want["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .map(|n| n.as_str().expect("name"))
+        .collect();
+    let texts: Vec<&str> = want["texts"]
+        .as_array()
+        .expect("texts")
+        .iter()
+        .map(|t| t.as_str().expect("text"))
+        .collect();
+    // S[image][sentence], as the trainer computed it.
+    let s: Vec<Vec<f64>> = want["scores"]
+        .as_array()
+        .expect("scores")
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .expect("row")
+                .iter()
+                .map(|x| x.as_f64().expect("S"))
+                .collect()
+        })
+        .collect();
+    assert_eq!((s.len(), s[0].len()), (names.len(), texts.len()));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let photo = |name: &str| {
+        std::fs::read(
+            root.join(parity["images_dir"].as_str().expect("dir"))
+                .join(name),
+        )
+        .expect("fixture image")
+    };
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Through the graph (no exact scan below any size), as a large collection is searched.
+    let app = TestApp::start_with(ORDER, &dir.path().join("js.db"), &["--exact-below", "0"]).await;
+    assert_eq!(
+        app.post_json("/v1/collections", json!({"name": "c"}))
+            .await
+            .0,
+        201
+    );
+    // The sentences are the first image's captions, so annotation can rank them.
+    let images: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(k, n)| {
+            let captions = if k == 0 { texts.clone() } else { vec![] };
+            json!({"data": b64(&photo(n)), "external_id": n, "captions": captions})
+        })
+        .collect();
+    let (st, r) = app
+        .post_json("/v1/collections/c/images", json!({ "images": images }))
+        .await;
+    assert_eq!(st, 201, "{r}");
+
+    let close = |got: f64, want: f64, what: &str| {
+        assert!(
+            (got - want).abs() <= 1e-4,
+            "{what}: server S {got}, trainer S {want}"
+        );
+    };
+    // Search: each sentence ranks all the images by S(sentence, image), as the trainer does.
+    for (j, text) in texts.iter().enumerate() {
+        let (st, r) = app
+            .post_json(
+                "/v1/collections/c/images/search",
+                json!({"text": text, "k": names.len()}),
+            )
+            .await;
+        assert_eq!(st, 200, "{r}");
+        let hits = r["results"].as_array().expect("results");
+        assert_eq!(hits.len(), names.len());
+        let mut order: Vec<usize> = (0..names.len()).collect();
+        order.sort_by(|&a, &b| s[b][j].total_cmp(&s[a][j]));
+        for (hit, &i) in hits.iter().zip(&order) {
+            assert_eq!(
+                hit["image"]["external_id"], names[i],
+                "{text:?}: rank of {}",
+                names[i]
+            );
+            close(hit["score"].as_f64().expect("score"), s[i][j], text);
+            assert_eq!(
+                hit["score"], hit["similarity"],
+                "no offset under an order bundle"
+            );
+        }
+    }
+    // Annotation: each image ranks the sentences by S(sentence, image).
+    for (i, name) in names.iter().enumerate() {
+        let (st, r) = app
+            .post_json(
+                "/v1/collections/c/captions/search",
+                json!({"image": b64(&photo(name)), "k": texts.len()}),
+            )
+            .await;
+        assert_eq!(st, 200, "{r}");
+        let hits = r["results"].as_array().expect("results");
+        assert_eq!(hits.len(), texts.len());
+        for w in hits.windows(2) {
+            assert!(w[0]["score"].as_f64() >= w[1]["score"].as_f64());
+        }
+        for hit in hits {
+            let text = hit["caption"]["text"].as_str().expect("text");
+            let j = texts
+                .iter()
+                .position(|t| *t == text)
+                .expect("a fixture sentence");
+            close(hit["score"].as_f64().expect("score"), s[i][j], name);
+        }
+    }
+    // |.| on both sides; an image query on images ranks by distance, so a stored photo finds itself first.
     let (_, e) = app
-        .post_json("/v1/embed/image", json!({"image": b64(&fixture_image(2))}))
+        .post_json("/v1/embed/image", json!({"image": b64(&photo(names[2]))}))
         .await;
+    let v = e["embedding"].as_array().expect("vec");
     assert!(
-        e["embedding"]
-            .as_array()
-            .expect("vec")
-            .iter()
-            .all(|x| x.as_f64().expect("num") >= 0.0),
-        "|.| applied"
+        v.iter().all(|x| x.as_f64().expect("num") >= 0.0),
+        "|.| applied: {e}"
     );
-    let (s, r) = app
+    let (st, r) = app
         .post_json(
             "/v1/collections/c/images/search",
-            json!({"text": "a dog", "k": 8}),
+            json!({"image": b64(&photo(names[2])), "k": 1}),
         )
         .await;
-    assert_eq!(s, 200, "{r}");
-    let scores = hit_scores(&r);
-    assert_eq!(scores.len(), 8);
-    assert!(
-        scores.iter().all(|s| *s <= 0.0),
-        "order scores are <= 0: {scores:?}"
-    );
-    assert!(scores.windows(2).all(|w| w[0] >= w[1]));
-    let (s, r) = app
-        .post_json(
-            "/v1/collections/c/images/search",
-            json!({"image": b64(&fixture_image(2)), "k": 1}),
-        )
-        .await;
-    assert_eq!(s, 200, "{r}");
-    assert_eq!(r["results"][0]["image"]["external_id"], "i2");
-    let (s, r) = app
-        .post_json(
-            "/v1/collections/c/captions/search",
-            json!({"image": b64(&fixture_image(2)), "k": 3}),
-        )
-        .await;
-    assert_eq!(s, 200, "{r}");
-    assert_eq!(r["results"].as_array().map(Vec::len), Some(3));
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["results"][0]["image"]["external_id"], names[2]);
     app.stop().await;
 }
 

@@ -4,7 +4,8 @@ Its vision graph is VGG16-shaped (13 convs in 5 blocks, 224x224 input) but a few
 set" is a handful of generated pictures (tests/fixtures/images, written here too, never dataset photos).
 `parity.json` records what the trainer computes for those images and sentences, so the server can be checked
 against it: identical ternary codes, joint vectors within 1e-5, and each image's hubness offset (the bundle's bank
-is its own captions, k 2, alpha 0.5).
+is its own captions, k 2, alpha 0.5). `make_order` writes the same network as an order-embedding bundle
+(`similarity: order`, `abs: true`, no bank), whose parity file adds the trainer's order scores S.
 """
 from __future__ import annotations
 
@@ -75,6 +76,24 @@ def make(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
                   images_dir, seed, cases=("ten", "center"))
 
 
+def make_order(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
+    """fixture-tiny's network as an order-embedding bundle (Vendrov et al.: |unit vectors| on both sides,
+    S(c, i) = -||max(0, c - i)||^2), under the centre crop, without a hubness bank (the bank offsets cosine
+    scores only). Its parity file adds `order_scores`: S of every sentence against every fixture image, as
+    the trainer ranks them, for the server's search and annotation paths to reproduce."""
+    paths = make_images(images_dir)
+    weights = vision.random_vgg(BLOCKS, seed=seed)
+    parity = _write(Path(out), "fixture-tiny-order", weights, vision.build_graph(weights, "post_relu"), "center",
+                    paths, images_dir, seed, cases=("center",), similarity="order")
+    p = pipeline.Pipeline(out)
+    _, image_vecs = p.embed_images(paths)
+    s = p.scores(image_vecs, p.embed_texts(SENTENCES))
+    parity["order_scores"] = {"images": [q.name for q in paths], "texts": SENTENCES,
+                              "scores": [[float(x) for x in row] for row in s]}
+    (Path(out) / "parity.json").write_text(json.dumps(parity, indent=1) + "\n")
+    return parity
+
+
 def make_effnet(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
     """An EfficientNet-Lite-shaped fixture (`effnet.random_state_dict`: seven stages, a few channels wide,
     RGB scaled as Lite2 is) under the windowed crop mode: crops of 64 read off a 128 image, so its taps are
@@ -91,9 +110,10 @@ def make_effnet(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
 
 
 def _write(out: Path, name: str, weights, graph, crop_mode: str, paths: list[Path], images_dir, seed: int,
-           cases: tuple[str, ...]) -> dict:
+           cases: tuple[str, ...], similarity: str = "cosine") -> dict:
     """A fixture bundle of random weights: FNE statistics from the fixture images, a random projection, a random
-    GRU text encoder (the same for every fixture of one seed), a hubness bank of its captions, parity cases."""
+    GRU text encoder (the same for every fixture of one seed), parity cases; a cosine one also gets a hubness
+    bank of its captions."""
     out.mkdir(parents=True, exist_ok=True)
     vis = vision.vision_section(weights, "post_relu", crop_mode)
     vis["prepare"] = data.PREPARATION  # as a Flickr8k bundle: the parity cases cover the squash
@@ -104,13 +124,15 @@ def _write(out: Path, name: str, weights, graph, crop_mode: str, paths: list[Pat
     tok = tokenizer.build(CAPTIONS)
     torch.manual_seed(seed)
     joint = 16
-    text = TextEncoder(tok.get_vocab_size(), 8, joint)
+    use_abs = similarity == "order"
+    text = TextEncoder(tok.get_vocab_size(), 8, joint, use_abs=use_abs)
     w = np.random.default_rng(seed).normal(0, 0.1, (joint, vis["raw_dim"])).astype(np.float32)
     export.write(out, name=name, vision=vis, vision_onnx=out / "vision.onnx", fne_mean=mean,
-                 fne_std=std, projection=w, text=text, tok=tok, max_tokens=16, similarity="cosine",
-                 use_abs=False, training={"dataset": "generated fixture pictures", "split": "all",
-                                          "loss": "none (random weights)", "crop_mode": crop_mode})
-    add_hubness(out)
+                 fne_std=std, projection=w, text=text, tok=tok, max_tokens=16, similarity=similarity,
+                 use_abs=use_abs, training={"dataset": "generated fixture pictures", "split": "all",
+                                            "loss": "none (random weights)", "crop_mode": crop_mode})
+    if similarity == "cosine":
+        add_hubness(out)
     return write_parity(out, images_dir, paths, name=name, modes=cases)
 
 

@@ -50,14 +50,15 @@ def test_manifest_shape_disagreement(fixture_copy):
         bundle.read(fixture_copy)
 
 
-def test_fixture_parity_file_is_what_the_trainer_computes(repo):
+@pytest.mark.parametrize("name", ["fixture-tiny", "fixture-tiny-order"])
+def test_fixture_parity_file_is_what_the_trainer_computes(repo, name):
     """parity.json is what the server is checked against; it must not drift from the trainer's code."""
     import base64
 
     from jointspace_train import fne
 
-    parity = json.loads((repo / "models/fixture-tiny/parity.json").read_text())
-    p = pipeline.Pipeline(repo / "models/fixture-tiny")
+    parity = json.loads((repo / "models" / name / "parity.json").read_text())
+    p = pipeline.Pipeline(repo / "models" / name)
     for case in parity["images"]:
         codes, vecs = p.embed_images([repo / parity["images_dir"] / case["image"]], case["crop_mode"])
         assert base64.b64decode(case["code"]) == fne.pack(codes[0]).tobytes(), case["image"]
@@ -65,6 +66,14 @@ def test_fixture_parity_file_is_what_the_trainer_computes(repo):
         np.testing.assert_allclose(p.offsets(vecs), [case["offset"]], atol=1e-6)
     texts = p.embed_texts([t["text"] for t in parity["texts"]])
     np.testing.assert_allclose(texts, [t["vector"] for t in parity["texts"]], atol=1e-6)
+    if p.m["similarity"] == "order":
+        # |unit vectors| on both sides, and S(c, i) = -||max(0, c - i)||^2 of every sentence and image.
+        assert (texts >= 0).all() and np.allclose(np.linalg.norm(texts, axis=1), 1, atol=1e-6)
+        s = parity["order_scores"]
+        _, images = p.embed_images([repo / parity["images_dir"] / n for n in s["images"]])
+        want = -np.square(np.maximum(0, texts[None, :, :] - images[:, None, :])).sum(-1)
+        np.testing.assert_allclose(s["scores"], want, atol=1e-6)
+        assert s["texts"] == [t["text"] for t in parity["texts"]]
 
 
 def test_weight_files_are_readable_by_other_users(tmp_path):

@@ -16,10 +16,11 @@ class Fixture:
     images: str
     windowed_out: str
     effnet_out: str
+    order_out: str
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Fixture:
-        return cls(ns.out, ns.images, ns.windowed_out, ns.effnet_out)
+        return cls(ns.out, ns.images, ns.windowed_out, ns.effnet_out, ns.order_out)
 
 
 def write_fixture(s: Fixture, only_windowed: bool = False) -> None:
@@ -32,6 +33,8 @@ def write_fixture(s: Fixture, only_windowed: bool = False) -> None:
     print(f"its windowed crop mode written to {s.windowed_out}")
     fixture.make_effnet(s.effnet_out, s.images)
     print(f"the EfficientNet-shaped fixture written to {s.effnet_out}")
+    fixture.make_order(s.order_out, s.images)
+    print(f"the order-embedding fixture written to {s.order_out}")
 
 
 def add_fixture(sub) -> None:
@@ -40,8 +43,9 @@ def add_fixture(sub) -> None:
     p.add_argument("--images", default="tests/fixtures/images")
     p.add_argument("--windowed-out", default="models/fixture-tiny-windowed")
     p.add_argument("--effnet-out", default="models/fixture-tiny-effnet")
+    p.add_argument("--order-out", default="models/fixture-tiny-order")
     p.add_argument("--only-windowed", action="store_true",
-                   help="keep --out as it is and write only the bundles derived from it (windowed, effnet)")
+                   help="keep --out as it is and write only the other fixtures (windowed, effnet, order)")
     p.set_defaults(fn=lambda ns, argv: write_fixture(Fixture.from_args(ns), ns.only_windowed))
 
 
