@@ -3,23 +3,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+PIPELINES = ("SH", "MH", "SOE", "MOE", "PH", "POE")
+COLUMNS = ("i2t_r1", "i2t_r5", "i2t_r10", "i2t_medr", "t2i_r1", "t2i_r5", "t2i_r10", "t2i_medr")
 
 
 @dataclass(frozen=True)
 class Report:
     runs: tuple[str, ...]
+    table2: str | None = None  # the seeds file whose Table 2 the runs are set beside
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Report:
-        return cls(tuple(ns.runs))
+        return cls(tuple(ns.runs), ns.table2)
 
 
 def report(rep: Report) -> None:
     """A markdown table of finished runs (their result.json), for docs/results.md: one for trained pipelines,
-    one for the closed-form fits (`fit`)."""
+    one for the closed-form fits (`fit`); with `table2`, the paper's Table 2 with the runs beside it."""
     results = {d: json.loads((Path(d) / "result.json").read_text()) for d in rep.runs}
+    if rep.table2:
+        print(table2(paper_table2(Path(rep.table2).read_text()), results))
+        return
     trained = [d for d, r in results.items() if "method" not in r]
     if trained:
         report_trained(trained, results)
@@ -68,7 +76,59 @@ def report_trained(runs: list[str], results: dict) -> None:
               f"| {r['seconds'] / 60:.0f} min | `{r['command']}` |")
 
 
+def paper_table2(seeds_md: str) -> dict[tuple[str, str], dict]:
+    """The paper's Table 2 rows as the seeds file quotes them: (image input, pipeline) -> the eight columns and
+    their rsum, e.g. ("FC7", "MH"). Read, not re-typed, so the comparison cannot drift from the source."""
+    rows = {}
+    for line in seeds_md.splitlines():
+        m = re.match(r"^\|\s*(FC7|FNE)-(SH|MH|SOE|MOE|PH|POE)\s*\|(.*)\|\s*$", line)
+        if not m:
+            continue
+        cells = [float(c) for c in m.group(3).split("|")]
+        if len(cells) != len(COLUMNS):
+            raise ValueError(f"a Table 2 row with {len(cells)} numbers, not {len(COLUMNS)}: {line!r}")
+        row = dict(zip(COLUMNS, cells))
+        row["rsum"] = round(sum(v for k, v in row.items() if "medr" not in k), 2)
+        rows[(m.group(1), m.group(2))] = row
+    if not rows:
+        raise ValueError("no Table 2 rows (| FNE-MH | ... |) in the seeds file")
+    return rows
+
+
+def _row(label: str, t: dict, dev: str, command: str) -> str:
+    cols = " | ".join(f"{t[c]:g}" if "medr" in c else f"{t[c]:.1f}" for c in COLUMNS)
+    return f"| {label} | {dev} | {cols} | {t['rsum']:.1f} | {command} |"
+
+
+def table2(paper: dict, results: dict) -> str:
+    """Per pipeline: the paper's fc7 and FNE rows, then this project's single-layer baseline (`l2-last`) and
+    FNE runs on the same settings, then FNE minus the baseline on dev and on every test column."""
+    head = ("| pipeline, row | dev rsum | i2t R@1 | R@5 | R@10 | medr | t2i R@1 | R@5 | R@10 | medr | test rsum "
+            "| command |")
+    out = [head, "|" + "---|" * 13]
+    for pipe in PIPELINES:
+        ours = {inp: [(d, r) for d, r in results.items()
+                      if r["settings"]["loss"] == pipe and r["features"]["input"] == inp]
+                for inp in ("l2-last", "fne")}
+        for (inp, name), paper_key in ((("l2-last", "single layer"), "FC7"), (("fne", "FNE"), "FNE")):
+            if (paper_key, pipe) in paper:
+                out.append(_row(f"{pipe}, the paper's {paper_key}", paper[(paper_key, pipe)], "", ""))
+            for d, r in ours[inp]:
+                f = r["features"]
+                label = f"{pipe}, {name} ({Path(d).name}: {f['crop']} crop, {f['tap_point']})"
+                out.append(_row(label, r["test"], f"{r['dev']['rsum']:.1f}", f"`{r['command']}`"))
+        if ours["l2-last"] and ours["fne"]:
+            (_, base), (_, fne_run) = ours["l2-last"][-1], ours["fne"][-1]
+            delta = {c: fne_run["test"][c] - base["test"][c] for c in (*COLUMNS, "rsum")}
+            dev = fne_run["dev"]["rsum"] - base["dev"]["rsum"]
+            cols = " | ".join(f"{delta[c]:+g}" if "medr" in c else f"{delta[c]:+.1f}" for c in COLUMNS)
+            out.append(f"| {pipe}, FNE minus single layer | {dev:+.1f} | {cols} | {delta['rsum']:+.1f} | |")
+    return "\n".join(out)
+
+
 def add_report(sub) -> None:
     p = sub.add_parser("report", help="markdown tables of finished training runs and fits")
+    p.add_argument("--table2", metavar="SEEDS_MD",
+                   help="set the runs beside the paper's Table 2 as this file quotes it (../shared/SEEDS.md)")
     p.add_argument("runs", nargs="+")
     p.set_defaults(fn=lambda ns, argv: report(Report.from_args(ns)))

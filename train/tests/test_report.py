@@ -1,0 +1,46 @@
+"""`report --table2`: the paper's Table 2 read from the seeds file, this project's runs set beside it."""
+import pytest
+
+from jointspace_train.cli.report import COLUMNS, paper_table2, table2
+
+SEEDS = """Some prose | with a bar.
+
+| model | i2t R@1 | R@5 | R@10 | med r | t2i R@1 | R@5 | R@10 | med r |
+|---|---|---|---|---|---|---|---|---|
+| FC7-MH | 23.0 | 49.0 | 63.3 | 6 | 18.5 | 43.2 | 56.1 | 8 |
+| FNE-MH | 27.3 | 56.8 | 69.3 | 4 | 21.2 | 47.1 | 59.7 | 6 |
+| FNE-SOE | 24.0 | 52.4 | 63.9 | 5 | 18.7 | 44.2 | 57.7 | 7 |
+"""
+
+
+def run(loss, inp, dev, r1):
+    test = dict(zip(COLUMNS, (r1, 50.0, 60.0, 5, r1 - 5, 40.0, 50.0, 8)))
+    test["rsum"] = sum(v for k, v in test.items() if "medr" not in k)
+    return {"settings": {"loss": loss}, "features": {"input": inp, "crop": "ten", "tap_point": "post_relu"},
+            "dev": {"rsum": dev}, "test": test, "command": f"python -m jointspace_train train --loss {loss}"}
+
+
+def test_the_papers_rows_are_read_with_their_rsum():
+    rows = paper_table2(SEEDS)
+    assert set(rows) == {("FC7", "MH"), ("FNE", "MH"), ("FNE", "SOE")}
+    assert rows[("FNE", "MH")]["t2i_r1"] == 21.2 and rows[("FNE", "MH")]["i2t_medr"] == 4
+    assert rows[("FNE", "MH")]["rsum"] == 281.4  # the six recalls, not the medians
+    with pytest.raises(ValueError, match="not 8"):
+        paper_table2("| FNE-MH | 27.3 | 56.8 |")
+    with pytest.raises(ValueError, match="no Table 2 rows"):
+        paper_table2("nothing here")
+
+
+def test_runs_sit_beside_the_paper_with_fne_minus_the_baseline():
+    results = {"runs/last-mh": run("MH", "l2-last", 240.0, 20.0), "runs/fne-mh": run("MH", "fne", 250.5, 23.5),
+               "runs/fne-soe": run("SOE", "fne", 230.0, 21.0)}
+    lines = table2(paper_table2(SEEDS), results).splitlines()
+    labels = [line.split(" | ")[0][2:] for line in lines[2:]]
+    assert labels == ["MH, the paper's FC7", "MH, single layer (last-mh: ten crop, post_relu)", "MH, the paper's FNE",
+                      "MH, FNE (fne-mh: ten crop, post_relu)", "MH, FNE minus single layer",
+                      "SOE, the paper's FNE", "SOE, FNE (fne-soe: ten crop, post_relu)"]
+    delta = lines[2 + labels.index("MH, FNE minus single layer")].split(" | ")
+    assert delta[1] == "+10.5"  # dev rsum
+    assert delta[2] == "+3.5" and delta[6] == "+3.5" and delta[10] == "+7.0"  # i2t R@1, t2i R@1, test rsum
+    assert "`python -m jointspace_train train --loss MH`" in lines[2 + labels.index("MH, FNE (fne-mh: ten crop, "
+                                                                                  "post_relu)")]
