@@ -24,6 +24,10 @@ pub struct Opts {
     pub database_url: Option<String>,
     pub index_dir: String,
     pub bundle: String,
+    /// `cosine` or `order` (built here only): order embeddings are |unit vectors| scored by S(c, i) =
+    /// -‖max(0, c - i)‖² with the query as the caption, found as the server finds them: L2 candidates from
+    /// the graph, re-ranked exactly by S.
+    pub similarity: String,
 }
 
 impl Opts {
@@ -41,14 +45,32 @@ impl Opts {
             database_url: f.opt("database-url"),
             index_dir: f.str("index-dir", "target/bench/index"),
             bundle: f.str("bundle", "models/flickr8k-vgg16-fne"),
+            similarity: f.str("similarity", "cosine"),
         })
     }
 }
 
 pub fn run(o: &Opts) -> anyhow::Result<Value> {
+    let order = match o.similarity.as_str() {
+        "cosine" => false,
+        "order" => true,
+        other => anyhow::bail!("--similarity {other}: cosine or order"),
+    };
+    ensure!(
+        !(order && o.database_url.is_some()),
+        "--similarity order builds its own index (the seeded databases hold cosine vectors)"
+    );
     // The seeded collections' image vectors come from `Clustered::new(dim, 100, 1)`: the same generator, run
-    // past them, gives queries from the same clusters that are not in the index.
+    // past them, gives queries from the same clusters that are not in the index. Under order similarity both
+    // sides are their absolute values (still unit vectors), as an order bundle's are.
     let mut gen_ = Clustered::new(o.dim, 100, 1);
+    let mut sample = move |i: usize| {
+        let mut v = gen_.sample(i);
+        if order {
+            v.iter_mut().for_each(|x| *x = x.abs());
+        }
+        v
+    };
     let (mut db_filters, mut db_allowed) = (vec![], vec![]);
     let (data, snapshot, offsets) = match &o.database_url {
         Some(url) => {
@@ -125,23 +147,26 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
                 data.len(),
                 o.n
             );
-            (0..o.n).for_each(|i| drop(gen_.sample(i)));
+            (0..o.n).for_each(|i| drop(sample(i)));
             let name = jointspace::index::snapshot_name(cid, jointspace::store::Modality::Images);
             (data, Some((name, generation, bundle_id)), offsets)
         }
         None => {
-            let data: Vec<(i64, Vec<f32>)> =
-                (0..o.n).map(|i| (i as i64 + 1, gen_.sample(i))).collect();
+            let data: Vec<(i64, Vec<f32>)> = (0..o.n).map(|i| (i as i64 + 1, sample(i))).collect();
             (data, None, HashMap::new())
         }
     };
-    let score = if offsets.is_empty() {
+    let score = if order {
+        Score::Order {
+            query_is_caption: true,
+        }
+    } else if offsets.is_empty() {
         Score::Cosine
     } else {
         Score::CosineOffset
     };
     let offset_of = |id: &i64| offsets.get(id).copied().unwrap_or(0.0);
-    let queries: Vec<Vec<f32>> = (0..o.queries).map(|i| gen_.sample(i * 7 + 3)).collect();
+    let queries: Vec<Vec<f32>> = (0..o.queries).map(|i| sample(i * 7 + 3)).collect();
 
     // The exact top 10 (brute force with the server's scoring and ordering), timed per query.
     let mut exact_t = Vec::with_capacity(o.queries);
