@@ -48,6 +48,14 @@ def test_features_train_bundle_and_reference_eval_agree(tmp_path):
     # the bundle, run from the images through its own graph, gives the trainer's test metrics
     assert reference_eval(out, data, "test") == result["test"]
     main(common + ["report", str(tmp_path / "run")])
+    # --record keeps the figure the bundle's own files give, the trained model's beside it
+    main(common + ["eval", str(out), "--data", str(data), "--record"])
+    recorded = bundle.read(out).manifest["training"]
+    assert recorded["test_metrics"] == reference_eval(out, data, "test")
+    assert recorded["trained_model_test_metrics"] == result["test"]
+    assert recorded["test_metrics_source"] == "trainer, the bundle's own files run over the test images"
+    with pytest.raises(SystemExit, match="--record keeps the test split"):
+        main(common + ["eval", str(out), "--data", str(data), "--record", "--split", "dev"])
     # a finished run exported again, without training, is the same bundle
     again = tmp_path / "again"
     main(common + ["export", str(tmp_path / "run"), "--bundle-out", str(again), "--data", str(data)])

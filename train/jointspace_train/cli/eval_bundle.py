@@ -3,10 +3,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
+from .. import bundle as bundle_mod
 from .options import DEFAULT_DATA
 from .reference import reference_eval
+
+RECORDED_SOURCE = "trainer, the bundle's own files run over the test images"
 
 
 @dataclass(frozen=True)
@@ -15,14 +20,33 @@ class Eval:
     data: str
     split: str
     crop: str | None  # instead of the bundle's crop mode
+    record: bool = False  # keep the test figure in bundle.json, as what `jointspace eval` must reproduce
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Eval:
-        return cls(ns.bundle, ns.data, ns.split, ns.crop)
+        return cls(ns.bundle, ns.data, ns.split, ns.crop, ns.record)
 
 
 def eval_bundle(s: Eval) -> None:
-    print(json.dumps(reference_eval(s.bundle, s.data, s.split, crop_mode=s.crop), indent=1))
+    if s.record and (s.split != "test" or s.crop):
+        sys.exit("--record keeps the test split's figure in the bundle's own crop mode: drop --split and --crop")
+    m = reference_eval(s.bundle, s.data, s.split, crop_mode=s.crop)
+    print(json.dumps(m, indent=1))
+    if s.record:
+        record(Path(s.bundle), m)
+
+
+def record(out: Path, metrics: dict) -> None:
+    """`training.test_metrics` becomes the bundle's own figure (after `quantize-text`, say, the trained model's
+    figure on cached features is no longer what its files give); the trained model's stays beside it."""
+    manifest = json.loads((out / "bundle.json").read_text())
+    manifest = {k: v for k, v in manifest.items() if k != "files"}
+    training = manifest["training"]
+    if training.get("test_metrics_source") != RECORDED_SOURCE:
+        training["trained_model_test_metrics"] = training.get("test_metrics")
+    training["test_metrics"] = metrics
+    training["test_metrics_source"] = RECORDED_SOURCE
+    bundle_mod.finish(out, manifest)
 
 
 def add_eval(sub) -> None:
@@ -31,4 +55,7 @@ def add_eval(sub) -> None:
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--split", default="test", choices=("dev", "test"))
     p.add_argument("--crop", choices=("center", "ten"), help="crop mode instead of the bundle's")
+    p.add_argument("--record", action="store_true",
+                   help="write the test figure into bundle.json (training.test_metrics), the trained model's kept "
+                        "as training.trained_model_test_metrics")
     p.set_defaults(fn=lambda ns, argv: eval_bundle(Eval.from_args(ns)))
