@@ -115,3 +115,28 @@ async fn ncca_bundle_loads_and_embeds() {
     let (near, far) = (cos(&texts[0], &texts[1]), cos(&texts[0], &texts[2]));
     assert!(near > far + 0.2, "paraphrase {near}, unrelated {far}");
 }
+
+/// The order bundle (docs/results.md, "Order embeddings end to end") loads as an order bundle without a bank
+/// and embeds both sides into |unit vectors|. (Its retrieval figures are `jointspace eval`'s, key for key.)
+#[tokio::test]
+async fn order_bundle_loads_and_embeds() {
+    let Some(p) = shipped("flickr8k-vgg16-order") else {
+        return;
+    };
+    assert_eq!(p.similarity(), jointspace::bundle::Similarity::Order);
+    assert!(p.bundle.manifest.projection.abs && p.bundle.hubness.is_none());
+    let v = p
+        .embed_text("a dog running on the beach")
+        .await
+        .expect("text");
+    let img = p
+        .embed_image(common::fixture_image(0).into(), ImageUse::Store)
+        .await
+        .expect("image");
+    for x in [&v, &img.vector] {
+        assert_eq!(x.len(), p.joint_dim());
+        assert!(x.iter().all(|a| *a >= 0.0), "|.| applied");
+        let norm = x.iter().map(|a| a * a).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
+    }
+}
