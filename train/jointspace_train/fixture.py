@@ -83,15 +83,8 @@ def make_order(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
     the trainer ranks them, for the server's search and annotation paths to reproduce."""
     paths = make_images(images_dir)
     weights = vision.random_vgg(BLOCKS, seed=seed)
-    parity = _write(Path(out), "fixture-tiny-order", weights, vision.build_graph(weights, "post_relu"), "center",
-                    paths, images_dir, seed, cases=("center",), similarity="order")
-    p = pipeline.Pipeline(out)
-    _, image_vecs = p.embed_images(paths)
-    s = p.scores(image_vecs, p.embed_texts(SENTENCES))
-    parity["order_scores"] = {"images": [q.name for q in paths], "texts": SENTENCES,
-                              "scores": [[float(x) for x in row] for row in s]}
-    (Path(out) / "parity.json").write_text(json.dumps(parity, indent=1) + "\n")
-    return parity
+    return _write(Path(out), "fixture-tiny-order", weights, vision.build_graph(weights, "post_relu"), "center",
+                  paths, images_dir, seed, cases=("center",), similarity="order")
 
 
 def make_effnet(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
@@ -191,7 +184,8 @@ def _cases(p: pipeline.Pipeline, paths: list[Path], modes: tuple[str, ...]) -> l
 def write_parity(out: Path, images_dir, paths: list[Path], photos_dir: Path = photos.DEFAULT_DIR,
                  name: str = "fixture-tiny", modes: tuple[str, ...] = ("ten", "center")) -> dict:
     """Expected outputs, computed through the bundle as written (the server's tests compare against these):
-    the generated fixture images in `modes`, and real camera-size photos (photos.py) in the first of them."""
+    the generated fixture images in `modes`, and real camera-size photos (photos.py) in the first of them; for
+    an order bundle, also the trainer's S of every sentence and fixture image."""
     p = pipeline.Pipeline(out)
     cases = _cases(p, paths, modes)
     real = _cases(p, photos.fetch(photos_dir), modes[:1])
@@ -199,5 +193,10 @@ def write_parity(out: Path, images_dir, paths: list[Path], photos_dir: Path = ph
               "vector": [float(x) for x in vec]} for s, vec in zip(SENTENCES, p.embed_texts(SENTENCES))]
     parity = {"bundle": name, "images_dir": str(Path(images_dir)), "images": cases, "texts": texts,
               "photos": {"source": photos.WHEEL, "dir": str(photos_dir), "cases": real}}
+    if p.m["similarity"] == "order":
+        # S of every sentence against every fixture image, for the server's search and annotation to reproduce.
+        s = p.scores(p.embed_images(paths)[1], p.embed_texts(SENTENCES))
+        parity["order_scores"] = {"images": [q.name for q in paths], "texts": SENTENCES,
+                                  "scores": [[float(x) for x in row] for row in s]}
     (out / "parity.json").write_text(json.dumps(parity, indent=1) + "\n")
     return parity
