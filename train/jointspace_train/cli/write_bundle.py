@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import bundle as bundle_mod
 from .. import data, vision
+from .eval_bundle import record
 from .options import Features, VisionWeights
 from .prepare import Prepared
 from .reference import reference_eval
@@ -53,9 +52,6 @@ def write_bundle(target: BundleTarget, source: VisionWeights, feats: Features, d
                  training=training)
     if target.reference_eval:
         m = reference_eval(out, data_root, "test")
-        manifest = json.loads((out / "bundle.json").read_text())
-        manifest["training"]["test_metrics"] = m
-        manifest["training"]["test_metrics_source"] = "trainer, the bundle's own graph run over the test images"
-        bundle_mod.finish(out, manifest)
+        record(out, m)
         say(f"reference test metrics through the bundle: {m}")
     print(f"bundle written to {out}")
