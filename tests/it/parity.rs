@@ -17,12 +17,7 @@ use serde_json::Value;
 use sha2::Digest;
 
 fn parity() -> Value {
-    parity_of(common::BUNDLE)
-}
-
-fn parity_of(bundle: &str) -> Value {
-    serde_json::from_slice(&std::fs::read(format!("{bundle}/parity.json")).expect("parity.json"))
-        .expect("json")
+    common::parity_of(common::BUNDLE)
 }
 
 fn pipeline(crop_mode: &str) -> std::sync::Arc<jointspace::pipeline::Pipeline> {
@@ -211,7 +206,7 @@ async fn check_texts(p: &Value, pl: &Pipeline) {
 #[tokio::test]
 async fn an_order_bundle_embeds_as_the_trainer_does() {
     let bundle = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny-order");
-    let p = parity_of(bundle);
+    let p = common::parity_of(bundle);
     let cfg = ServeArgs::try_from_flags(["--bundle", bundle]).expect("flags");
     let pl = load_pipeline(&cfg.model).expect("the order fixture loads");
     assert_eq!(pl.similarity(), jointspace::bundle::Similarity::Order);

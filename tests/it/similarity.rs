@@ -1,6 +1,6 @@
 //! The similarities other than cosine: order embeddings (rank by Vendrov et al.'s S, on the order fixture the
-//! trainer writes) and, on bundles derived from the fixture, euclidean with an affine projection (the closed-form systems: `W · code + bias`,
-//! never normalised, every pair scored by `-‖a - b‖²`).
+//! trainer writes) and, on bundles derived from the fixture, euclidean with an affine projection (the
+//! closed-form systems: `W · code + bias`, never normalised, every pair scored by `-‖a - b‖²`).
 
 use crate::common;
 
@@ -15,23 +15,16 @@ const ORDER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny-or
 /// returns is the trainer's (`order_scores` in the fixture's parity.json), for each sentence and image.
 #[tokio::test]
 async fn order_bundles_rank_by_the_trainers_s() {
-    let parity: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(format!("{ORDER}/parity.json")).expect("parity.json"),
-    )
-    .expect("json");
+    let parity = common::parity_of(ORDER);
     let want = &parity["order_scores"];
-    let names: Vec<&str> = want["images"]
-        .as_array()
-        .expect("images")
-        .iter()
-        .map(|n| n.as_str().expect("name"))
-        .collect();
-    let texts: Vec<&str> = want["texts"]
-        .as_array()
-        .expect("texts")
-        .iter()
-        .map(|t| t.as_str().expect("text"))
-        .collect();
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .expect("array")
+            .iter()
+            .map(|x| x.as_str().expect("string").to_string())
+            .collect()
+    };
+    let (names, texts) = (strings(&want["images"]), strings(&want["texts"]));
     // S[image][sentence], as the trainer computed it.
     let s: Vec<Vec<f64>> = want["scores"]
         .as_array()
@@ -135,7 +128,7 @@ async fn order_bundles_rank_by_the_trainers_s() {
     }
     // |.| on both sides; an image query on images ranks by distance, so a stored photo finds itself first.
     let (_, e) = app
-        .post_json("/v1/embed/image", json!({"image": b64(&photo(names[2]))}))
+        .post_json("/v1/embed/image", json!({"image": b64(&photo(&names[2]))}))
         .await;
     let v = e["embedding"].as_array().expect("vec");
     assert!(
@@ -145,7 +138,7 @@ async fn order_bundles_rank_by_the_trainers_s() {
     let (st, r) = app
         .post_json(
             "/v1/collections/c/images/search",
-            json!({"image": b64(&photo(names[2])), "k": 1}),
+            json!({"image": b64(&photo(&names[2])), "k": 1}),
         )
         .await;
     assert_eq!(st, 200, "{r}");

@@ -269,6 +269,12 @@ pub fn gauge(metrics: &str, name: &str) -> i64 {
         .unwrap_or_else(|| panic!("no {name} in {metrics}"))
 }
 
+/// A fixture bundle's parity.json: what the trainer computed for its images and sentences.
+pub fn parity_of(bundle: &str) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(format!("{bundle}/parity.json")).expect("parity.json"))
+        .expect("json")
+}
+
 pub fn b64(data: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(data)
