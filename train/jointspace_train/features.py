@@ -49,22 +49,26 @@ def embed_images(sess, vision: dict, paths, crop_mode: str) -> np.ndarray:
     return out.reshape(len(paths), -1, out.shape[1]).mean(axis=1, dtype=np.float32)
 
 
-def cache_dir(graph: str | Path, names: list[str], crop_mode: str, cache: str | Path | None = None) -> Path:
-    """Keyed by the graph's sha256, the crop mode and the image list, so nothing stale is ever reused."""
+def cache_dir(graph: str | Path, names: list[str], crop_mode: str, cache: str | Path | None = None,
+              tag: str = "") -> Path:
+    """Keyed by the graph's sha256, the crop mode and the image list, so nothing stale is ever reused; `tag`
+    keeps features computed only approximately as the graph would (bfloat16) apart from the exact ones."""
     digest = sha256_file(graph)[:16]
     which = hashlib.sha256("\n".join(names).encode()).hexdigest()[:8]
-    return Path(cache or default_cache()) / f"features-{digest}-{crop_mode}-{which}"
+    mode = f"{crop_mode}-{tag}" if tag else crop_mode
+    return Path(cache or default_cache()) / f"features-{digest}-{mode}-{which}"
 
 
 def extract(graph: str | Path, vision: dict, image_dir: str | Path, names: list[str], crop_mode: str,
             cache: str | Path | None = None, batch_images: int = 4, threads: int = 0,
-            progress: bool = True, run=None, prep_workers: int = 1) -> np.ndarray:
+            progress: bool = True, run=None, prep_workers: int = 1, tag: str = "") -> np.ndarray:
     """Features [len(names), raw_dim] float32 for `names` (files in image_dir), computed or from the cache.
 
     `run` computes the graph's output from its input in place of an ONNX Runtime session over `graph` (the same
     network in PyTorch on a GPU: `vision_torch.runner`); the cache is still keyed by the graph's sha256, as the
-    features are that graph's. `prep_workers` threads decode and crop the next batches meanwhile."""
-    out_dir = cache_dir(graph, names, crop_mode, cache)
+    features are that graph's (with `tag` naming an approximation such as bfloat16). `prep_workers` threads
+    decode and crop the next batches meanwhile."""
+    out_dir = cache_dir(graph, names, crop_mode, cache, tag)
     out_dir.mkdir(parents=True, exist_ok=True)
     dim = vision["raw_dim"]
     manifest = out_dir / "names.json"
@@ -131,10 +135,11 @@ def extract(graph: str | Path, vision: dict, image_dir: str | Path, names: list[
     return np.asarray(feats)
 
 
-def crops_of(graph: str | Path, names: list[str], crop_mode: str, cache: str | Path | None = None) -> np.ndarray:
+def crops_of(graph: str | Path, names: list[str], crop_mode: str, cache: str | Path | None = None,
+             tag: str = "") -> np.ndarray:
     """The per-crop rows [len(names), n_crops, D] float16 (memory-mapped) that `extract` kept for a crop mode
     with more than one crop; call `extract` first."""
-    path = cache_dir(graph, names, crop_mode, cache) / "crops.npy"
+    path = cache_dir(graph, names, crop_mode, cache, tag) / "crops.npy"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no per-crop features; run `features --crop {crop_mode}` first")
     return np.load(path, mmap_mode="r")

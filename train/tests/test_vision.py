@@ -115,6 +115,29 @@ def test_the_pytorch_network_gives_the_onnx_graphs_features(tmp_path, tap_point)
     assert np.abs(other - want).max() > 1e-2 * np.abs(want).max()
 
 
+def test_the_bfloat16_network_is_close_to_the_graph_but_not_equal(tmp_path):
+    from jointspace_train import vision_torch
+
+    w = vision.random_vgg(SMALL, seed=5)
+    path = tmp_path / "g.onnx"
+    vision.save(vision.build_graph(w, "both"), path)
+    x = np.random.default_rng(1).normal(0, 50, (3, 3, 224, 224)).astype(np.float32)
+    want = features.session(path).run(None, {"images": x})[0]
+    got = vision_torch.runner(w, "both", "cpu", bf16=True)(x)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    # bfloat16 keeps 8 bits of mantissa: close to the graph, yet not the graph's float32 features
+    assert 1e-5 < rel < 2e-2
+
+
+def test_bfloat16_features_are_cached_apart(tmp_path):
+    g = tmp_path / "g.onnx"
+    g.write_bytes(b"graph")
+    exact = features.cache_dir(g, ["a.jpg"], "ten", tmp_path)
+    approx = features.cache_dir(g, ["a.jpg"], "ten", tmp_path, tag="bf16")
+    assert exact != approx and exact.name.replace("-ten-", "-ten-bf16-") == approx.name
+
+
 def windowed_reference(w: vision.VggWeights, x: np.ndarray, side: int, crop: int) -> np.ndarray:
     """The five crops' spatial means of each post-ReLU map of the whole image, cut window by window."""
     h = torch.from_numpy(x)

@@ -26,10 +26,12 @@ def add_extraction(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-images", type=int, default=4)
     # A training run on the other core makes ONNX Runtime's default (every core) oversubscribe.
     p.add_argument("--ort-threads", type=int, default=0,
-                   help="ONNX Runtime threads for feature extraction (0: one per core)")
+                   help="threads for feature extraction on the CPU, ONNX Runtime's or PyTorch's (0: one per core)")
     p.add_argument("--extract-device", default="ort",
                    help="'ort': ONNX Runtime on the CPU; a PyTorch device such as 'cuda': the same network in "
-                        "PyTorch there (float32, TF32 off), for a GPU machine")
+                        "PyTorch there (float32, TF32 off), for a GPU machine; 'cpu-bf16' (or 'cuda-bf16'): "
+                        "in bfloat16, about 3x faster on a CPU with AMX, cached apart (about 0.3%% of FNE codes "
+                        "differ); train and export must then name it too")
     p.add_argument("--prep-workers", type=int, default=1,
                    help="threads decoding and cropping photos ahead of the network (a GPU wants several)")
 

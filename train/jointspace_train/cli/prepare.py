@@ -24,17 +24,23 @@ def dataset_features(source: VisionWeights, extraction: Extraction, weights, cro
     # Every bundle records this preparation and the server applies it, so the features trained on are made from
     # photos prepared the same way (a no-op on Flickr8k's own 224x224 photos: their cached features stand).
     v["prepare"] = data.PREPARATION
-    run = None
+    run, tag = None, ""
     if extraction.device != "ort":
         from .. import vision_torch
 
         if weights.backbone != "vgg16":
             raise SystemExit(f"--extract-device {extraction.device}: only VGG16 has a PyTorch twin; use 'ort'")
-        run = vision_torch.runner(weights, "both", extraction.device)
+        device, bf16 = extraction.device.removesuffix("-bf16"), extraction.device.endswith("-bf16")
+        tag = "bf16" if bf16 else ""
+        if device == "cpu" and extraction.ort_threads:
+            import torch
+
+            torch.set_num_threads(extraction.ort_threads)
+        run = vision_torch.runner(weights, "both", device, bf16=bf16)
     f = features.extract(graph, v, Path(extraction.data) / "images", names, crop, cache=source.cache,
                          batch_images=extraction.batch_images, threads=extraction.ort_threads, run=run,
-                         prep_workers=extraction.prep_workers)
-    crops = features.crops_of(graph, names, crop, source.cache) if per_crop else None
+                         prep_workers=extraction.prep_workers, tag=tag)
+    crops = features.crops_of(graph, names, crop, source.cache, tag) if per_crop else None
     return dict(zip(names, range(len(names)))), f, crops
 
 
