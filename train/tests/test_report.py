@@ -13,10 +13,11 @@ SEEDS = """Some prose | with a bar.
 """
 
 
-def run(loss, inp, dev, r1):
+def run(loss, inp, dev, r1, crop="ten", **settings):
     test = dict(zip(COLUMNS, (r1, 50.0, 60.0, 5, r1 - 5, 40.0, 50.0, 8)))
     test["rsum"] = sum(v for k, v in test.items() if "medr" not in k)
-    return {"settings": {"loss": loss}, "features": {"input": inp, "crop": "ten", "tap_point": "post_relu"},
+    return {"settings": {"loss": loss, "image_input": inp, **settings},
+            "features": {"input": inp, "crop": crop, "tap_point": "post_relu"},
             "dev": {"rsum": dev}, "test": test, "command": f"python -m jointspace_train train --loss {loss}"}
 
 
@@ -37,10 +38,29 @@ def test_runs_sit_beside_the_paper_with_fne_minus_the_baseline():
     lines = table2(paper_table2(SEEDS), results).splitlines()
     labels = [line.split(" | ")[0][2:] for line in lines[2:]]
     assert labels == ["MH, the paper's FC7", "MH, single layer (last-mh: ten crop, post_relu)", "MH, the paper's FNE",
-                      "MH, FNE (fne-mh: ten crop, post_relu)", "MH, FNE minus single layer",
+                      "MH, FNE (fne-mh: ten crop, post_relu)", "MH, FNE minus single layer (fne-mh - last-mh)",
                       "SOE, the paper's FNE", "SOE, FNE (fne-soe: ten crop, post_relu)"]
-    delta = lines[2 + labels.index("MH, FNE minus single layer")].split(" | ")
+    delta = lines[2 + labels.index("MH, FNE minus single layer (fne-mh - last-mh)")].split(" | ")
     assert delta[1] == "+10.5"  # dev rsum
     assert delta[2] == "+3.5" and delta[6] == "+3.5" and delta[10] == "+7.0"  # i2t R@1, t2i R@1, test rsum
     assert "`python -m jointspace_train train --loss MH`" in lines[2 + labels.index("MH, FNE (fne-mh: ten crop, "
                                                                                   "post_relu)")]
+
+
+def test_fne_is_set_against_a_baseline_only_under_the_same_settings():
+    results = {"runs/last-center": run("PH", "l2-last", 240.0, 20.0, crop="center"),
+               "runs/last-ten": run("PH", "l2-last", 244.0, 21.0),
+               "runs/fne-ten": run("PH", "fne", 250.0, 23.0),
+               "runs/fne-ten-lr": run("PH", "fne", 251.0, 23.5, lr=1e-4)}
+    lines = table2(paper_table2(SEEDS), results).splitlines()
+    deltas = [line.split(" | ")[0][2:] for line in lines if "minus" in line]
+    # the centre-crop baseline and the run with another learning rate have no partner
+    assert deltas == ["PH, FNE minus single layer (fne-ten - last-ten)"]
+
+
+def test_a_ce_run_and_its_caption_encoder_are_labelled():
+    results = {"runs/ce-glove": run("CE", "fne", 250.0, 23.0, rnn="lstm", word_init="glove100", word_dim=100)}
+    lines = table2(paper_table2(SEEDS), results).splitlines()
+    ce = [line for line in lines if line.startswith("| CE")]
+    assert len(ce) == 1
+    assert ce[0].startswith("| CE, FNE (ce-glove: ten crop, post_relu, LSTM, glove100 words to 100-d) | 250.0 |")

@@ -100,13 +100,38 @@ def _row(label: str, t: dict, dev: str, command: str) -> str:
     return f"| {label} | {dev} | {cols} | {t['rsum']:.1f} | {command} |"
 
 
+# Settings that do not change what a run learns: a pairing of runs ignores them with the image input.
+NOT_COMPARED = ("image_input", "threads")
+
+
+def _variant(r: dict) -> str:
+    """What sets a run apart beyond its pipeline and input: the crop, the taps, and a caption encoder other than
+    the paper's (LSTM, GloVe words, their size)."""
+    f, s = r["features"], r["settings"]
+    parts = [f"{f['crop']} crop", f["tap_point"]]
+    if s.get("rnn", "gru") != "gru":
+        parts.append(s["rnn"].upper())
+    if s.get("word_init", "random") != "random":
+        parts.append(f"{s['word_init']} words to {s['word_dim']}-d"
+                     + (f", frozen {s['freeze_words']} epochs" if s.get("freeze_words") else ""))
+    return ", ".join(parts)
+
+
+def _same_settings(a: dict, b: dict) -> bool:
+    def key(r):
+        return ({k: v for k, v in r["settings"].items() if k not in NOT_COMPARED}, r["features"]["crop"],
+                r["features"]["tap_point"])
+    return key(a) == key(b)
+
+
 def table2(paper: dict, results: dict) -> str:
-    """Per pipeline: the paper's fc7 and FNE rows, then this project's single-layer baseline (`l2-last`) and
-    FNE runs on the same settings, then FNE minus the baseline on dev and on every test column."""
+    """Per pipeline (the paper's six, then this project's CE): the paper's fc7 and FNE rows, then this project's
+    single-layer baseline (`l2-last`) and FNE runs, then, for every FNE run with a baseline trained under the
+    same settings, FNE minus the baseline on dev and on every test column."""
     head = ("| pipeline, row | dev rsum | i2t R@1 | R@5 | R@10 | medr | t2i R@1 | R@5 | R@10 | medr | test rsum "
             "| command |")
     out = [head, "|" + "---|" * 13]
-    for pipe in PIPELINES:
+    for pipe in (*PIPELINES, "CE"):
         ours = {inp: [(d, r) for d, r in results.items()
                       if r["settings"]["loss"] == pipe and r["features"]["input"] == inp]
                 for inp in ("l2-last", "fne")}
@@ -114,15 +139,17 @@ def table2(paper: dict, results: dict) -> str:
             if (paper_key, pipe) in paper:
                 out.append(_row(f"{pipe}, the paper's {paper_key}", paper[(paper_key, pipe)], "", ""))
             for d, r in ours[inp]:
-                f = r["features"]
-                label = f"{pipe}, {name} ({Path(d).name}: {f['crop']} crop, {f['tap_point']})"
+                label = f"{pipe}, {name} ({Path(d).name}: {_variant(r)})"
                 out.append(_row(label, r["test"], f"{r['dev']['rsum']:.1f}", f"`{r['command']}`"))
-        if ours["l2-last"] and ours["fne"]:
-            (_, base), (_, fne_run) = ours["l2-last"][-1], ours["fne"][-1]
-            delta = {c: fne_run["test"][c] - base["test"][c] for c in (*COLUMNS, "rsum")}
-            dev = fne_run["dev"]["rsum"] - base["dev"]["rsum"]
-            cols = " | ".join(f"{delta[c]:+g}" if "medr" in c else f"{delta[c]:+.1f}" for c in COLUMNS)
-            out.append(f"| {pipe}, FNE minus single layer | {dev:+.1f} | {cols} | {delta['rsum']:+.1f} | |")
+        for d_fne, fne_run in ours["fne"]:
+            for d_base, base in ours["l2-last"]:
+                if not _same_settings(fne_run, base):
+                    continue
+                delta = {c: fne_run["test"][c] - base["test"][c] for c in (*COLUMNS, "rsum")}
+                dev = fne_run["dev"]["rsum"] - base["dev"]["rsum"]
+                cols = " | ".join(f"{delta[c]:+g}" if "medr" in c else f"{delta[c]:+.1f}" for c in COLUMNS)
+                out.append(f"| {pipe}, FNE minus single layer ({Path(d_fne).name} - {Path(d_base).name}) "
+                           f"| {dev:+.1f} | {cols} | {delta['rsum']:+.1f} | |")
     return "\n".join(out)
 
 
