@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The paper's Table 2 on Flickr8k: its six pipelines, each on FNE and on the single-layer baseline (the last
+# conv layer's L2-normalised mean; no fc7 exists in any registry), on the ten crops, with the paper's Table 1
+# settings (../shared/SEEDS.md) adapted as this project's runs are (bfloat16 steps, dropout 0.3 on the image
+# input and on the words, a moving average 0.997, patience 10) and its epoch caps (200; MH 400).
+#
+# Two lanes run side by side, one thread each: FNE in one, the baseline in the other, so each pair shares the
+# machine alike. Every run resumes from its checkpoint and a finished one (result.json) is skipped, so the
+# script can be stopped and started again. It needs the ten crops' features (`features --crop ten
+# --extract-device cpu-bf16`, which it would otherwise start itself, one lane at a time) and prints the
+# comparison at the end (`report --table2`).
+#
+#   scripts/table2.sh [PIPELINE ...]     # default: MH PH SH SOE POE MOE, in that order
+#
+# Environment: TABLE2_RUNS (where the runs go; ~/.cache/jointspace/runs/table2), TABLE2_EXTRACT (the
+# features' --extract-device; cpu-bf16), TABLE2_EPOCHS (a lower cap for every run, to see a table sooner),
+# SEEDS (the seeds file; ../shared/SEEDS.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=train
+runs=${TABLE2_RUNS:-$HOME/.cache/jointspace/runs/table2}
+extract=${TABLE2_EXTRACT:-cpu-bf16}
+mkdir -p "$runs"
+pipelines=("$@")
+[ ${#pipelines[@]} -gt 0 ] || pipelines=(MH PH SH SOE POE MOE)
+
+# The paper's Table 1, Flickr8k column: joint dim, word dim, learning rate, epoch cap (margins and |.| follow
+# the loss: 0.2 cosine, 0.05 and |.| order). POE is SOE's best model, then the max loss at 1e-4.
+settings() {
+  case $1 in
+    SH) echo "--joint-dim 1536 --word-dim 1024 --lr 2e-4 --epochs 200" ;;
+    MH) echo "--joint-dim 1024 --word-dim 1024 --lr 2e-4 --epochs 400" ;;
+    SOE) echo "--joint-dim 1024 --word-dim 1024 --lr 1e-3 --epochs 200" ;;
+    MOE) echo "--joint-dim 1536 --word-dim 1536 --lr 1e-3 --epochs 200" ;;
+    PH) echo "--joint-dim 1536 --word-dim 1024 --lr 2e-4 --epochs 200" ;;
+    POE) echo "--joint-dim 1024 --word-dim 1024 --lr 1e-4 --epochs 200" ;;
+    *) echo "unknown pipeline $1 (SH MH SOE MOE PH POE)" >&2; exit 2 ;;
+  esac
+}
+
+for p in "${pipelines[@]}"; do settings "$p" >/dev/null; done  # an unknown name stops here, before any run
+
+common="--crop ten --extract-device $extract --tap-point post_relu --bf16 --patience 10 --input-dropout 0.3
+  --word-dropout 0.3 --ema 0.997 --no-raw-eval --threads 1 --ort-threads 1"
+
+lane() {  # lane INPUT PREFIX: every pipeline in order on one input
+  local input=$1 prefix=$2 p dir extra
+  for p in "${pipelines[@]}"; do
+    dir="$runs/$prefix-ten-${p,,}"
+    [ -f "$dir/result.json" ] && continue
+    extra=""
+    if [ "$p" = POE ]; then
+      [ -f "$runs/$prefix-ten-soe/result.json" ] || { echo "$dir: waits for $prefix-ten-soe" >&2; continue; }
+      extra="--init-from $runs/$prefix-ten-soe"
+    fi
+    # shellcheck disable=SC2046,SC2086
+    set -- $(settings "$p")
+    if [ -n "${TABLE2_EPOCHS:-}" ]; then set -- "${@:1:$(($# - 1))}" "$TABLE2_EPOCHS"; fi
+    mkdir -p "$dir"
+    # shellcheck disable=SC2086
+    .venv/bin/python -m jointspace_train train --loss "$p" --input "$input" $common "$@" $extra \
+      --run-dir "$dir" >>"$dir/stdout.log" 2>&1 || echo "$dir: failed (see $dir/stdout.log)" >&2
+  done
+}
+
+.venv/bin/python -m jointspace_train features --crop ten --extract-device "$extract"
+lane fne fne &
+lane l2-last last &
+wait
+finished=$(ls -d "$runs"/*/result.json 2>/dev/null | xargs -r -n1 dirname)
+# shellcheck disable=SC2086
+[ -n "$finished" ] && .venv/bin/python -m jointspace_train report --table2 "${SEEDS:-../shared/SEEDS.md}" $finished
