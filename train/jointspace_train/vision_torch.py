@@ -62,24 +62,23 @@ class VisionNet(nn.Module):
         return torch.cat(chosen, dim=1)
 
 
-def runner(weights: VggWeights, tap_point: str, device: str = "cuda", bf16: bool = False):
+def runner(weights: VggWeights, tap_point: str, device: str = "cuda", bf16: bool = False, threads: int = 0):
     """A function taking the graph's input (numpy [N, 3, S, S] float32) to its output (numpy [N, raw_dim]
-    float32), as an ONNX Runtime session's run would, on `device`.
+    float32), as an ONNX Runtime session's run would, on `device` (`threads`: PyTorch's CPU threads, 0 its own).
 
     `bf16` runs the convolutions in bfloat16 (channels-last, where oneDNN uses AMX on a CPU that has it: about
     3x float32 on one core); the spatial means come back as float32 but carry bfloat16's rounding, so such
     features are cached apart from the exact ones (`features.extract`'s tag)."""
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    net = VisionNet(weights, tap_point).to(device).eval()
-    if bf16:
-        net = net.to(memory_format=torch.channels_last)
+    if threads and torch.device(device).type == "cpu":
+        torch.set_num_threads(threads)
+    layout = torch.channels_last if bf16 else torch.contiguous_format
+    net = VisionNet(weights, tap_point).to(device, memory_format=layout).eval()
 
     def run(x: np.ndarray) -> np.ndarray:
-        t = torch.from_numpy(x).to(device)
-        if not bf16:
+        t = torch.from_numpy(x).to(device, memory_format=layout)
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             return net(t).float().cpu().numpy()
-        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
-            return net(t.to(memory_format=torch.channels_last)).float().cpu().numpy()
 
     return run

@@ -32,11 +32,7 @@ def dataset_features(source: VisionWeights, extraction: Extraction, weights, cro
             raise SystemExit(f"--extract-device {extraction.device}: only VGG16 has a PyTorch twin; use 'ort'")
         device, bf16 = extraction.device.removesuffix("-bf16"), extraction.device.endswith("-bf16")
         tag = "bf16" if bf16 else ""
-        if device == "cpu" and extraction.ort_threads:
-            import torch
-
-            torch.set_num_threads(extraction.ort_threads)
-        run = vision_torch.runner(weights, "both", device, bf16=bf16)
+        run = vision_torch.runner(weights, "both", device, bf16=bf16, threads=extraction.ort_threads)
     f = features.extract(graph, v, Path(extraction.data) / "images", names, crop, cache=source.cache,
                          batch_images=extraction.batch_images, threads=extraction.ort_threads, run=run,
                          prep_workers=extraction.prep_workers, tag=tag)
