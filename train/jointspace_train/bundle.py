@@ -67,6 +67,8 @@ def finish(directory: str | Path, manifest: dict) -> dict:
              manifest["text"]["onnx"], manifest["text"]["tokenizer"]]
     if "hubness" in manifest:
         named.append(manifest["hubness"]["bank"])
+        if "annotation" in manifest["hubness"]:
+            named.append(manifest["hubness"]["annotation"]["bank"])
     manifest["files"] = {n: sha256_file(directory / n) for n in named}
     (directory / "bundle.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
@@ -81,6 +83,8 @@ class Bundle:
     projection: np.ndarray  # [joint_dim, fne_dim] float32
     bias: np.ndarray | None = None  # [joint_dim] float32: added to W . code before normalisation, if present
     hubness: np.ndarray | None = None  # the search-offset bank, float32 [captions, joint_dim], if the bundle has one
+    # the annotation side's bank (hubness.annotation), float32 [images, joint_dim], if the bundle has one
+    hubness_images: np.ndarray | None = None
 
     @property
     def vision(self) -> dict:
@@ -150,7 +154,8 @@ def read(directory: str | Path) -> Bundle:
         raise BundleError(f"{mf}: projection.abs is for order embeddings; a euclidean bundle's vectors are used "
                           "as they are")
     return Bundle(directory, m, stats["mean"], stats["std"], w.astype(np.float32),
-                  bias=None if bias is None else bias.astype(np.float32), hubness=_hubness(directory, m))
+                  bias=None if bias is None else bias.astype(np.float32), hubness=_hubness(directory, m),
+                  hubness_images=_hubness_images(directory, m))
 
 
 def _hubness(directory: Path, m: dict) -> np.ndarray | None:
@@ -170,6 +175,26 @@ def _hubness(directory: Path, m: dict) -> np.ndarray | None:
         raise BundleError(f"{mf}: hubness needs bank, captions, k and alpha ({e!r})") from None
     except ValueError as e:
         raise BundleError(f"{directory / hb['bank']}: {e}") from None
+
+
+def _hubness_images(directory: Path, m: dict) -> np.ndarray | None:
+    """The hubness section's optional `annotation` (the captions' offsets against a bank of training images),
+    checked as `_hubness` checks the captions' bank (which has been checked already)."""
+    an = m.get("hubness", {}).get("annotation")
+    if an is None:
+        return None
+    mf = directory / "bundle.json"
+    if not isinstance(an, dict):
+        raise BundleError(f"{mf}: hubness.annotation must be an object, not {an!r}")
+    if an.get("bank") not in m["files"]:
+        raise BundleError(f"{mf}: hubness.annotation.bank {an.get('bank')!r} has no sha256 in files")
+    try:
+        hubness.annotation(an["images"], an["k"], an["alpha"], "")
+        return hubness.read(directory / an["bank"], an["images"], m["projection"]["joint_dim"])
+    except (KeyError, TypeError) as e:
+        raise BundleError(f"{mf}: hubness.annotation needs bank, images, k and alpha ({e!r})") from None
+    except ValueError as e:
+        raise BundleError(f"{directory / an['bank']}: {e}") from None
 
 
 def _check_prepare(mf: Path, prep) -> None:

@@ -3,8 +3,9 @@
 Its vision graph is VGG16-shaped (13 convs in 5 blocks, 224x224 input) but a few channels wide; its "training
 set" is a handful of generated pictures (tests/fixtures/images, written here too, never dataset photos).
 `parity.json` records what the trainer computes for those images and sentences, so the server can be checked
-against it: identical ternary codes, joint vectors within 1e-5, and each image's hubness offset (the bundle's bank
-is its own captions, k 2, alpha 0.5). `make_order` writes the same network as an order-embedding bundle
+against it: identical ternary codes, joint vectors within 1e-5, each image's hubness offset (the bundle's bank
+is its own captions, k 2, alpha 0.5) and each sentence's annotation offset (its bank of images is its own
+images, k 2, alpha 0.5). `make_order` writes the same network as an order-embedding bundle
 (`similarity: order`, `abs: true`, no bank), whose parity file adds the trainer's order scores S.
 """
 from __future__ import annotations
@@ -106,7 +107,7 @@ def _write(out: Path, name: str, weights, graph, crop_mode: str, paths: list[Pat
            cases: tuple[str, ...], similarity: str = "cosine") -> dict:
     """A fixture bundle of random weights: FNE statistics from the fixture images, a random projection, a random
     GRU text encoder (the same for every fixture of one seed), parity cases; a cosine one also gets a hubness
-    bank of its captions."""
+    bank of its captions and an annotation bank of its images."""
     out.mkdir(parents=True, exist_ok=True)
     vis = vision.vision_section(weights, "post_relu", crop_mode)
     vis["prepare"] = data.PREPARATION  # as a Flickr8k bundle: the parity cases cover the squash
@@ -125,17 +126,55 @@ def _write(out: Path, name: str, weights, graph, crop_mode: str, paths: list[Pat
                  use_abs=use_abs, training={"dataset": "generated fixture pictures", "split": "all",
                                             "loss": "none (random weights)", "crop_mode": crop_mode})
     if similarity == "cosine":
-        add_hubness(out)
+        add_hubness(out, paths)
     return write_parity(out, images_dir, paths, name=name, modes=cases)
 
 
-def add_hubness(out: Path) -> None:
-    """A bank of the fixture's own captions, so that the server's tests cover the search offset."""
+def add_hubness(out: Path, paths: list[Path]) -> None:
+    """A bank of the fixture's own captions, so that the server's tests cover the search offset, and one of its
+    own images (`paths`), so that they cover the annotation offset."""
     p = pipeline.Pipeline(out)
     hubness.write(out / hubness.FILE, p.embed_texts(CAPTIONS))
     m = {k: v for k, v in p.m.items() if k != "files"}
     m["hubness"] = hubness.section(len(CAPTIONS), 2, 0.5, 0, "the fixture's captions, embedded by its text graph")
     bundle.finish(out, m)
+    add_annotation_bank(out, paths)
+
+
+def add_annotation_bank(out: Path, paths: list[Path]) -> dict:
+    """The annotation side of a fixture's hubness section: a bank of the images `paths` (the fixture's own),
+    embedded by the bundle's own files in its crop mode, k 2, alpha 0.5; the other files stay as they are.
+    Returns the manifest."""
+    p = pipeline.Pipeline(out)
+    hubness.write(out / hubness.IMAGES_FILE, p.embed_images(paths)[1])
+    m = {k: v for k, v in p.m.items() if k != "files"}
+    m["hubness"] = {**m["hubness"], "annotation": hubness.annotation(
+        len(paths), 2, 0.5, "the fixture's images, embedded by its own files")}
+    return bundle.finish(out, m)
+
+
+def parity_images(out: Path) -> list[Path]:
+    """The fixture images a bundle's parity.json covers (its `images_dir` and case names, in case order)."""
+    parity = json.loads((Path(out) / "parity.json").read_text())
+    return [Path(parity["images_dir"]) / n for n in dict.fromkeys(c["image"] for c in parity["images"])]
+
+
+def add_annotation(out: Path) -> dict:
+    """Gives a written cosine fixture (a committed one) the annotation side without rewriting anything else: the
+    bank of the images its parity.json covers, the manifest's section, and each parity sentence's "offset"
+    (its vector checked against the bundle first); the other files' bytes and parity figures stay. Run from the
+    repository root, where parity.json's `images_dir` is."""
+    out = Path(out)
+    add_annotation_bank(out, parity_images(out))
+    parity = json.loads((out / "parity.json").read_text())
+    p = pipeline.Pipeline(out)
+    texts = _texts(p, [t["text"] for t in parity["texts"]])
+    for old, new in zip(parity["texts"], texts, strict=True):
+        if old["ids"] != new["ids"] or not np.allclose(old["vector"], new["vector"], atol=1e-6):
+            raise ValueError(f"{out}/parity.json: {old['text']!r} is not what the bundle computes")
+        old["offset"] = new["offset"]
+    (out / "parity.json").write_text(json.dumps(parity, indent=1) + "\n")
+    return parity
 
 
 def make_windowed(src: str | Path, out: str | Path, seed: int = 0,
@@ -157,6 +196,8 @@ def make_windowed(src: str | Path, out: str | Path, seed: int = 0,
     src_parity = json.loads((src / "parity.json").read_text())
     images_dir = Path(src_parity["images_dir"])
     names = sorted({c["image"] for c in src_parity["images"]})
+    if "annotation" in m.get("hubness", {}):  # src's bank of images is its graph's: this graph's instead
+        add_annotation_bank(out, [images_dir / n for n in names])
     p = pipeline.Pipeline(out)
     parity = {"bundle": "fixture-tiny-windowed", "images_dir": str(images_dir),
               "images": _cases(p, [images_dir / n for n in names], ("windowed",)), "texts": [],
@@ -181,6 +222,14 @@ def _cases(p: pipeline.Pipeline, paths: list[Path], modes: tuple[str, ...]) -> l
     return cases
 
 
+def _texts(p: pipeline.Pipeline, sentences: list[str]) -> list[dict]:
+    """Each sentence's token ids, joint vector and annotation offset (0 without a bank of images)."""
+    vecs = p.embed_texts(sentences)
+    return [{"text": s, "ids": tokenizer.encode_batch(p.tok, [s], 16)[0][0].tolist(),
+             "vector": [float(x) for x in vec], "offset": float(off)}
+            for s, vec, off in zip(sentences, vecs, p.caption_offsets(vecs), strict=True)]
+
+
 def write_parity(out: Path, images_dir, paths: list[Path], photos_dir: Path = photos.DEFAULT_DIR,
                  name: str = "fixture-tiny", modes: tuple[str, ...] = ("ten", "center")) -> dict:
     """Expected outputs, computed through the bundle as written (the server's tests compare against these):
@@ -189,8 +238,7 @@ def write_parity(out: Path, images_dir, paths: list[Path], photos_dir: Path = ph
     p = pipeline.Pipeline(out)
     cases = _cases(p, paths, modes)
     real = _cases(p, photos.fetch(photos_dir), modes[:1])
-    texts = [{"text": s, "ids": tokenizer.encode_batch(p.tok, [s], 16)[0][0].tolist(),
-              "vector": [float(x) for x in vec]} for s, vec in zip(SENTENCES, p.embed_texts(SENTENCES))]
+    texts = _texts(p, SENTENCES)
     parity = {"bundle": name, "images_dir": str(Path(images_dir)), "images": cases, "texts": texts,
               "photos": {"source": photos.WHEEL, "dir": str(photos_dir), "cases": real}}
     if p.m["similarity"] == "order":

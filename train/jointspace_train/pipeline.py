@@ -3,7 +3,9 @@
 Images: crops -> vision graph -> mean over crops -> FNE code -> W . code (+ bias) -> unit vector (as it is
 under euclidean similarity).
 Captions: tokenizer.json -> text graph -> the joint vector.
-Search scores: similarity + each image's hubness offset, when the bundle has a bank.
+Scores: similarity + each image's hubness offset, when the bundle has a bank (it moves caption queries' rankings
+of images), + each caption's offset, when it has the annotation side's bank of images (it moves image queries'
+rankings of captions).
 """
 from __future__ import annotations
 
@@ -61,16 +63,27 @@ class Pipeline:
         return np.concatenate(out) if out else np.zeros((0, self.m["projection"]["joint_dim"]), np.float32)
 
     def offsets(self, images: np.ndarray) -> np.ndarray:
-        """Each image's search offset (docs/bundle.md, "Search scores"); zeros without a hubness bank."""
+        """Each image's search offset (docs/bundle.md, "The hubness section"); zeros without a hubness bank."""
         hb = self.m.get("hubness")
         if hb is None:
             return np.zeros(len(images), np.float32)
         return hubness.offsets(images, self.bundle.hubness, hb["k"], hb["alpha"])
 
+    def caption_offsets(self, captions: np.ndarray) -> np.ndarray:
+        """Each caption's annotation offset (the hubness section's `annotation`: the captions' vectors against
+        the bank of training images); zeros without that bank."""
+        an = self.m.get("hubness", {}).get("annotation")
+        if an is None:
+            return np.zeros(len(captions), np.float32)
+        return hubness.offsets(captions, self.bundle.hubness_images, an["k"], an["alpha"])
+
     def scores(self, images: np.ndarray, captions: np.ndarray) -> np.ndarray:
-        """[N_img, N_cap] as the server ranks: the similarity plus each image's offset. Annotation is unchanged
-        by the offset (one image's captions all move by it), so both directions' metrics come from this."""
-        return similarities(images, captions, self.m["similarity"]) + self.offsets(images)[:, None]
+        """[N_img, N_cap] as the server ranks: the similarity plus each image's offset (to every score of its
+        row) plus each caption's offset (to every score of its column). Each direction's ranking moves only by
+        the other side's offset: a caption query's ranking of images (a column) by the images' offsets, an image
+        query's ranking of captions (a row) by the captions'; so both directions' metrics come from this."""
+        return (similarities(images, captions, self.m["similarity"]) + self.offsets(images)[:, None]
+                + self.caption_offsets(captions)[None, :])
 
 
 def similarities(images: np.ndarray, captions: np.ndarray, similarity: str) -> np.ndarray:

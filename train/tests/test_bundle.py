@@ -20,7 +20,9 @@ def test_round_trip(fixture_copy):
     b = bundle.read(fixture_copy)
     m = b.manifest
     assert m["format"] == 1 and set(m["files"]) == {"vision.onnx", "fne.safetensors", "projection.safetensors",
-                                                    "text.onnx", "tokenizer.json", "hubness.safetensors"}
+                                                    "text.onnx", "tokenizer.json", "hubness.safetensors",
+                                                    "hubness-images.safetensors"}
+    assert b.hubness.shape == (6, 16) and b.hubness_images.shape == (8, 16)
     assert b.fne_mean.shape == (m["fne"]["dim"],) and b.projection.shape == (16, m["fne"]["dim"])
     # rewriting the manifest from the same files gives the same checksums
     again = bundle.finish(fixture_copy, {k: v for k, v in m.items() if k != "files"})

@@ -94,6 +94,56 @@ def test_a_hubness_bank_is_recorded_with_the_metrics_the_images_give_through_the
         main(common + ["hubness"] + weights + ["--captions", "30", "--k", "31", "--alpha", "0.5", str(out)])
 
 
+def test_the_annotation_side_banks_every_training_image_and_a_plain_run_drops_it(tmp_path, capsys):
+    from jointspace_train import data as data_mod
+    from jointspace_train import pipeline
+
+    data = tmp_path / "flickr"
+    tiny_dataset(data)
+    torchvision_state_dict(tmp_path / "vgg.pth")
+    out = tmp_path / "bundle"
+    common = ["--cache", str(tmp_path / "cache")]
+    weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data)]
+    main(common + ["train"] + weights + ["--loss", "CE", "--joint-dim", "8", "--word-dim", "4", "--batch-size", "4",
+                                         "--epochs", "2", "--threads", "1", "--run-dir", str(tmp_path / "run"),
+                                         "--bundle-out", str(out)])
+    hub = common + ["hubness"] + weights + ["--captions", "30", "--k", "4", "--alpha", "0.5"]
+    main(hub + [str(out)])
+    captions_only = bundle.read(out).manifest["training"]["test_metrics"]
+    capsys.readouterr()
+    main(hub + ["--image-k", "3", "--image-alpha", "2.0", str(out)])
+    printed = json.loads(capsys.readouterr().out)
+    b = bundle.read(out)
+    m = b.manifest
+    an = m["hubness"]["annotation"]
+    assert {k: an[k] for k in ("bank", "images", "k", "alpha")} == \
+        {"bank": "hubness-images.safetensors", "images": 8, "k": 3, "alpha": 2.0}
+    assert an["source"].startswith("the 8 training images of flickr8k") and "hubness-images.safetensors" in m["files"]
+    # the bank is every training image, in the split's order, through the bundle's own files
+    p = pipeline.Pipeline(out)
+    _, vecs = p.embed_images([data / "images" / n for n in data_mod.load_split(data, "train").images])
+    step = np.abs(vecs).max(axis=1, keepdims=True) / 127
+    assert np.all(np.abs(b.hubness_images - vecs) <= step / 2 + 1e-5)
+    t = m["training"]
+    assert t["test_metrics"] == reference_eval(out, data, "test") == printed["test"]["hubness"]
+    assert m["hubness"]["dev_metrics"] == reference_eval(out, data, "dev")
+    # the captions' offsets move annotation only: search's figures are those of the captions' bank alone
+    assert {k: v for k, v in t["test_metrics"].items() if k.startswith("t2i")} == \
+        {k: v for k, v in captions_only.items() if k.startswith("t2i")}
+    assert t["test_metrics"] != captions_only, "and they do move it (alpha 2 on eight images)"
+    with pytest.raises(SystemExit, match="--image-k and --image-alpha go together"):
+        main(hub + ["--image-k", "3", str(out)])
+    with pytest.raises(SystemExit, match="k=9 must be between 1 and the bank's 8 images"):
+        main(hub + ["--image-k", "9", "--image-alpha", "0.5", str(out)])
+    assert bundle.read(out).manifest["hubness"]["annotation"] == an, "a refused run leaves the bundle as it was"
+    # without the image options, the annotation side is gone: section, files entry and file
+    main(hub + [str(out)])
+    m = bundle.read(out).manifest
+    assert "annotation" not in m["hubness"] and "hubness-images.safetensors" not in m["files"]
+    assert not (out / "hubness-images.safetensors").exists()
+    assert m["training"]["test_metrics"] == captions_only == reference_eval(out, data, "test")
+
+
 def test_ten_crop_features_keep_each_crop_and_train_with_crop_augmentation(tmp_path):
     data = tmp_path / "flickr"
     tiny_dataset(data)
