@@ -1,12 +1,13 @@
-//! After step 5, for search only: each image's hubness offset (docs/bundle.md, "The hubness section"). Some
-//! images come out near the top for many captions that are not theirs (hubs); a caption query scores an image
-//! by cosine + offset, with offset = -alpha x the mean of the image's k highest cosines to a bank of training
-//! captions. It depends on the image alone, so it is computed once, where the image's vector is, and stored.
+//! After step 5, for search only: the hubness offsets (docs/bundle.md, "The hubness section"). Some images come
+//! out near the top for many captions that are not theirs (hubs); a caption query scores an image by cosine +
+//! offset, with offset = -alpha x the mean of the image's k highest cosines to a bank of training captions.
+//! The annotation side is the mirror: a caption's offset against a bank of training images, for image queries.
+//! An offset depends on its point alone, so it is computed once, where the point's vector is, and stored.
 
 use ndarray::{Array2, ArrayView1, ArrayView2};
 
 pub struct Hubness {
-    /// `[captions, joint]` row-major, as the bundle stores it: int8 keeps the bank at a quarter of float32's
+    /// `[rows, joint]` row-major, as the bundle stores it: int8 keeps the bank at a quarter of float32's
     /// memory, and reading it is what the product costs.
     bank: Vec<i8>,
     /// Row r of the bank is `bank[r] * scales[r]`.
@@ -20,7 +21,7 @@ impl std::fmt::Debug for Hubness {
     // Not the 10 million numbers of a bank.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hubness")
-            .field("captions", &self.captions())
+            .field("rows", &self.rows())
             .field("joint", &self.joint)
             .field("k", &self.k)
             .field("alpha", &self.alpha)
@@ -37,8 +38,8 @@ const PRODUCT_FROM: usize = 6;
 const BLOCK_ROWS: usize = 512;
 
 impl Hubness {
-    /// From the bundle's int8 rows (`[captions, joint]`, row-major) and their scales; the bundle checked
-    /// `1 <= k <= captions` and the shapes.
+    /// From the bundle's int8 rows (`[rows, joint]`, row-major) and their scales; the bundle checked
+    /// `1 <= k <= rows` and the shapes.
     pub fn from_int8(
         vectors: &[i8],
         scales: &[f32],
@@ -46,13 +47,9 @@ impl Hubness {
         k: usize,
         alpha: f32,
     ) -> Hubness {
-        let captions = scales.len();
-        assert_eq!(
-            vectors.len(),
-            captions * joint,
-            "bank must be [captions, joint]"
-        );
-        assert!((1..=captions).contains(&k), "k must be in 1..=captions");
+        let rows = scales.len();
+        assert_eq!(vectors.len(), rows * joint, "bank must be [rows, joint]");
+        assert!((1..=rows).contains(&k), "k must be in 1..=rows");
         Hubness {
             bank: vectors.to_vec(),
             scales: scales.to_vec(),
@@ -66,7 +63,8 @@ impl Hubness {
         self.joint
     }
 
-    pub fn captions(&self) -> usize {
+    /// Training captions (or images, on the annotation side) in the bank.
+    pub fn rows(&self) -> usize {
         self.scales.len()
     }
 
@@ -78,7 +76,7 @@ impl Hubness {
         self.alpha
     }
 
-    /// The bank as float32, `[captions, joint]` row-major (what a dense product would hold; the benches
+    /// The bank as float32, `[rows, joint]` row-major (what a dense product would hold; the benches
     /// compare against one).
     pub fn dequantized(&self) -> Vec<f32> {
         self.bank
@@ -97,12 +95,12 @@ impl Hubness {
     }
 
     fn offsets_in_blocks(&self, vectors: &[&[f32]], block: usize) -> Vec<f32> {
-        let captions = self.captions();
+        let rows = self.rows();
         for v in vectors {
             assert_eq!(v.len(), self.joint, "vector of the wrong size");
         }
-        // sims[j * captions + r]: image j's cosine to bank caption r.
-        let mut sims = vec![0f32; vectors.len() * captions];
+        // sims[j * rows + r]: vector j's cosine to bank row r.
+        let mut sims = vec![0f32; vectors.len() * rows];
         if vectors.len() < PRODUCT_FROM {
             let mut row = vec![0f32; self.joint];
             for (r, (q, &scale)) in self
@@ -115,7 +113,7 @@ impl Hubness {
                     *x = f32::from(b);
                 }
                 for (j, v) in vectors.iter().enumerate() {
-                    sims[j * captions + r] = scale * dot(&row, v);
+                    sims[j * rows + r] = scale * dot(&row, v);
                 }
             }
         } else {
@@ -123,15 +121,15 @@ impl Hubness {
             for (j, v) in vectors.iter().enumerate() {
                 x.column_mut(j).assign(&ArrayView1::from(*v));
             }
-            let mut buf = vec![0f32; block.min(captions) * self.joint];
+            let mut buf = vec![0f32; block.min(rows) * self.joint];
             for (b, (q, scales)) in self
                 .bank
                 .chunks(block * self.joint)
                 .zip(self.scales.chunks(block))
                 .enumerate()
             {
-                let rows = scales.len();
-                let w = &mut buf[..rows * self.joint];
+                let in_block = scales.len();
+                let w = &mut buf[..in_block * self.joint];
                 for ((out, q), &s) in w
                     .chunks_exact_mut(self.joint)
                     .zip(q.chunks_exact(self.joint))
@@ -141,20 +139,20 @@ impl Hubness {
                         *x = f32::from(b) * s;
                     }
                 }
-                let part = ArrayView2::from_shape((rows, self.joint), &*w)
+                let part = ArrayView2::from_shape((in_block, self.joint), &*w)
                     .expect("block shape")
                     .dot(&x);
                 for ((i, j), &s) in part.indexed_iter() {
-                    sims[j * captions + b * block + i] = s;
+                    sims[j * rows + b * block + i] = s;
                 }
             }
         }
-        sims.chunks_exact_mut(captions)
+        sims.chunks_exact_mut(rows)
             .map(|c| self.offset_of(c))
             .collect()
     }
 
-    /// `-alpha * mean(top k)` of one image's bank cosines (reordered in place).
+    /// `-alpha * mean(top k)` of one point's bank cosines (reordered in place).
     pub fn offset_of(&self, sims: &mut [f32]) -> f32 {
         let n = sims.len();
         sims.select_nth_unstable_by(n - self.k, |a, b| a.total_cmp(b));

@@ -341,6 +341,26 @@ impl Pipeline {
         Ok(self.text.embed(ids).await?)
     }
 
+    /// The search offsets of captions to store (docs/bundle.md, "The annotation side"), from their joint
+    /// vectors, on the blocking pool; all 0 without an annotation bank. The vectors go there and come back
+    /// rather than being copied.
+    pub async fn caption_offsets(
+        &self,
+        vectors: Vec<Vec<f32>>,
+    ) -> Result<(Vec<Vec<f32>>, Vec<f32>), EmbedError> {
+        if self.bundle.annotation_hubness.is_none() {
+            let zeros = vec![0.0; vectors.len()];
+            return Ok((vectors, zeros));
+        }
+        let bundle = self.bundle.clone();
+        blocking(move || {
+            let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+            let offsets = hubness::offsets(bundle.annotation_hubness.as_ref(), &refs);
+            (vectors, offsets)
+        })
+        .await
+    }
+
     pub async fn embed_text(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         let mut v = self
             .embed_texts(&[text.to_string()])

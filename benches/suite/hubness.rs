@@ -78,7 +78,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
     let vectors: Vec<Vec<f32>> = codes.iter().map(|c| proj.project(c)).collect();
     let project_us = t.elapsed().as_secs_f64() * 1e6 / o.images as f64;
 
-    let bank = Array2::from_shape_vec((hub.captions(), hub.joint_dim()), hub.dequantized())?;
+    let bank = Array2::from_shape_vec((hub.rows(), hub.joint_dim()), hub.dequantized())?;
     let mut rows = Vec::new();
     for &b in &o.batches {
         ensure!(b >= 1, "--batches: sizes from 1");
@@ -133,7 +133,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
         }));
     }
     Ok(json!({
-        "bank": source, "captions": hub.captions(), "joint": hub.joint_dim(), "k": hub.k(), "fne_dim": dim,
+        "bank": source, "captions": hub.rows(), "joint": hub.joint_dim(), "k": hub.k(), "fne_dim": dim,
         "images": o.images,
         "projection_us_per_image": round(project_us, 1),
         "offsets": rows,

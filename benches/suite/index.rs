@@ -85,7 +85,9 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
                 let v = store
                     .vectors(c.id, jointspace::store::Modality::Images)
                     .await?;
-                let offsets = store.image_offsets(c.id).await?;
+                let offsets = store
+                    .offsets(c.id, jointspace::store::Modality::Images)
+                    .await?;
                 anyhow::Ok((v, c.generation, c.id, offsets))
             })?;
             // The ids a filter admits, 20 times each: as a search finds them, from the metadata held in memory

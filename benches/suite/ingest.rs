@@ -227,7 +227,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         st[6] += t.elapsed().as_secs_f64();
         let t = Instant::now();
         for r in rows {
-            idx.insert(next_id, r.vector, Some(r.offset))?;
+            idx.insert(next_id, r.vector, r.offset)?;
             next_id += 1;
         }
         st[7] += t.elapsed().as_secs_f64();

@@ -8,7 +8,7 @@ use jointspace::{
     bundle::Bundle,
     fne::TernaryCode,
     hubness,
-    store::{NewCaption, NewImage, Provenance, Store},
+    store::{EmbeddedCaption, NewCaption, NewImage, Provenance, Store},
 };
 use serde_json::{Value, json};
 
@@ -94,11 +94,20 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                 })
                 .collect();
             store.insert_images(c.id, &rows, prov.clone()).await?;
+            let cap_vectors: Vec<Vec<f32>> = (start..(start + 1000).min(n))
+                .map(|i| caps.sample(i))
+                .collect();
+            let refs: Vec<&[f32]> = cap_vectors.iter().map(Vec::as_slice).collect();
+            let cap_offsets = hubness::offsets(b.annotation_hubness.as_ref(), &refs);
             let cap_rows: Vec<NewCaption> = (start..(start + 1000).min(n))
-                .map(|i| NewCaption {
+                .zip(cap_vectors.into_iter().zip(cap_offsets))
+                .map(|(i, (vector, offset))| NewCaption {
                     image_id: None,
-                    text: format!("synthetic caption {i}"),
-                    vector: caps.sample(i),
+                    caption: EmbeddedCaption {
+                        text: format!("synthetic caption {i}"),
+                        vector,
+                        offset,
+                    },
                 })
                 .collect();
             store.insert_captions(c.id, &cap_rows, &b.id).await?;

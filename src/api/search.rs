@@ -126,7 +126,10 @@ pub struct ImageResults {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CaptionResult {
-    /// What the results are ordered by, higher first; for captions always equal to `similarity`.
+    /// What the results are ordered by, higher first: `similarity`, except for an image query under a
+    /// bundle with an annotation bank (docs/bundle.md, "The annotation side"), where it is `similarity` plus
+    /// the caption's offset (<= 0 for a caption close to many training images, which demotes sentences that
+    /// match many photos loosely); comparable within one bundle only.
     pub score: f32,
     /// The bundle's similarity of query and caption (cosine, order score or negative squared distance).
     pub similarity: f32,

@@ -6,6 +6,7 @@ use std::{fs, path::Path};
 use sha2::{Digest, Sha256};
 
 use super::{BundleError, FORMAT, Manifest, Similarity};
+use crate::hubness::Hubness;
 
 pub(super) struct Checker<'a> {
     pub dir: &'a Path,
@@ -88,6 +89,20 @@ impl Checker<'_> {
                     h.alpha
                 ));
             }
+            if let Some(a) = &h.annotation {
+                if a.k == 0 || a.k > a.images {
+                    return bad(format!(
+                        "hubness.annotation.k {} must be in 1..=hubness.annotation.images ({})",
+                        a.k, a.images
+                    ));
+                }
+                if !(a.alpha.is_finite() && a.alpha >= 0.0) {
+                    return bad(format!(
+                        "hubness.annotation.alpha {} must be a finite number >= 0",
+                        a.alpha
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -154,6 +169,25 @@ impl Checker<'_> {
     ) -> Result<safetensors::SafeTensors<'d>, BundleError> {
         safetensors::SafeTensors::deserialize(data)
             .map_err(|e| self.invalid(file, format!("not a safetensors file: {e}")))
+    }
+
+    /// A hubness bank: int8 "vectors" `[rows, joint]` and finite float32 "scales" `[rows]`.
+    pub(super) fn bank(
+        &self,
+        file: &str,
+        rows: usize,
+        joint: usize,
+        k: usize,
+        alpha: f32,
+    ) -> Result<Hubness, BundleError> {
+        let data = self.read(file)?;
+        let st = self.safetensors(file, &data)?;
+        let vectors = self.int8_tensor(file, &st, "vectors", &[rows, joint])?;
+        let scales = self.tensor(file, &st, "scales", &[rows])?;
+        if scales.iter().any(|s| !s.is_finite()) {
+            return Err(self.invalid(file, "tensor \"scales\" has a non-finite value"));
+        }
+        Ok(Hubness::from_int8(&vectors, &scales, joint, k, alpha))
     }
 
     /// Reads an int8 tensor of exactly `shape`.

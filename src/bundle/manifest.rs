@@ -29,6 +29,19 @@ pub struct HubnessSpec {
     pub captions: usize,
     pub k: usize,
     pub alpha: f32,
+    /// The mirror image: a search-score offset per caption, for image queries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotation: Option<AnnotationBankSpec>,
+}
+
+/// A bank of training images' joint vectors (docs/bundle.md, "The annotation side").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AnnotationBankSpec {
+    /// Tensors "vectors" int8 `[images, joint_dim]` and "scales" float32 `[images]`.
+    pub bank: String,
+    pub images: usize,
+    pub k: usize,
+    pub alpha: f32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

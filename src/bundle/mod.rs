@@ -11,11 +11,11 @@ mod manifest;
 
 use sha2::{Digest, Sha256};
 
-use crate::hubness::Hubness;
+use crate::{hubness::Hubness, modality::Modality};
 use check::Checker;
 pub use manifest::{
-    ColorOrder, CropMode, FneSpec, HubnessSpec, Manifest, Prepare, PrepareFilter, ProjectionSpec,
-    Similarity, Tap, TextSpec, VisionSpec,
+    AnnotationBankSpec, ColorOrder, CropMode, FneSpec, HubnessSpec, Manifest, Prepare,
+    PrepareFilter, ProjectionSpec, Similarity, Tap, TextSpec, VisionSpec,
 };
 
 /// The only `format` this server reads.
@@ -78,12 +78,23 @@ pub struct Bundle {
     pub projection: Vec<f32>,
     /// The affine maps' bias `[joint_dim]` (tensor "bias" beside W), added before any normalisation.
     pub projection_bias: Option<Vec<f32>>,
+    /// Offsets of stored images for caption queries: a bank of training captions.
     pub hubness: Option<Hubness>,
+    /// Offsets of stored captions for image queries: a bank of training images (`hubness.annotation`).
+    pub annotation_hubness: Option<Hubness>,
 }
 
 impl Bundle {
     pub fn path(&self, file: &str) -> PathBuf {
         self.dir.join(file)
+    }
+
+    /// The bank that gives stored points of `target` their search offsets, if the bundle has one.
+    pub fn offsets_bank(&self, target: Modality) -> Option<&Hubness> {
+        match target {
+            Modality::Images => self.hubness.as_ref(),
+            Modality::Captions => self.annotation_hubness.as_ref(),
+        }
     }
 
     /// Reads and verifies a bundle directory.
@@ -109,10 +120,13 @@ impl Bundle {
             &manifest.projection,
             &manifest.text,
         );
-        let bank = manifest.hubness.as_ref().map(|h| &h.bank);
+        let banks = manifest
+            .hubness
+            .iter()
+            .flat_map(|h| std::iter::once(&h.bank).chain(h.annotation.as_ref().map(|a| &a.bank)));
         for file in [&v.onnx, &f.stats, &p.weights, &t.onnx, &t.tokenizer]
             .into_iter()
-            .chain(bank)
+            .chain(banks)
         {
             if !manifest.files.contains_key(file.as_str()) {
                 return Err(
@@ -138,23 +152,15 @@ impl Bundle {
         };
         let hubness = match &manifest.hubness {
             None => None,
-            Some(h) => {
-                let data = check.read(&h.bank)?;
-                let st = check.safetensors(&h.bank, &data)?;
-                let vectors =
-                    check.int8_tensor(&h.bank, &st, "vectors", &[h.captions, p.joint_dim])?;
-                let scales = check.tensor(&h.bank, &st, "scales", &[h.captions])?;
-                if scales.iter().any(|s| !s.is_finite()) {
-                    return Err(check.invalid(&h.bank, "tensor \"scales\" has a non-finite value"));
-                }
-                Some(Hubness::from_int8(
-                    &vectors,
-                    &scales,
-                    p.joint_dim,
-                    h.k,
-                    h.alpha,
-                ))
-            }
+            Some(h) => Some(check.bank(&h.bank, h.captions, p.joint_dim, h.k, h.alpha)?),
+        };
+        let annotation_hubness = match manifest
+            .hubness
+            .as_ref()
+            .and_then(|h| h.annotation.as_ref())
+        {
+            None => None,
+            Some(a) => Some(check.bank(&a.bank, a.images, p.joint_dim, a.k, a.alpha)?),
         };
 
         let id = format!(
@@ -173,6 +179,7 @@ impl Bundle {
             projection,
             projection_bias,
             hubness,
+            annotation_hubness,
         })
     }
 }

@@ -69,8 +69,8 @@ struct Inner {
     graph: Option<Arc<Graph>>,
     /// Every live vector by database id: the exact scores and rebuilds read these.
     live: HashMap<i64, Arc<[f32]>>,
-    /// Search offsets of live images that have one (docs/bundle.md, "The hubness section"): added to the score
-    /// of a caption query (`Score::CosineOffset`), absent means 0.
+    /// Search offsets of live points that have one (docs/bundle.md, "The hubness section"): added to the score
+    /// of a query from the other modality (`Score::CosineOffset`), absent means 0.
     offsets: HashMap<i64, f32>,
     /// Deleted since the graph was built (removed from it, but still holes in it).
     deleted: usize,
@@ -145,10 +145,10 @@ impl VectorIndex {
         }
     }
 
-    /// Adds a point: its vector and, for an image, its search offset (captions have none). An id already
-    /// live is left as it is (a replica may learn of its own write twice: from the request and from the
-    /// change sequence), so a point is never in the graph twice.
-    pub fn insert(&self, id: i64, v: Vec<f32>, offset: Option<f32>) -> Result<(), IndexError> {
+    /// Adds a point: its vector and its search offset (0 without a bank). An id already live is left as it
+    /// is (a replica may learn of its own write twice: from the request and from the change sequence), so a
+    /// point is never in the graph twice.
+    pub fn insert(&self, id: i64, v: Vec<f32>, offset: f32) -> Result<(), IndexError> {
         let mut inner = self.write();
         if inner.live.contains_key(&id) {
             return Ok(());
@@ -159,8 +159,8 @@ impl VectorIndex {
             // No graph means no live point (see `Inner::graph`): this one is the first.
             None => inner.graph = Graph::build(&self.params, &[(id, v.clone())])?,
         }
-        if let Some(o) = offset.filter(|o| *o != 0.0) {
-            inner.offsets.insert(id, o);
+        if offset != 0.0 {
+            inner.offsets.insert(id, offset);
         }
         inner.live.insert(id, v);
         Ok(())

@@ -7,7 +7,8 @@ use crate::{bundle::Similarity, modality::Modality};
 pub enum Score {
     /// Dot product of unit vectors.
     Cosine,
-    /// Cosine plus the stored image's offset: a caption query on images under a bundle with a hubness bank.
+    /// Cosine plus the stored point's offset: a caption query on images under a bundle with a hubness bank,
+    /// an image query on captions under one with an annotation bank.
     CosineOffset,
     /// Order embeddings, `-‖max(0, c - i)‖²`; `query_is_caption` says which side the query is.
     Order { query_is_caption: bool },
@@ -17,12 +18,11 @@ pub enum Score {
 }
 
 impl Score {
-    /// `offsets`: whether the bundle has a hubness bank (only caption queries on images use it).
+    /// `offsets`: whether the bundle gives stored points of `target` offsets (only a query from the other
+    /// modality uses them).
     pub fn new(sim: Similarity, query: Modality, target: Modality, offsets: bool) -> Score {
         match (sim, query, target) {
-            (Similarity::Cosine, Modality::Captions, Modality::Images) if offsets => {
-                Score::CosineOffset
-            }
+            (Similarity::Cosine, q, t) if offsets && q != t => Score::CosineOffset,
             (Similarity::Cosine, _, _) => Score::Cosine,
             (Similarity::Order, Modality::Captions, Modality::Images) => Score::Order {
                 query_is_caption: true,
@@ -87,11 +87,12 @@ mod tests {
     }
 
     #[test]
-    fn only_sentence_queries_on_images_take_the_offset() {
+    fn only_queries_from_the_other_modality_take_the_offset() {
         let with = |q, t| Score::new(Similarity::Cosine, q, t, true).uses_offsets();
         assert!(with(Modality::Captions, Modality::Images));
+        assert!(with(Modality::Images, Modality::Captions));
         assert!(!with(Modality::Images, Modality::Images));
-        assert!(!with(Modality::Images, Modality::Captions));
+        assert!(!with(Modality::Captions, Modality::Captions));
         assert!(
             !Score::new(
                 Similarity::Cosine,

@@ -55,7 +55,7 @@ fn finds_itself_hides_deleted_and_rebuilds() {
             "deleted {id} came back"
         );
     }
-    idx.insert(10_000, data[0].1.clone(), None).expect("insert");
+    idx.insert(10_000, data[0].1.clone(), 0.0).expect("insert");
     assert_eq!(idx.deleted(), 200);
     idx.rebuild().expect("rebuild");
     assert_eq!(idx.deleted(), 0);
@@ -84,7 +84,7 @@ fn grows_past_its_first_capacity_one_insert_at_a_time() {
     let idx = VectorIndex::build(graph_params(), vec![]).expect("build");
     let data = vectors(2_500, 16, 11);
     for (id, v) in &data {
-        idx.insert(*id, v.clone(), None).expect("insert");
+        idx.insert(*id, v.clone(), 0.0).expect("insert");
     }
     assert_eq!(idx.len(), 2_500);
     for (id, v) in data.iter().step_by(97) {
@@ -287,7 +287,7 @@ fn caption_queries_on_images_add_each_images_offset_through_the_graph_too() {
         assert_eq!(idx.search(&q, Score::Cosine, 0, 1, None)[0].0, 1);
         // A deleted point's offset goes with it; a re-inserted id gets its new one.
         idx.remove(far);
-        idx.insert(far, data[(far - 1) as usize].1.clone(), Some(0.0))
+        idx.insert(far, data[(far - 1) as usize].1.clone(), 0.0)
             .expect("insert");
         assert_ne!(idx.search(&q, Score::CosineOffset, 0, 1, None)[0].0, far);
     }

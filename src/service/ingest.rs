@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     pipeline::ImageUse,
-    store::{ImportMark, NewCaption, NewImage, Provenance, StoreError},
+    store::{EmbeddedCaption, ImportMark, NewCaption, NewImage, Provenance, StoreError},
 };
 
 pub struct ImageInput {
@@ -107,7 +107,8 @@ impl Service {
             })
             .unzip();
         let embeddings = self.embed_images(bytes, ImageUse::Store).await?;
-        let mut text_vecs = self.embed_tokens(tokens).await?.into_iter();
+        let text_vecs = self.embed_tokens(tokens).await?;
+        let mut text_vecs = self.with_caption_offsets(text_vecs).await?.into_iter();
         let rows: Vec<NewImage> = embeddings
             .into_iter()
             .zip(rest)
@@ -123,7 +124,14 @@ impl Service {
                 content_hash: Some(hash),
                 captions: captions
                     .into_iter()
-                    .map(|t| (t, text_vecs.next().unwrap_or_default()))
+                    .map(|text| {
+                        let (vector, offset) = text_vecs.next().unwrap_or_default();
+                        EmbeddedCaption {
+                            text,
+                            vector,
+                            offset,
+                        }
+                    })
                     .collect(),
             })
             .collect();
@@ -171,9 +179,9 @@ impl Service {
                 .map(|(row, (id, _))| (*id, row.metadata.clone())),
         );
         for (row, (id, cap_ids)) in rows.into_iter().zip(ids) {
-            idx.images.insert(*id, row.vector, Some(row.offset))?;
-            for ((_, v), cid) in row.captions.into_iter().zip(cap_ids) {
-                idx.captions.insert(*cid, v, None)?;
+            idx.images.insert(*id, row.vector, row.offset)?;
+            for (caption, cid) in row.captions.into_iter().zip(cap_ids) {
+                idx.captions.insert(*cid, caption.vector, caption.offset)?;
             }
         }
         self.update_gauges();
@@ -192,14 +200,18 @@ impl Service {
         self.check_caption_count(caps.len())?;
         let (image_ids, texts): (Vec<Option<i64>>, Vec<String>) = caps.into_iter().unzip();
         let vecs = self.embed_texts(&texts).await?;
+        let vecs = self.with_caption_offsets(vecs).await?;
         let rows: Vec<NewCaption> = image_ids
             .into_iter()
             .zip(texts)
             .zip(vecs)
-            .map(|((image_id, text), vector)| NewCaption {
+            .map(|((image_id, text), (vector, offset))| NewCaption {
                 image_id,
-                text,
-                vector,
+                caption: EmbeddedCaption {
+                    text,
+                    vector,
+                    offset,
+                },
             })
             .collect();
         let ids = self
@@ -208,7 +220,8 @@ impl Service {
             .await?;
         let idx = self.indexes_of(c.id)?;
         for (row, id) in rows.into_iter().zip(&ids) {
-            idx.captions.insert(*id, row.vector, None)?;
+            idx.captions
+                .insert(*id, row.caption.vector, row.caption.offset)?;
         }
         self.update_gauges();
         Ok(ids)

@@ -181,9 +181,9 @@ impl Service {
             .await
             .map_err(|e| ServiceError::Unavailable(format!("index build failed: {e}")))??;
             self.metrics.index_loaded(source);
-            if m == Modality::Images {
-                // Read after the vectors: every image built above has its row (or was deleted since).
-                idx.set_offsets(self.store.image_offsets(c.id).await?);
+            if self.pipeline.bundle.offsets_bank(m).is_some() {
+                // Read after the vectors: every point built above has its row (or was deleted since).
+                idx.set_offsets(self.store.offsets(c.id, m).await?);
             }
             out.push(Arc::new(idx));
         }
@@ -287,6 +287,17 @@ impl Service {
             .map_err(|(i, e)| ServiceError::embed((texts.len() > 1).then_some(i), e));
         self.metrics.observe_embed("text", texts.len(), t.elapsed());
         r
+    }
+
+    /// The joint vectors of sentences to store, each with its search offset (docs/bundle.md, "The annotation
+    /// side"; 0 without an annotation bank).
+    async fn with_caption_offsets(&self, vectors: Vec<Vec<f32>>) -> Result<Vec<(Vec<f32>, f32)>> {
+        let (vectors, offsets) = self
+            .pipeline
+            .caption_offsets(vectors)
+            .await
+            .map_err(|e| ServiceError::embed(None, e))?;
+        Ok(vectors.into_iter().zip(offsets).collect())
     }
 
     /// Sentences already tokenised (by `Pipeline::tokenize`, which reported bad input), embedded and timed.

@@ -118,11 +118,7 @@ impl Service {
                 .into_iter()
                 .zip(vectors)
                 .zip(offsets)
-                .map(|((id, vector), offset)| StoredVector {
-                    id,
-                    vector,
-                    offset: Some(offset),
-                })
+                .map(|((id, vector), offset)| StoredVector { id, vector, offset })
                 .collect();
             self.store
                 .stage_vectors(Modality::Images, &staged, &b.id)
@@ -145,12 +141,8 @@ impl Service {
             let vecs = self.embed_texts(&texts).await?;
             let staged: Vec<StoredVector> = ids
                 .into_iter()
-                .zip(vecs)
-                .map(|(id, vector)| StoredVector {
-                    id,
-                    vector,
-                    offset: None,
-                })
+                .zip(self.with_caption_offsets(vecs).await?)
+                .map(|(id, (vector, offset))| StoredVector { id, vector, offset })
                 .collect();
             self.store
                 .stage_vectors(Modality::Captions, &staged, &bundle_id)

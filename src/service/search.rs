@@ -76,7 +76,7 @@ pub struct Hits<H> {
 }
 
 /// `score` orders the results; `similarity` is the bundle's similarity alone: the same, except for a
-/// sentence query on images under a hubness bank, where `score` adds the image's offset.
+/// query from the other modality on points with hubness offsets, where `score` adds the point's offset.
 pub struct ImageHit {
     pub score: f32,
     pub similarity: f32,
@@ -154,7 +154,7 @@ impl Service {
             self.pipeline.similarity(),
             qm,
             target,
-            self.pipeline.bundle.hubness.is_some(),
+            self.pipeline.bundle.offsets_bank(target).is_some(),
         )
     }
 

@@ -15,8 +15,8 @@ use super::{CollectionName, Result, Service, ServiceError};
 use crate::{
     fne::TernaryCode,
     store::{
-        CollectionRow, ExportedImage, ImportMark, NewCaption, NewImage, Provenance, ReadSnapshot,
-        Store,
+        CollectionRow, EmbeddedCaption, ExportedImage, ImportMark, NewCaption, NewImage,
+        Provenance, ReadSnapshot, Store,
     },
 };
 
@@ -246,7 +246,7 @@ impl Service {
             );
         }
         let texts: Vec<String> = images.iter().flat_map(|i| i.captions.clone()).collect();
-        let mut text_vecs = self.embed_texts_if_any(&texts).await?.into_iter();
+        let mut text_vecs = self.embed_captions(&texts).await?.into_iter();
         let (vectors, offsets) = self
             .pipeline
             .project_codes(codes.clone())
@@ -268,7 +268,14 @@ impl Service {
                 captions: img
                     .captions
                     .into_iter()
-                    .map(|t| (t, text_vecs.next().unwrap_or_default()))
+                    .map(|text| {
+                        let (vector, offset) = text_vecs.next().unwrap_or_default();
+                        EmbeddedCaption {
+                            text,
+                            vector,
+                            offset,
+                        }
+                    })
                     .collect(),
                 thumbnail,
                 content_hash: img.content_hash,
@@ -294,14 +301,17 @@ impl Service {
         mark: &ImportMark,
     ) -> Result<Vec<i64>> {
         let c = self.collection_ref(collection).await?;
-        let vecs = self.embed_texts_if_any(&texts).await?;
+        let vecs = self.embed_captions(&texts).await?;
         let rows: Vec<NewCaption> = texts
             .into_iter()
             .zip(vecs)
-            .map(|(text, vector)| NewCaption {
+            .map(|(text, (vector, offset))| NewCaption {
                 image_id: None,
-                text,
-                vector,
+                caption: EmbeddedCaption {
+                    text,
+                    vector,
+                    offset,
+                },
             })
             .collect();
         let ids = self
@@ -310,17 +320,20 @@ impl Service {
             .await?;
         let idx = self.indexes_of(c.id)?;
         for (row, id) in rows.into_iter().zip(&ids) {
-            idx.captions.insert(*id, row.vector, None)?;
+            idx.captions
+                .insert(*id, row.caption.vector, row.caption.offset)?;
         }
         self.update_gauges();
         Ok(ids)
     }
 
-    async fn embed_texts_if_any(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+    /// Sentences to store: their joint vectors and search offsets (none to embed is no call at all).
+    async fn embed_captions(&self, texts: &[String]) -> Result<Vec<(Vec<f32>, f32)>> {
         if texts.is_empty() {
             return Ok(vec![]);
         }
-        self.embed_texts(texts).await
+        let vectors = self.embed_texts(texts).await?;
+        self.with_caption_offsets(vectors).await
     }
 }
 

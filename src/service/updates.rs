@@ -9,7 +9,9 @@ use sha2::{Digest, Sha256};
 use super::{CollectionName, Result, Service, ServiceError, items::hide};
 use crate::{
     pipeline::ImageUse,
-    store::{ImagePatch, ImageRow, NewImage, Photo, Provenance, StoreError, Upsert},
+    store::{
+        EmbeddedCaption, ImagePatch, ImageRow, NewImage, Photo, Provenance, StoreError, Upsert,
+    },
 };
 
 /// The sha256 of a photo's bytes, as stored in `images.content_hash`.
@@ -107,10 +109,16 @@ impl Service {
                 index: Some(i),
                 source: e,
             })?;
-        let captions: Vec<(String, Vec<f32>)> = input
+        let vectors = self.embed_tokens(tokens).await?;
+        let captions: Vec<EmbeddedCaption> = input
             .captions
             .into_iter()
-            .zip(self.embed_tokens(tokens).await?)
+            .zip(self.with_caption_offsets(vectors).await?)
+            .map(|(text, (vector, offset))| EmbeddedCaption {
+                text,
+                vector,
+                offset,
+            })
             .collect();
         let hash = content_hash(&input.bytes);
         let b = &self.pipeline.bundle;
@@ -170,14 +178,14 @@ impl Service {
             }
             idx.attributes.set([(done.id, metadata.clone())]);
             if let (Photo::New(p), true) = (&u.photo, done.created || done.previous_id.is_some()) {
-                idx.images
-                    .insert(done.id, p.vector.clone(), Some(p.offset))?;
+                idx.images.insert(done.id, p.vector.clone(), p.offset)?;
             }
             for cid in &done.removed_captions {
                 hide(&idx.captions, *cid);
             }
             for (cid, i) in &done.added_captions {
-                idx.captions.insert(*cid, captions[*i].1.clone(), None)?;
+                let c = &captions[*i];
+                idx.captions.insert(*cid, c.vector.clone(), c.offset)?;
             }
             self.update_gauges();
             return Ok(UpsertedImage {

@@ -16,10 +16,30 @@ pub struct CaptionRow {
     pub created_at: String,
 }
 
-pub struct NewCaption {
-    pub image_id: Option<i64>,
+/// A sentence with what the server derives from it to store: its joint vector and its search offset
+/// (docs/bundle.md, "The annotation side"; 0 without an annotation bank).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbeddedCaption {
     pub text: String,
     pub vector: Vec<f32>,
+    pub offset: f32,
+}
+
+pub struct NewCaption {
+    pub image_id: Option<i64>,
+    pub caption: EmbeddedCaption,
+}
+
+#[cfg(test)]
+impl EmbeddedCaption {
+    /// A caption without an offset (a bundle without an annotation bank).
+    pub fn plain(text: &str, vector: Vec<f32>) -> EmbeddedCaption {
+        EmbeddedCaption {
+            text: text.into(),
+            vector,
+            offset: 0.0,
+        }
+    }
 }
 
 fn caption_row(r: &AnyRow) -> CaptionRow {
@@ -73,8 +93,7 @@ impl Store {
                     &mut tx,
                     collection_id,
                     c.image_id,
-                    &c.text,
-                    &c.vector,
+                    &c.caption,
                     bundle_id,
                     &now,
                 )
@@ -99,20 +118,20 @@ impl Store {
         tx: &mut Tx<'_>,
         collection_id: i64,
         image_id: Option<i64>,
-        text: &str,
-        vector: &[f32],
+        caption: &EmbeddedCaption,
         bundle_id: &str,
         now: &str,
     ) -> Result<i64, StoreError> {
         sqlx::query_scalar(
-            "INSERT INTO captions (collection_id, image_id, text, vector, bundle_id, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+            "INSERT INTO captions (collection_id, image_id, text, vector, bundle_id, created_at, hub_offset) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
         )
         .bind(collection_id)
         .bind(image_id)
-        .bind(text)
-        .bind(vector_to_blob(vector))
+        .bind(&caption.text)
+        .bind(vector_to_blob(&caption.vector))
         .bind(bundle_id)
         .bind(now)
+        .bind(f64::from(caption.offset))
         .fetch_one(&mut **tx)
         .await
         .map_err(|e| conflict_or(e, String::new))

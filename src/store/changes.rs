@@ -178,7 +178,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{NewCaption, testing::memory};
+    use crate::store::{EmbeddedCaption, NewCaption, testing::memory};
 
     fn kinds(changes: &[Change]) -> Vec<(ChangeKind, bool, i64)> {
         changes
@@ -194,8 +194,7 @@ mod tests {
         let c = store.create_collection("c", "").await.expect("create");
         let caption = |text: &str| NewCaption {
             image_id: None,
-            text: text.into(),
-            vector: vec![1.0],
+            caption: EmbeddedCaption::plain(text, vec![1.0]),
         };
         let ids = store
             .insert_captions(c.id, &[caption("a"), caption("b")], "b@1")

@@ -7,7 +7,7 @@ use serde_json::Value;
 use sqlx::{Row, any::AnyRow};
 
 use super::{
-    ChangeKind, Engine, ImportMark, Store, StoreError, Tx,
+    ChangeKind, EmbeddedCaption, Engine, ImportMark, Store, StoreError, Tx,
     codec::{now_rfc3339, vector_to_blob},
     conflict_or, dialect,
 };
@@ -33,7 +33,7 @@ pub struct NewImage {
     pub vector: Vec<f32>,
     /// The image's search offset (docs/bundle.md, "The hubness section"); 0 without a bank.
     pub offset: f32,
-    pub captions: Vec<(String, Vec<f32>)>,
+    pub captions: Vec<EmbeddedCaption>,
     /// A small JPEG for result grids (`crate::thumbnail`); none when thumbnails are off.
     pub thumbnail: Option<Vec<u8>>,
     /// The sha256 (hex) of the photo's bytes as sent, so an upsert of the same photo skips the CNN; none
@@ -171,18 +171,10 @@ impl Store {
                 .await?;
         }
         let mut caps = Vec::with_capacity(img.captions.len());
-        for (text, vector) in &img.captions {
+        for caption in &img.captions {
             caps.push(
-                Self::insert_caption_tx(
-                    tx,
-                    collection_id,
-                    Some(id),
-                    text,
-                    vector,
-                    prov.bundle_id,
-                    now,
-                )
-                .await?,
+                Self::insert_caption_tx(tx, collection_id, Some(id), caption, prov.bundle_id, now)
+                    .await?,
             );
         }
         self.refresh_text(tx, collection_id, &[id]).await?;
@@ -409,18 +401,6 @@ impl Store {
             }
         }
     }
-
-    /// Every image's search offset in one collection (the index keeps them beside the vectors).
-    pub async fn image_offsets(&self, collection_id: i64) -> Result<Vec<(i64, f32)>, StoreError> {
-        let rows = sqlx::query("SELECT id, hub_offset FROM images WHERE collection_id = $1")
-            .bind(collection_id)
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows
-            .iter()
-            .map(|r| (r.get::<i64, _>("id"), r.get::<f64, _>("hub_offset") as f32))
-            .collect())
-    }
 }
 
 #[cfg(test)]
@@ -428,7 +408,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::testing::memory;
+    use crate::{modality::Modality, store::testing::memory};
 
     fn image(external_id: &str, metadata: Value, offset: f32) -> NewImage {
         NewImage {
@@ -439,7 +419,7 @@ mod tests {
             code: vec![0b01_10_00_01],
             vector: vec![0.6, 0.8],
             offset,
-            captions: vec![("a red shoe".into(), vec![1.0, 0.0])],
+            captions: vec![EmbeddedCaption::plain("a red shoe", vec![1.0, 0.0])],
             thumbnail: None,
             content_hash: None,
         }
@@ -481,7 +461,10 @@ mod tests {
         wanted.push(999_999);
         let got = store.images_by_ids(c.id, &wanted).await.expect("by ids");
         assert_eq!(got.len(), 1_200);
-        let offsets = store.image_offsets(c.id).await.expect("offsets");
+        let offsets = store
+            .offsets(c.id, Modality::Images)
+            .await
+            .expect("offsets");
         assert_eq!(offsets.len(), 1_200);
         assert!(offsets.iter().any(|(_, o)| (*o + 0.06).abs() < 1e-6));
     }

@@ -29,7 +29,7 @@ use sqlx::{
 };
 
 pub use self::{
-    captions::{CaptionRow, NewCaption},
+    captions::{CaptionRow, EmbeddedCaption, NewCaption},
     changes::{Change, ChangeKind, Cursor},
     collections::CollectionRow,
     idempotency::{Claim, IDEMPOTENCY_RETENTION},

@@ -122,7 +122,7 @@ impl Store {
             .bind(row.id)
             .bind(bundle_id)
             .bind(vector_to_blob(&row.vector))
-            .bind(f64::from(row.offset.unwrap_or(0.0)))
+            .bind(f64::from(row.offset))
             .execute(&mut *tx)
             .await?;
         }
@@ -162,15 +162,11 @@ impl Store {
                      WHERE s.modality = '{t}' AND s.item_id = {t}.id AND s.bundle_id = $1)"
                 )
             };
-            let offset = if m == Modality::Images {
-                format!(", hub_offset = {}", staged("hub_offset"))
-            } else {
-                String::new()
-            };
             let sql = format!(
-                "UPDATE {t} SET vector = {}{offset}, bundle_id = $1 WHERE bundle_id <> $1 AND id IN \
+                "UPDATE {t} SET vector = {}, hub_offset = {}, bundle_id = $1 WHERE bundle_id <> $1 AND id IN \
                  (SELECT item_id FROM reindex_staging WHERE modality = '{t}' AND bundle_id = $1)",
-                staged("vector")
+                staged("vector"),
+                staged("hub_offset")
             );
             done[i] = sqlx::query(&sql)
                 .bind(bundle_id)
@@ -209,7 +205,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::{NewCaption, NewImage, Provenance, testing::memory};
+    use crate::store::{EmbeddedCaption, NewCaption, NewImage, Provenance, testing::memory};
 
     async fn seeded(store: &Store) -> (i64, i64, i64) {
         let c = store.create_collection("c", "").await.expect("create");
@@ -239,8 +235,7 @@ mod tests {
                 c.id,
                 &[NewCaption {
                     image_id: None,
-                    text: "x".into(),
-                    vector: vec![0.0, 1.0],
+                    caption: EmbeddedCaption::plain("x", vec![0.0, 1.0]),
                 }],
                 "old",
             )
@@ -257,7 +252,7 @@ mod tests {
         let new = StoredVector {
             id,
             vector: vec![0.0, 1.0],
-            offset: Some(-0.25),
+            offset: -0.25,
         };
         assert_eq!(store.begin_reindex("new").await.expect("begin"), 0);
         let page = store.stale_codes_page("new", 0, 10).await.expect("page");
@@ -299,7 +294,7 @@ mod tests {
                 &[StoredVector {
                     id: cap,
                     vector: vec![1.0, 0.0],
-                    offset: None,
+                    offset: -0.125,
                 }],
                 "new",
             )
@@ -320,7 +315,7 @@ mod tests {
             .expect("captions");
         assert_eq!(
             (caps[0].offset, caps[0].vector.as_slice()),
-            (None, &[1.0, 0.0][..])
+            (-0.125, &[1.0, 0.0][..])
         );
         assert_eq!(
             store.caption_provenance().await.expect("provenance"),
@@ -337,7 +332,7 @@ mod tests {
         let v = |id| StoredVector {
             id,
             vector: vec![0.5, 0.5],
-            offset: None,
+            offset: 0.0,
         };
         store
             .stage_vectors(Modality::Images, &[v(id)], "b1")

@@ -178,7 +178,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::{NewCaption, NewImage, Provenance, testing::memory};
+    use crate::store::{EmbeddedCaption, NewCaption, NewImage, Provenance, testing::memory};
 
     #[tokio::test]
     async fn a_snapshot_pages_images_with_captions_and_thumbnails_and_ignores_later_writes() {
@@ -201,7 +201,7 @@ mod tests {
                 vector: vec![1.0, 0.0],
                 offset: 0.0,
                 captions: (0..i)
-                    .map(|k| (format!("c{i}-{k}"), vec![0.0, 1.0]))
+                    .map(|k| EmbeddedCaption::plain(&format!("c{i}-{k}"), vec![0.0, 1.0]))
                     .collect(),
                 thumbnail: (i != 3).then(|| vec![0xFF, i]),
                 content_hash: Some(format!("h{i}")),
@@ -216,8 +216,7 @@ mod tests {
                 c.id,
                 &[NewCaption {
                     image_id: None,
-                    text: "free".into(),
-                    vector: vec![1.0, 0.0],
+                    caption: EmbeddedCaption::plain("free", vec![1.0, 0.0]),
                 }],
                 "b",
             )
@@ -274,8 +273,7 @@ mod tests {
         assert_eq!(store.import_progress(c.id, "f").await.expect("progress"), 0);
         let caps = [NewCaption {
             image_id: None,
-            text: "a".into(),
-            vector: vec![1.0],
+            caption: EmbeddedCaption::plain("a", vec![1.0]),
         }];
         let mark = ImportMark {
             source: "f".into(),
@@ -288,8 +286,7 @@ mod tests {
         assert_eq!(store.import_progress(c.id, "f").await.expect("progress"), 7);
         let bad = [NewCaption {
             image_id: Some(999),
-            text: "b".into(),
-            vector: vec![1.0],
+            caption: EmbeddedCaption::plain("b", vec![1.0]),
         }];
         let again = ImportMark {
             source: "f".into(),

@@ -9,8 +9,8 @@ use serde_json::Value;
 use sqlx::Row;
 
 use super::{
-    ChangeKind, ImageRow, NewImage, Provenance, Store, StoreError, Tx, codec::now_rfc3339,
-    conflict_or, dialect,
+    ChangeKind, EmbeddedCaption, ImageRow, NewImage, Provenance, Store, StoreError, Tx,
+    codec::now_rfc3339, conflict_or, dialect,
 };
 
 /// A PATCH: a JSON merge patch (RFC 7396) for the metadata, and the external id to set (`Some(None)`
@@ -40,7 +40,7 @@ pub struct Upsert<'a> {
     pub metadata: &'a Value,
     /// The image's captions after the upsert, with their vectors. Stored captions with the same text are
     /// kept (same id); the others are deleted and the new ones added.
-    pub captions: &'a [(String, Vec<f32>)],
+    pub captions: &'a [EmbeddedCaption],
 }
 
 /// What an upsert did.
@@ -299,17 +299,17 @@ impl Store {
         collection_id: i64,
         id: i64,
         stored: &[(i64, String)],
-        wanted: &[(String, Vec<f32>)],
+        wanted: &[EmbeddedCaption],
         prov: &Provenance<'_>,
         now: &str,
     ) -> Result<(Vec<i64>, Vec<(i64, usize)>, Vec<i64>), StoreError> {
         let mut free: Vec<Option<&(i64, String)>> = stored.iter().map(Some).collect();
         let mut ids = Vec::with_capacity(wanted.len());
         let mut added = vec![];
-        for (i, (text, vector)) in wanted.iter().enumerate() {
+        for (i, caption) in wanted.iter().enumerate() {
             let kept = free
                 .iter_mut()
-                .find(|s| s.is_some_and(|(_, t)| t == text))
+                .find(|s| s.is_some_and(|(_, t)| *t == caption.text))
                 .and_then(Option::take);
             match kept {
                 Some((cid, _)) => {
@@ -325,8 +325,7 @@ impl Store {
                         tx,
                         collection_id,
                         Some(id),
-                        text,
-                        vector,
+                        caption,
                         prov.bundle_id,
                         now,
                     )
@@ -393,10 +392,10 @@ mod tests {
         vision_id: "v@1",
     };
 
-    fn caps(texts: &[&str]) -> Vec<(String, Vec<f32>)> {
+    fn caps(texts: &[&str]) -> Vec<EmbeddedCaption> {
         texts
             .iter()
-            .map(|t| (t.to_string(), vec![0.0, 1.0]))
+            .map(|t| EmbeddedCaption::plain(t, vec![0.0, 1.0]))
             .collect()
     }
 

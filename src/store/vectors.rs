@@ -5,12 +5,12 @@ use sqlx::Row;
 
 use super::{Modality, Store, StoreError, codec::blob_to_vector};
 
-/// One stored vector. `offset` is an image's search offset (0 without a hubness bank); captions have none.
+/// One stored vector and its search offset (docs/bundle.md, "The hubness section"; 0 without a bank).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredVector {
     pub id: i64,
     pub vector: Vec<f32>,
-    pub offset: Option<f32>,
+    pub offset: f32,
 }
 
 impl Store {
@@ -39,24 +39,42 @@ impl Store {
             .collect())
     }
 
-    /// The vectors (and images' offsets) of the given ids that still exist, for followers applying upserts.
+    /// The vectors and offsets of the given ids that still exist, for followers applying upserts.
     pub async fn vectors_by_ids(
         &self,
         collection_id: i64,
         modality: Modality,
         ids: &[i64],
     ) -> Result<Vec<StoredVector>, StoreError> {
-        let images = modality == Modality::Images;
         let select = format!(
-            "SELECT id, vector{} FROM {} WHERE collection_id = $1 AND id IN",
-            if images { ", hub_offset" } else { "" },
+            "SELECT id, vector, hub_offset FROM {} WHERE collection_id = $1 AND id IN",
             modality.as_str(),
         );
         self.fetch_by_ids(&select, collection_id, ids, |r| StoredVector {
             id: r.get("id"),
             vector: blob_to_vector(r.get::<&[u8], _>("vector")),
-            offset: images.then(|| r.get::<f64, _>("hub_offset") as f32),
+            offset: r.get::<f64, _>("hub_offset") as f32,
         })
         .await
+    }
+
+    /// Every point's search offset in one modality of a collection (the index keeps them beside the vectors).
+    pub async fn offsets(
+        &self,
+        collection_id: i64,
+        modality: Modality,
+    ) -> Result<Vec<(i64, f32)>, StoreError> {
+        let sql = format!(
+            "SELECT id, hub_offset FROM {} WHERE collection_id = $1",
+            modality.as_str()
+        );
+        let rows = sqlx::query(&sql)
+            .bind(collection_id)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<i64, _>("id"), r.get::<f64, _>("hub_offset") as f32))
+            .collect())
     }
 }

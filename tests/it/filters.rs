@@ -277,10 +277,52 @@ async fn score_orders_similarity_is_the_bundles_min_score_cuts_and_matches_count
         first.values().any(|o| o.abs() > 1e-4),
         "the bank's offsets show: {r}"
     );
-    // A photo query takes no offset.
+    // A photo query on images takes no offset.
     let r = search(json!({"image_id": hits[0]["image"]["id"], "k": 5})).await;
     for h in r["results"].as_array().expect("results") {
         assert_eq!(f(h, "score"), f(h, "similarity"), "{h}");
+    }
+    // Annotation under the fixture's annotation bank: a photo query on captions scores each caption by
+    // similarity + the caption's own offset (the same for another photo, not 0 everywhere); a sentence query
+    // on captions takes none.
+    let captions = |body: Value| {
+        let app = &app;
+        async move {
+            let (s, r) = app
+                .post_json("/v1/collections/shop/captions/search", body)
+                .await;
+            assert_eq!(s, 200, "{r}");
+            r["results"].as_array().expect("results").clone()
+        }
+    };
+    let caption_offsets = |hits: &[Value]| -> std::collections::BTreeMap<i64, f64> {
+        hits.iter()
+            .map(|h| {
+                (
+                    h["caption"]["id"].as_i64().expect("id"),
+                    f(h, "score") - f(h, "similarity"),
+                )
+            })
+            .collect()
+    };
+    let a = captions(json!({"image_id": hits[0]["image"]["id"], "k": 8})).await;
+    let b = captions(json!({"image_id": hits[1]["image"]["id"], "k": 8})).await;
+    assert!(a.windows(2).all(|w| f(&w[0], "score") >= f(&w[1], "score")));
+    let (oa, ob) = (caption_offsets(&a), caption_offsets(&b));
+    assert_eq!((oa.len(), ob.len()), (8, 8));
+    for (id, o) in &oa {
+        assert!(
+            *o <= 0.0 && (o - ob[id]).abs() < 1e-5,
+            "caption {id}: {o} vs {}",
+            ob[id]
+        );
+    }
+    assert!(
+        oa.values().any(|o| o.abs() > 1e-4),
+        "the annotation bank's offsets show: {a:?}"
+    );
+    for h in captions(json!({"text": "a dog runs", "k": 8})).await {
+        assert_eq!(f(&h, "score"), f(&h, "similarity"), "{h}");
     }
     // min_score keeps the results at or above it: here the first five.
     let fifth = f(&hits[4], "score");

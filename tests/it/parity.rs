@@ -190,6 +190,20 @@ async fn check_texts(p: &Value, pl: &Pipeline) {
         let d = max_diff(&v, case["vector"].as_array().expect("vector"));
         assert!(d <= 1e-5, "text {:?}: vector differs by {d}", case["text"]);
     }
+    // A stored sentence's offset against the annotation bank: never 0 under one, always 0 without (a parity
+    // file written before the annotation side has none: 0).
+    let (_, offsets) = pl
+        .caption_offsets(pl.embed_texts(&texts).await.expect("embeds"))
+        .await
+        .expect("offsets");
+    for (case, got) in cases.iter().zip(offsets) {
+        let want = case["offset"].as_f64().unwrap_or(0.0) as f32;
+        assert!(
+            (got - want).abs() <= 1e-5 && (want != 0.0) == pl.bundle.annotation_hubness.is_some(),
+            "text {:?}: offset {got} against the trainer's {want}",
+            case["text"]
+        );
+    }
     // And one at a time.
     for case in cases {
         let v = pl

@@ -158,6 +158,25 @@ async fn a_bundle_with_a_bad_checksum_or_shape_does_not_load() {
             .contains("hubness.k 7 must be in 1..=hubness.captions (6)"),
         "{e}"
     );
+    // The annotation bank is checked as strictly: its k, and its shape against the manifest.
+    let bad = variant_bundle(
+        &dir.path().join("annotation-k"),
+        |m| m["hubness"]["annotation"]["k"] = 9.into(),
+        None,
+    );
+    let e = jointspace::bundle::Bundle::load(&bad).expect_err("annotation k");
+    assert!(
+        e.to_string()
+            .contains("hubness.annotation.k 9 must be in 1..=hubness.annotation.images (8)"),
+        "{e}"
+    );
+    let bad = variant_bundle(
+        &dir.path().join("annotation-rows"),
+        |m| m["hubness"]["annotation"]["images"] = 7.into(),
+        None,
+    );
+    let e = jointspace::bundle::Bundle::load(&bad).expect_err("annotation rows");
+    assert!(e.to_string().contains("hubness-images.safetensors"), "{e}");
     let bad = variant_bundle(&dir.path().join("format"), |m| m["format"] = 2.into(), None);
     assert!(
         jointspace::bundle::Bundle::load(&bad)

@@ -8,7 +8,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{BUNDLE, TestApp, gauge, pg::PgCluster};
-use jointspace::store::{NewCaption, Store};
+use jointspace::store::{EmbeddedCaption, NewCaption, Store};
 use serde_json::json;
 use sqlx::{Connection, Executor};
 
@@ -168,8 +168,11 @@ async fn a_late_commit_with_an_earlier_sequence_number_is_not_skipped() {
             c.id,
             &[NewCaption {
                 image_id: None,
-                text: "committed first".into(),
-                vector: vec![0.25; 16],
+                caption: EmbeddedCaption {
+                    text: "committed first".into(),
+                    vector: vec![0.25; 16],
+                    offset: 0.0,
+                },
             }],
             "b",
         )
