@@ -46,7 +46,7 @@ async fn default_bundle_loads_and_embeds() {
     let Some(p) = shipped("flickr8k-vgg16-fne") else {
         return;
     };
-    let (_, img) = sentence_and_photo(&p).await;
+    let (v, img) = sentence_and_photo(&p).await;
     assert_eq!(img.code.dim(), p.bundle.manifest.fne.dim);
     // The default ships the hubness bank (its search R@1 meets the bar only with it): a real image sits near
     // some of the bank's captions, so its offset, -alpha times a mean of positive cosines, is negative.
@@ -58,6 +58,25 @@ async fn default_bundle_loads_and_embeds() {
         img.offset < 0.0 && img.offset > -1.0,
         "offset {} is not -alpha * (a mean cosine in (0, 1])",
         img.offset
+    );
+    // And the annotation side's bank of training images (annotation R@1 passes FNE-MH's 27.3 only with it): a
+    // sentence sits near some training photos, so a stored caption's offset is negative too.
+    let a = p
+        .bundle
+        .manifest
+        .hubness
+        .as_ref()
+        .and_then(|h| h.annotation.as_ref())
+        .expect("the default bundle carries its annotation bank");
+    assert_eq!((a.images, a.k), (6000, 240));
+    let (_, offsets) = p
+        .caption_offsets(vec![v.clone()])
+        .await
+        .expect("caption offset");
+    assert!(
+        offsets[0] < 0.0 && offsets[0] > -a.alpha,
+        "caption offset {} is not -alpha * (a mean cosine in (0, 1])",
+        offsets[0]
     );
     // Trained on Flickr8k's 224-px squashes, it squashes every photo the same way first: a 640x480 photo
     // codes exactly as its own squash, uploaded as a PNG, does.
