@@ -36,7 +36,22 @@ fn hubness_bench_runs_on_the_fixture_bank() {
         "6",
     ]))
     .expect("hubness bench");
-    assert_eq!(r["captions"], 6, "{r}");
+    assert_eq!(r["bank_rows"], 6, "{r}");
+    assert_eq!(r["offsets"].as_array().map(Vec::len), Some(2), "{r}");
+    // The annotation side: the fixture's bank of its 8 images.
+    let r = suite::run(&args(&[
+        "hubness",
+        "--bundle",
+        common::BUNDLE,
+        "--side",
+        "captions",
+        "--batches",
+        "1,8",
+        "--images",
+        "8",
+    ]))
+    .expect("hubness bench, captions side");
+    assert_eq!(r["bank_rows"], 8, "{r}");
     assert_eq!(r["offsets"].as_array().map(Vec::len), Some(2), "{r}");
 }
 
