@@ -4,6 +4,7 @@
 
 mod common;
 
+mod annotation;
 mod api;
 mod bad_input;
 mod bench_smoke;
