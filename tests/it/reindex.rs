@@ -84,6 +84,22 @@ async fn new_w_is_applied_to_stored_codes_and_a_new_vision_part_is_refused() {
             .expect("bundle id");
         assert!(bid.starts_with("fixture-tiny-v2@"), "{bid}");
     }
+    // The captions were re-embedded with their offsets against the new bundle's image bank: a photo query on
+    // captions still adds a (negative) offset to every one of them.
+    let (s, hits) = app
+        .post_json(
+            "/v1/collections/c/captions/search",
+            json!({"image": b64(&fixture_image(2)), "k": 6}),
+        )
+        .await;
+    assert_eq!(s, 200, "{hits}");
+    let hits = hits["results"].as_array().expect("results");
+    assert_eq!(hits.len(), 6);
+    for h in hits {
+        let offset =
+            h["score"].as_f64().expect("score") - h["similarity"].as_f64().expect("similarity");
+        assert!(offset < -1e-4, "caption offset lost by the reindex: {h}");
+    }
     app.stop().await;
 
     // Another vision part (other thresholds): the codes cannot be reused.
