@@ -124,14 +124,7 @@ impl Service {
                 content_hash: Some(hash),
                 captions: captions
                     .into_iter()
-                    .map(|text| {
-                        let (vector, offset) = text_vecs.next().unwrap_or_default();
-                        EmbeddedCaption {
-                            text,
-                            vector,
-                            offset,
-                        }
-                    })
+                    .map(|text| EmbeddedCaption::new(text, text_vecs.next().unwrap_or_default()))
                     .collect(),
             })
             .collect();
@@ -205,13 +198,9 @@ impl Service {
             .into_iter()
             .zip(texts)
             .zip(vecs)
-            .map(|((image_id, text), (vector, offset))| NewCaption {
+            .map(|((image_id, text), v)| NewCaption {
                 image_id,
-                caption: EmbeddedCaption {
-                    text,
-                    vector,
-                    offset,
-                },
+                caption: EmbeddedCaption::new(text, v),
             })
             .collect();
         let ids = self

@@ -268,14 +268,7 @@ impl Service {
                 captions: img
                     .captions
                     .into_iter()
-                    .map(|text| {
-                        let (vector, offset) = text_vecs.next().unwrap_or_default();
-                        EmbeddedCaption {
-                            text,
-                            vector,
-                            offset,
-                        }
-                    })
+                    .map(|text| EmbeddedCaption::new(text, text_vecs.next().unwrap_or_default()))
                     .collect(),
                 thumbnail,
                 content_hash: img.content_hash,
@@ -305,13 +298,9 @@ impl Service {
         let rows: Vec<NewCaption> = texts
             .into_iter()
             .zip(vecs)
-            .map(|(text, (vector, offset))| NewCaption {
+            .map(|(text, v)| NewCaption {
                 image_id: None,
-                caption: EmbeddedCaption {
-                    text,
-                    vector,
-                    offset,
-                },
+                caption: EmbeddedCaption::new(text, v),
             })
             .collect();
         let ids = self

@@ -114,11 +114,7 @@ impl Service {
             .captions
             .into_iter()
             .zip(self.with_caption_offsets(vectors).await?)
-            .map(|(text, (vector, offset))| EmbeddedCaption {
-                text,
-                vector,
-                offset,
-            })
+            .map(|(text, v)| EmbeddedCaption::new(text, v))
             .collect();
         let hash = content_hash(&input.bytes);
         let b = &self.pipeline.bundle;

@@ -30,15 +30,22 @@ pub struct NewCaption {
     pub caption: EmbeddedCaption,
 }
 
+impl EmbeddedCaption {
+    /// A sentence with the (vector, offset) the service computed for it.
+    pub fn new(text: String, (vector, offset): (Vec<f32>, f32)) -> EmbeddedCaption {
+        EmbeddedCaption {
+            text,
+            vector,
+            offset,
+        }
+    }
+}
+
 #[cfg(test)]
 impl EmbeddedCaption {
     /// A caption without an offset (a bundle without an annotation bank).
     pub fn plain(text: &str, vector: Vec<f32>) -> EmbeddedCaption {
-        EmbeddedCaption {
-            text: text.into(),
-            vector,
-            offset: 0.0,
-        }
+        EmbeddedCaption::new(text.into(), (vector, 0.0))
     }
 }
 
