@@ -77,31 +77,10 @@ impl Checker<'_> {
                     serde_json::to_string(&m.similarity).unwrap_or_default()
                 ));
             }
-            if h.k == 0 || h.k > h.captions {
-                return bad(format!(
-                    "hubness.k {} must be in 1..=hubness.captions ({})",
-                    h.k, h.captions
-                ));
-            }
-            if !(h.alpha.is_finite() && h.alpha >= 0.0) {
-                return bad(format!(
-                    "hubness.alpha {} must be a finite number >= 0",
-                    h.alpha
-                ));
-            }
+            bank_settings("hubness", "captions", h.captions, h.k, h.alpha).or_else(bad)?;
             if let Some(a) = &h.annotation {
-                if a.k == 0 || a.k > a.images {
-                    return bad(format!(
-                        "hubness.annotation.k {} must be in 1..=hubness.annotation.images ({})",
-                        a.k, a.images
-                    ));
-                }
-                if !(a.alpha.is_finite() && a.alpha >= 0.0) {
-                    return bad(format!(
-                        "hubness.annotation.alpha {} must be a finite number >= 0",
-                        a.alpha
-                    ));
-                }
+                bank_settings("hubness.annotation", "images", a.images, a.k, a.alpha)
+                    .or_else(bad)?;
             }
         }
         Ok(())
@@ -253,4 +232,20 @@ impl Checker<'_> {
             }
         })
     }
+}
+
+/// A hubness bank's k and alpha against its row count (`section` names the manifest object, `rows` its count
+/// field), in the words the manifest uses.
+fn bank_settings(section: &str, rows: &str, n: usize, k: usize, alpha: f32) -> Result<(), String> {
+    if k == 0 || k > n {
+        return Err(format!(
+            "{section}.k {k} must be in 1..={section}.{rows} ({n})"
+        ));
+    }
+    if !(alpha.is_finite() && alpha >= 0.0) {
+        return Err(format!(
+            "{section}.alpha {alpha} must be a finite number >= 0"
+        ));
+    }
+    Ok(())
 }
