@@ -64,3 +64,18 @@ def test_a_ce_run_and_its_caption_encoder_are_labelled():
     ce = [line for line in lines if line.startswith("| CE")]
     assert len(ce) == 1
     assert ce[0].startswith("| CE, FNE (ce-glove: ten crop, post_relu, LSTM, glove100 words to 100-d) | 250.0 |")
+
+
+def test_runs_that_ran_to_other_caps_are_paired_and_say_how_long_they_ran():
+    # a baseline closed at a time limit (its cap lowered to the epoch it stopped at) beside an FNE run that
+    # stopped on its own patience under the paper's cap
+    closed = run("PH", "l2-last", 255.9, 21.7, epochs=177)
+    closed.update(history=[{"epoch": e} for e in range(1, 178)], best_epoch=165)
+    stopped = run("PH", "fne", 247.7, 23.5, epochs=200)
+    stopped.update(history=[{"epoch": e} for e in range(1, 159)], best_epoch=148)
+    lines = table2(paper_table2(SEEDS), {"runs/last-ph": closed, "runs/fne-ph": stopped}).splitlines()
+    labels = [line.split(" | ")[0][2:] for line in lines[2:] if line.startswith("| PH")]
+    assert labels == ["PH, single layer (last-ph: ten crop, post_relu, 177 epochs, best 165, at its cap)",
+                      "PH, FNE (fne-ph: ten crop, post_relu, 158 epochs, best 148)",
+                      "PH, FNE minus single layer (fne-ph - last-ph)"]
+    assert lines[-1].split(" | ")[1] == "-8.2"

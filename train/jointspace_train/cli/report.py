@@ -100,8 +100,10 @@ def _row(label: str, t: dict, dev: str, command: str) -> str:
     return f"| {label} | {dev} | {cols} | {t['rsum']:.1f} | {command} |"
 
 
-# Settings that do not change what a run learns: a pairing of runs ignores them with the image input.
-NOT_COMPARED = ("image_input", "threads")
+# Settings that do not change what a run learns: a pairing of runs ignores them with the image input. The
+# epoch cap is a budget, not a setting: a run stopped by its patience never met it, and one closed at a time
+# limit has it lowered to where it stopped; the row's label says how many epochs each ran.
+NOT_COMPARED = ("image_input", "threads", "epochs")
 
 
 def _variant(r: dict) -> str:
@@ -114,6 +116,9 @@ def _variant(r: dict) -> str:
     if s.get("word_init", "random") != "random":
         parts.append(f"{s['word_init']} words to {s['word_dim']}-d"
                      + (f", frozen {s['freeze_words']} epochs" if s.get("freeze_words") else ""))
+    if r.get("history"):
+        ran = r["history"][-1]["epoch"]
+        parts.append(f"{ran} epochs, best {r['best_epoch']}" + (", at its cap" if ran == s.get("epochs") else ""))
     return ", ".join(parts)
 
 
