@@ -67,7 +67,8 @@ def test_features_train_bundle_and_reference_eval_agree(tmp_path):
     assert reference_eval(again, data, "test") == result["test"]
 
 
-def test_a_hubness_bank_is_recorded_with_the_metrics_the_images_give_through_the_bundle(tmp_path, capsys):
+def tiny_ce_bundle(tmp_path):
+    """A CE bundle trained for two epochs on the tiny dataset: (data, --cache options, weight options, bundle)."""
     data = tmp_path / "flickr"
     tiny_dataset(data)
     torchvision_state_dict(tmp_path / "vgg.pth")
@@ -77,6 +78,11 @@ def test_a_hubness_bank_is_recorded_with_the_metrics_the_images_give_through_the
     main(common + ["train"] + weights + ["--loss", "CE", "--joint-dim", "8", "--word-dim", "4", "--batch-size", "4",
                                          "--epochs", "2", "--threads", "1", "--run-dir", str(tmp_path / "run"),
                                          "--bundle-out", str(out)])
+    return data, common, weights, out
+
+
+def test_a_hubness_bank_is_recorded_with_the_metrics_the_images_give_through_the_bundle(tmp_path, capsys):
+    data, common, weights, out = tiny_ce_bundle(tmp_path)
     plain = json.loads((tmp_path / "run" / "result.json").read_text())["test"]
     capsys.readouterr()
     main(common + ["hubness"] + weights + ["--captions", "30", "--k", "4", "--alpha", "0.5", str(out)])
@@ -98,15 +104,7 @@ def test_the_annotation_side_banks_every_training_image_and_a_plain_run_drops_it
     from jointspace_train import data as data_mod
     from jointspace_train import pipeline
 
-    data = tmp_path / "flickr"
-    tiny_dataset(data)
-    torchvision_state_dict(tmp_path / "vgg.pth")
-    out = tmp_path / "bundle"
-    common = ["--cache", str(tmp_path / "cache")]
-    weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data)]
-    main(common + ["train"] + weights + ["--loss", "CE", "--joint-dim", "8", "--word-dim", "4", "--batch-size", "4",
-                                         "--epochs", "2", "--threads", "1", "--run-dir", str(tmp_path / "run"),
-                                         "--bundle-out", str(out)])
+    data, common, weights, out = tiny_ce_bundle(tmp_path)
     hub = common + ["hubness"] + weights + ["--captions", "30", "--k", "4", "--alpha", "0.5"]
     main(hub + [str(out)])
     captions_only = bundle.read(out).manifest["training"]["test_metrics"]
