@@ -62,7 +62,7 @@ deadline=$(( $(date +%s) + ${TABLE2_SECONDS:-315360000} ))
 # run INPUT PREFIX PIPELINE: one training, resumed from its checkpoint, skipped once finished. Past the deadline
 # it is stopped and closed at the last epoch its checkpoint holds (the trainer then evaluates its best on test).
 run() {
-  local input=$1 prefix=$2 p=$3 dir source extra="" left epoch rc=0
+  local input=$1 prefix=$2 p=$3 dir source extra="" left epoch rc=0 train
   dir="$runs/$prefix-ten-${p,,}$tag"
   [ -f "$dir/result.json" ] && return 0
   if [ "$p" = POE ]; then
@@ -73,18 +73,21 @@ run() {
   left=$(( deadline - $(date +%s) ))
   [ "$left" -gt 0 ] || return 0
   mkdir -p "$dir"
+  # The run's command up to its epoch cap: the same for the run and for its closing at the deadline.
   # shellcheck disable=SC2046,SC2086
-  timeout "$left" "$python" -m jointspace_train train --loss "$p" $source $common $(settings "$p") ${TABLE2_ARGS:-} \
-    --epochs "${TABLE2_EPOCHS:-$(cap "$p")}" $extra --run-dir "$dir" >>"$dir/stdout.log" 2>&1 || rc=$?
+  train=("$python" -m jointspace_train train --loss "$p" $source $common $(settings "$p") ${TABLE2_ARGS:-})
+  # shellcheck disable=SC2086
+  timeout "$left" "${train[@]}" --epochs "${TABLE2_EPOCHS:-$(cap "$p")}" $extra --run-dir "$dir" \
+    >>"$dir/stdout.log" 2>&1 || rc=$?
   case $rc in
     0) ;;
     124)
       epoch=$("$python" -c 'import sys, torch; print(torch.load(sys.argv[1], weights_only=False, map_location="cpu")["state"]["epoch"])' "$dir/checkpoint.pt" 2>/dev/null) \
         || { echo "$dir: stopped at the deadline before its first epoch" >&2; return 0; }
       echo "$dir: stopped at the deadline after epoch $epoch; closing it there" >&2
-      # shellcheck disable=SC2046,SC2086
-      "$python" -m jointspace_train train --loss "$p" $source $common $(settings "$p") ${TABLE2_ARGS:-} --epochs "$epoch" \
-        $extra --run-dir "$dir" >>"$dir/stdout.log" 2>&1 || echo "$dir: failed to close (see $dir/stdout.log)" >&2 ;;
+      # shellcheck disable=SC2086
+      "${train[@]}" --epochs "$epoch" $extra --run-dir "$dir" >>"$dir/stdout.log" 2>&1 \
+        || echo "$dir: failed to close (see $dir/stdout.log)" >&2 ;;
     *) echo "$dir: failed (see $dir/stdout.log)" >&2 ;;
   esac
 }
