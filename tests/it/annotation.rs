@@ -70,12 +70,7 @@ async fn captions_carry_their_offsets(url: &str) {
     assert!(want.values().all(|o| *o < 0.0), "{want:?}");
 
     let app = TestApp::start_url(BUNDLE, url, &[]).await;
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "shop"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("shop").await;
     // With its image (ingest), alone, and by an upsert.
     let (s, r) = app
         .post_json(

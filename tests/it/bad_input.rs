@@ -85,8 +85,7 @@ async fn server() -> (tempfile::TempDir, TestApp) {
         &["--max-request-bytes", "200000"],
     )
     .await;
-    let (s, _) = app.post_json("/v1/collections", json!({"name": "c"})).await;
-    assert_eq!(s, 201);
+    app.create_collection("c").await;
     let (s, _) = app
         .post_json(
             "/v1/collections/c/images",

@@ -35,12 +35,7 @@ const N: usize = 16;
 
 async fn seeded(url: &str) -> TestApp {
     let app = TestApp::start_url(BUNDLE, url, &[]).await;
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "shop"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("shop").await;
     let images: Vec<Value> = (0..N)
         .map(|i| {
             // Every other image has a caption (the counts below).

@@ -225,12 +225,7 @@ async fn products(url: &str) {
 
     // A collection created without text_fields searches by vector unless asked; captions and external ids
     // are keyword-searchable in it all the same.
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "plain"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("plain").await;
     let (s, _) = app
         .post_json(
             "/v1/collections/plain/images",

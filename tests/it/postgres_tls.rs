@@ -95,12 +95,7 @@ async fn verify_full_against_the_clusters_ca_serves_and_anything_weaker_or_wrong
 
     let url = with("verify-full", "ca");
     let app = TestApp::start_url(BUNDLE, &url, &[]).await;
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "c"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("c").await;
     let (s, body) = app
         .post_json(
             "/v1/collections/c/images",

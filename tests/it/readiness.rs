@@ -173,12 +173,7 @@ async fn a_wedged_or_dead_inference_worker_is_not_ready_and_says_why() {
 async fn a_reindex_under_way_is_not_ready() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (app, mode) = start_faulty(dir.path()).await;
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "c"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("c").await;
     let (s, r) = app
         .post_json(
             "/v1/collections/c/captions",
@@ -245,10 +240,7 @@ async fn a_collection_without_its_index_is_not_ready_until_followed() {
     for app in [&deaf, &slow] {
         assert_eq!(app.get_json("/readyz").await.0, 200);
     }
-    let (s, r) = writer
-        .post_json("/v1/collections", json!({"name": "late"}))
-        .await;
-    assert_eq!(s, 201, "{r}");
+    writer.create_collection("late").await;
 
     // Not following the database, it never loads `late`: not ready, naming it.
     let (s, body) = deaf.get_json("/readyz").await;

@@ -41,12 +41,7 @@ async fn new_w_is_applied_to_stored_codes_and_a_new_vision_part_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("js.db");
     let app = TestApp::start(&db, &[]).await;
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "c"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("c").await;
     let images: Vec<_> = (0..6).map(|i| json!({"data": b64(&fixture_image(i)), "external_id": format!("i{i}"), "captions": [format!("caption {i}")]})).collect();
     let (s, body) = app
         .post_json("/v1/collections/c/images", json!({ "images": images }))
@@ -228,12 +223,7 @@ fn reindex_cmd(bundle: &Path, url: &str) -> Command {
 async fn killed_reindex_leaves_one_bundle_and_resumes(url: &str, dir: &Path) {
     const N: usize = 120;
     let app = TestApp::start_url(BUNDLE, url, &[]).await;
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "c"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("c").await;
     for batch in 0..N / 40 {
         let images: Vec<_> = (0..40)
             .map(|j| {

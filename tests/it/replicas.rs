@@ -54,12 +54,7 @@ async fn a_replica_finds_what_another_ingested_within_the_bound() {
     let bound = Duration::from_millis(ms) + Duration::from_millis(1500);
 
     // A collection made through A becomes usable on B.
-    assert_eq!(
-        a.post_json("/v1/collections", json!({"name": "shared"}))
-            .await
-            .0,
-        201
-    );
+    a.create_collection("shared").await;
     let t = time_until("collection on B", bound, || async {
         b.post_json(
             "/v1/collections/shared/images/search",

@@ -51,12 +51,7 @@ async fn order_bundles_rank_by_the_trainers_s() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Through the graph (no exact scan below any size), as a large collection is searched.
     let app = TestApp::start_with(ORDER, &dir.path().join("js.db"), &["--exact-below", "0"]).await;
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "c"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("c").await;
     // The sentences are the first image's captions, so annotation can rank them.
     let images: Vec<_> = names
         .iter()
@@ -148,12 +143,7 @@ async fn order_bundles_rank_by_the_trainers_s() {
 
 /// Collection "c" with fixture images 0-7 (external ids i0-i7), each with the caption "a dog number i".
 async fn seed_dogs(app: &TestApp) {
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "c"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("c").await;
     let images: Vec<_> = (0..8).map(|i| json!({"data": b64(&fixture_image(i)), "external_id": format!("i{i}"), "captions": [format!("a dog number {i}")]})).collect();
     assert_eq!(
         app.post_json("/v1/collections/c/images", json!({ "images": images }))

@@ -154,12 +154,7 @@ async fn with_thumbnails_off_none_is_kept_and_the_404_says_why() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("t.db");
     let app = TestApp::start(&db, &["--thumbnails", "off"]).await;
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "c"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("c").await;
     let id = app.add_tagged("c", 4, "x").await;
     let (status, body) = app
         .get_json(&format!("/v1/collections/c/images/{id}/thumbnail"))

@@ -195,12 +195,7 @@ async fn round_trip(a_url: &str, b_url: &str, c_url: &str) {
 
     // Interrupted: the first batch commits, the second meets an external id already taken and fails.
     let c = TestApp::start_url(BUNDLE, c_url, &[]).await;
-    assert_eq!(
-        c.post_json("/v1/collections", json!({"name": "shop"}))
-            .await
-            .0,
-        201
-    );
+    c.create_collection("shop").await;
     let (s, r) = c
         .post_json(
             "/v1/collections/shop/images",

@@ -185,10 +185,7 @@ async fn origin(ip: &str) -> Origin {
 async fn start(extra: &[&str]) -> (TestApp, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let app = TestApp::start(&dir.path().join("js.db"), extra).await;
-    let (s, b) = app
-        .post_json("/v1/collections", json!({"name": "web"}))
-        .await;
-    assert_eq!(s, 201, "{b}");
+    app.create_collection("web").await;
     (app, dir)
 }
 

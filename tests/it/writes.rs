@@ -69,12 +69,7 @@ async fn filtered(app: &TestApp, filter: Value) -> Vec<i64> {
 
 async fn upserts_and_patches(url: &str, replica_url: Option<&str>) {
     let app = TestApp::start_url(BUNDLE, url, &[]).await;
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "shop"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("shop").await;
     let embedded = embedded_images(&app.metrics().await);
 
     // Created.
@@ -336,12 +331,7 @@ async fn total(app: &TestApp) -> i64 {
 
 async fn retries_with_an_idempotency_key(url: &str) {
     let app = TestApp::start_url(BUNDLE, url, &[]).await;
-    assert_eq!(
-        app.post_json("/v1/collections", json!({"name": "shop"}))
-            .await
-            .0,
-        201
-    );
+    app.create_collection("shop").await;
     let images = "/v1/collections/shop/images";
     let body = json!({"images": [{"data": b64(&fixture_image(0)), "captions": ["a dog"]}]});
     let (s, replayed, first) = post_with_key(&app, images, "k-1", &body).await;

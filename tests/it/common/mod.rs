@@ -136,6 +136,14 @@ impl TestApp {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
+    /// Creates a collection, which every test that stores something starts with: 201 or the test fails.
+    pub async fn create_collection(&self, name: &str) {
+        let (s, body) = self
+            .post_json("/v1/collections", serde_json::json!({ "name": name }))
+            .await;
+        assert_eq!(s, 201, "creating collection {name}: {body}");
+    }
+
     /// POSTs raw bytes with the given content type (or none), for the wrong-content-type cases.
     pub async fn post_raw(
         &self,
