@@ -139,7 +139,7 @@ impl Compiler {
                     Engine::Sqlite => {
                         format!("json_type(metadata, {}) IS NOT NULL", sqlite_path(path))
                     }
-                    Engine::Postgres => format!("metadata #> {} IS NOT NULL", pg_path(path)),
+                    Engine::Postgres => format!("{} IS NOT NULL", pg_value(path)),
                 };
                 if *exists {
                     format!("({test})")
@@ -192,25 +192,22 @@ impl Compiler {
                 }
             }
             Engine::Postgres => {
-                let p = pg_path(path);
+                let p = pg_value(path);
                 match (cmp, v) {
                     // jsonb equality is strict about types, and numeric for numbers.
                     (Cmp::Eq | Cmp::Ne, _) => {
                         let n = self.param(Bind::Text(v.json()));
-                        format!("metadata #> {p} = {n}::jsonb")
+                        format!("{p} = {n}::jsonb")
                     }
                     // Strings in byte order, as on SQLite, whatever the database's collation.
                     (_, Scalar::Str(s)) => {
                         let n = self.param(Bind::Text(s.clone()));
-                        format!(
-                            "jsonb_typeof(metadata #> {p}) = 'string' AND (metadata #>> {p}) COLLATE \"C\" {op} {n}"
-                        )
+                        let t = pg_text(path);
+                        format!("jsonb_typeof{p} = 'string' AND {t} COLLATE \"C\" {op} {n}")
                     }
                     (_, v) => {
                         let n = self.param(Bind::Text(v.json()));
-                        format!(
-                            "jsonb_typeof(metadata #> {p}) = 'number' AND metadata #> {p} {op} {n}::jsonb"
-                        )
+                        format!("jsonb_typeof{p} = 'number' AND {p} {op} {n}::jsonb")
                     }
                 }
             }
@@ -221,12 +218,12 @@ impl Compiler {
     fn one_of(&mut self, path: &FieldPath, values: &[Scalar]) -> String {
         let cond = match self.engine {
             Engine::Postgres => {
-                let p = pg_path(path);
+                let p = pg_value(path);
                 let list: Vec<String> = values
                     .iter()
                     .map(|v| format!("{}::jsonb", self.param(Bind::Text(v.json()))))
                     .collect();
-                format!("metadata #> {p} IN ({})", list.join(", "))
+                format!("{p} IN ({})", list.join(", "))
             }
             Engine::Sqlite => {
                 // One IN list per JSON type, each behind its type check.
@@ -285,9 +282,23 @@ fn sqlite_path(path: &FieldPath) -> String {
     format!("'$.{}'", quoted.join("."))
 }
 
-/// `'{a,b}'`: Postgres' text[] path for `#>` and `#>>`; the segments hold no quote, comma or brace.
-fn pg_path(path: &FieldPath) -> String {
-    format!("'{{{}}}'", path.segments().join(","))
+/// `(metadata -> 'a' -> 'b')`: the jsonb value at a path, walked key by key. `->` with a text key never
+/// indexes an array, so "tags.0" names the key "0" as on SQLite and in the in-memory columns (`#>` with
+/// '{tags,0}' would read the first tag). The segments hold no quote (`FieldPath`).
+fn pg_value(path: &FieldPath) -> String {
+    let keys: String = path
+        .segments()
+        .iter()
+        .map(|s| format!(" -> '{s}'"))
+        .collect();
+    format!("(metadata{keys})")
+}
+
+/// `(metadata -> 'a' ->> 'b')`: the same value as text.
+fn pg_text(path: &FieldPath) -> String {
+    let (last, parents) = path.segments().split_last().expect("a path has a segment");
+    let keys: String = parents.iter().map(|s| format!(" -> '{s}'")).collect();
+    format!("(metadata{keys} ->> '{last}')")
 }
 
 #[cfg(test)]
@@ -333,9 +344,9 @@ mod tests {
         let sql = compile_filter(Engine::Postgres, &f, 5);
         assert_eq!(
             sql.clause,
-            " AND ((COALESCE((metadata #> '{size}' IN ($5::jsonb, $6::jsonb)), false) OR \
-             COALESCE((jsonb_typeof(metadata #> '{name}') = 'string' AND (metadata #>> '{name}') COLLATE \"C\" < $7), false)) \
-             AND (NOT (metadata #> '{tag}' IS NOT NULL)))"
+            " AND ((COALESCE(((metadata -> 'size') IN ($5::jsonb, $6::jsonb)), false) OR \
+             COALESCE((jsonb_typeof(metadata -> 'name') = 'string' AND (metadata ->> 'name') COLLATE \"C\" < $7), false)) \
+             AND (NOT ((metadata -> 'tag') IS NOT NULL)))"
         );
         assert_eq!(
             sql.binds,
@@ -349,6 +360,14 @@ mod tests {
             compile_filter(Engine::Postgres, &Filter::all(), 2)
                 .clause
                 .is_empty()
+        );
+        // Key by key: a digit segment is a key, never an array position.
+        let f = filter(json!({"tags.0": "x", "brand.name": {"$gt": "m"}}));
+        assert_eq!(
+            compile_filter(Engine::Postgres, &f, 1).clause,
+            " AND (COALESCE((jsonb_typeof(metadata -> 'brand' -> 'name') = 'string' AND \
+             (metadata -> 'brand' ->> 'name') COLLATE \"C\" > $1), false) AND \
+             COALESCE(((metadata -> 'tags' -> '0') = $2::jsonb), false))"
         );
     }
 

@@ -28,6 +28,12 @@ fn metadata(i: usize) -> Value {
     if i % 4 == 1 {
         m["discontinued"] = json!(true);
     }
+    // A dotted path names object keys, never array positions: "tags.0" is not the first tag, on either
+    // engine or in the in-memory columns; "dims.0" is the key "0".
+    if i % 3 == 0 {
+        m["tags"] = json!(["red", "big"]);
+        m["dims"] = json!({"0": "w"});
+    }
     m
 }
 
@@ -180,6 +186,19 @@ async fn every_operator_matches_what_it_says(url: &str) {
             expected(|m| m["name"] == "Banana"),
         ),
         (json!({"nothing.here": {"$exists": true}}), BTreeSet::new()),
+        (json!({"tags.0": "red"}), BTreeSet::new()),
+        (json!({"tags.0": {"$exists": true}}), BTreeSet::new()),
+        (json!({"tags.1": {"$in": ["big"]}}), BTreeSet::new()),
+        (json!({"tags.0": {"$gte": "a"}}), BTreeSet::new()),
+        (json!({"tags.0": {"$ne": "red"}}), expected(|_| true)),
+        (
+            json!({"dims.0": "w"}),
+            expected(|m| m.get("dims").is_some()),
+        ),
+        (
+            json!({"dims.0": {"$exists": true}}),
+            expected(|m| m.get("dims").is_some()),
+        ),
     ];
     for (filter, want) in &cases {
         assert_eq!(&listed(&app, filter).await, want, "list {filter}");
