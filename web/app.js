@@ -192,9 +192,11 @@ function needCollection() {
 async function createCollection(ev) {
   ev.preventDefault();
   const name = $("new-name").value.trim();
+  const fields = $("new-text-fields").value.split(",").map((f) => f.trim()).filter(Boolean);
   await attempt(`Creating “${name}”`, async () => {
-    await json("POST", "/v1/collections", { name });
+    await json("POST", "/v1/collections", fields.length ? { name, text_fields: fields } : { name });
     $("new-name").value = "";
+    $("new-text-fields").value = "";
     // The next thing to do with an empty collection is to fill it.
     $("new-collection").open = false;
     $("add-photos").open = true;
@@ -353,10 +355,14 @@ function clearResults() {
   $("results-title").textContent = "Results";
   $("results-empty").hidden = false;
   $("results-empty").textContent = "Search by a sentence or a photo to see results.";
+  $("unknown-words").hidden = true;
 }
 
-function describeQuery(q) {
-  if (q.kind === "text") return `Photos for “${q.text}”`;
+// What the server says each mode did (the answer's `mode`).
+const MODES = { vector: "by meaning", keyword: "by words", hybrid: "by meaning and words" };
+
+function describeQuery(q, mode) {
+  if (q.kind === "text") return `Photos for “${q.text}”${MODES[mode] ? `, ${MODES[mode]}` : ""}`;
   if (q.kind === "photo") return `Photos like ${q.file.name}`;
   return `More like photo ${q.label}`;
 }
@@ -379,25 +385,35 @@ async function runSearch() {
       answer = await json("POST", path, form);
     } else {
       const body = { k, offset: state.offset };
-      if (q.kind === "text") body.text = q.text;
-      else body.image_id = q.id;
+      if (q.kind === "text") {
+        body.text = q.text;
+        // Modes are for sentences only; none given, the collection's default.
+        if ($("mode").value) body.mode = $("mode").value;
+      } else body.image_id = q.id;
       if (filter) body.filter = filter;
       answer = await json("POST", path, body);
     }
-    renderResults(answer.results, k, filter);
+    renderResults(answer, k, filter);
   });
 }
 
-function renderResults(results, k, filter) {
+function renderResults({ results, mode, unknown_words: unknown }, k, filter) {
   const list = $("results");
   list.replaceChildren();
-  $("results-title").textContent = describeQuery(state.query);
+  $("results-title").textContent = describeQuery(state.query, mode);
+  // Words the caption encoder has no vector for add nothing to the meaning; say which, so a person can
+  // rephrase (a search by words still finds them in captions and fields).
+  const words = state.query.kind === "text" ? unknown || [] : [];
+  $("unknown-words").hidden = words.length === 0;
+  $("unknown-words").textContent = words.length
+    ? `Words the model does not know (they add nothing to the meaning): ${words.join(", ")}.`
+    : "";
   const first = state.offset + 1;
   $("results-empty").hidden = results.length > 0;
   $("results-empty").textContent = state.offset
     ? "No more results."
     : `No photos found${filter ? " with these filters" : ""}. Add photos, or loosen the filters.`;
-  for (const [i, r] of results.entries()) list.append(card(r, first + i));
+  for (const [i, r] of results.entries()) list.append(card(r, first + i, mode));
   $("pager").hidden = state.offset === 0 && results.length < k;
   $("prev").disabled = state.offset === 0;
   $("next").disabled = results.length < k;
@@ -411,7 +427,14 @@ function label(image) {
   return image.external_id ? image.external_id : `#${image.id}`;
 }
 
-function card(result, rank) {
+// What a card's score is in each mode (ImageResult.score in openapi.yaml).
+const SCORE_MEANS = {
+  vector: "similarity score (higher is closer)",
+  keyword: "text relevance of the words (higher matches better)",
+  hybrid: "fused rank score of meaning and words (higher ranks better in both)",
+};
+
+function card(result, rank, mode) {
   const { image, score } = result;
   const li = document.createElement("li");
   li.className = "card";
@@ -429,7 +452,7 @@ function card(result, rank) {
   meta.className = "card-meta";
   const name = Object.assign(document.createElement("span"), { className: "card-name", textContent: label(image) });
   const s = Object.assign(document.createElement("span"), { className: "score", textContent: score.toFixed(3) });
-  s.title = "similarity score (higher is closer)";
+  s.title = SCORE_MEANS[mode] || SCORE_MEANS.vector;
   meta.append(name, s);
   b.append(img, meta);
   b.addEventListener("click", () => openDetail(image.id));
@@ -576,6 +599,11 @@ function wire() {
   });
   $("add-filter").addEventListener("click", () => addFilterRow());
   $("per-page").addEventListener("change", () => {
+    state.offset = 0;
+    runSearch();
+  });
+  $("mode").addEventListener("change", () => {
+    if (state.query && state.query.kind !== "text") return;
     state.offset = 0;
     runSearch();
   });

@@ -296,3 +296,53 @@ def test_results_come_in_pages(browser, tmp_path):
     prev.click()
     wait_cards(d, 12)
     assert [c.text for c in cards(d)] == first_page
+
+
+def test_a_person_matches_sentences_by_meaning_by_words_or_both(browser):
+    d = browser
+    d.set_window_size(1280, 1000)
+    d.get(BASE + "/")
+    # A collection whose "place" field a search by words reaches: its sentences match both ways by default.
+    open_details(d, "new-collection")
+    d.find_element(By.ID, "new-name").send_keys("places")
+    d.find_element(By.ID, "new-text-fields").send_keys("place, shop.name")
+    submit(d, "create-form")
+    wait_text(d, "status", r"Collection “places” created")
+    d.find_element(By.ID, "upload-files").send_keys("\n".join(PHOTOS[:2]))
+    d.find_element(By.ID, "upload-caption").send_keys(CAPTION)
+    d.find_element(By.ID, "upload-metadata").send_keys(json.dumps({"place": "harbour"}))
+    submit(d, "upload-form")
+    wait_text(d, "status", r"Added 2 of 2 photos to “places”", timeout=120)
+    mode = Select(d.find_element(By.ID, "mode"))
+
+    query = d.find_element(By.ID, "query")
+    query.send_keys("harbour")
+    submit(d, "text-form")
+    wait_text(d, "results-title", r"^Photos for “harbour”, by meaning and words$")
+    wait_cards(d, 2)
+
+    # By words: the field's word finds both photos, a word in none of them nothing.
+    mode.select_by_visible_text("by words")
+    wait_text(d, "results-title", r"^Photos for “harbour”, by words$")
+    wait_cards(d, 2)
+    assert "text relevance" in cards(d)[0].find_element(By.CLASS_NAME, "score").get_attribute("title")
+    query.clear()
+    query.send_keys("volcano")
+    submit(d, "text-form")
+    wait_text(d, "results-title", r"^Photos for “volcano”, by words$")
+    wait_text(d, "results-empty", r"No photos found")
+
+    # By meaning: every photo ranks, and a word the caption encoder lacks is named.
+    mode.select_by_visible_text("by meaning")
+    query.clear()
+    query.send_keys("a dog near qqzzx")
+    submit(d, "text-form")
+    wait_text(d, "results-title", r"^Photos for “a dog near qqzzx”, by meaning$")
+    wait_cards(d, 2)
+    assert "qqzzx" in wait_text(d, "unknown-words", r"does not know")
+
+    # A photo query has no mode and no unknown words.
+    d.find_element(By.ID, "photo").send_keys(PHOTOS[0])
+    wait_text(d, "results-title", r"^Photos like ")
+    wait_cards(d, 2)
+    assert not d.find_element(By.ID, "unknown-words").is_displayed()
