@@ -216,7 +216,7 @@ def test_a_person_adds_photos_searches_and_browses(browser, tmp_path):
     operator = Select(d.find_element(By.CSS_SELECTOR, "#filter-rows select"))
     for label, found in [("≠", 0), ("is missing", 0), ("exists", 3), ("one of", 3)]:
         operator.select_by_visible_text(label)
-        until(d, lambda: f"the operator shows {label}", lambda drv: operator.first_selected_option.text == label)
+        until(d, f"the operator shows {label}", lambda drv, label=label: operator.first_selected_option.text == label)
         submit(d, "text-form")
         if found:
             wait_cards(d, found)
