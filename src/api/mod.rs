@@ -140,6 +140,7 @@ pub fn router_with(service: Arc<Service>, opts: RouterOptions) -> anyhow::Result
                 service: state.service.clone(),
                 routes: infos.clone(),
                 max_request_bytes,
+                running: Default::default(),
             },
             middleware::idempotency::idempotency,
         ))

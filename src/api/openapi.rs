@@ -121,7 +121,9 @@ impl utoipa::Modify for Operational {
                 "Conflict",
                 error(
                     "the write clashes with what is stored (a name or external id taken), or a request with the \
-                     same Idempotency-Key is still running (code idempotency_in_flight; retry after Retry-After)",
+                     same Idempotency-Key is still running (code idempotency_in_flight; retry after Retry-After) \
+                     or stopped without an answer when its server stopped (code idempotency_abandoned; it may \
+                     have been applied: check, then send it with a new key)",
                 ),
             ),
             (
@@ -195,7 +197,8 @@ impl utoipa::Modify for Operational {
                                 "any 1-255 visible ASCII characters (a UUID): a retry with the same key and \
                                  the same request gets the first successful answer again (with \
                                  `Idempotent-Replayed: true`) for 24 hours instead of running twice; 409 while \
-                                 the first is still running, 422 when the key was used for another request",
+                                 the first is still running or when its server stopped while running it, 422 \
+                                 when the key was used for another request",
                             ))
                             .schema(Some(
                                 ObjectBuilder::new()

@@ -17,6 +17,10 @@ impl Service {
             .await?)
     }
 
+    pub async fn beat_idempotency(&self, scope: &str, key: &str) -> Result<()> {
+        Ok(self.store.beat_idempotency(scope, key).await?)
+    }
+
     pub async fn finish_idempotency(
         &self,
         scope: &str,

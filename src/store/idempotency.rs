@@ -10,6 +10,13 @@ use super::{Store, StoreError, codec};
 /// How long an answer is replayed.
 pub const IDEMPOTENCY_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
+/// How often a running request's server refreshes its claim's `heartbeat_at`.
+pub const IDEMPOTENCY_HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// A running claim not refreshed for this long lost its server (six missed heartbeats: a slow database
+/// delays a beat, it does not drop six).
+pub const IDEMPOTENCY_LEASE: Duration = Duration::from_secs(30);
+
 /// What a request with an idempotency key is to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -19,6 +26,9 @@ pub enum Claim {
     Replay { status: u16, body: Vec<u8> },
     /// The first request with this key has not finished.
     InFlight,
+    /// The first request with this key has no answer and no heartbeat since `since` (older than
+    /// `IDEMPOTENCY_LEASE`): the server running it stopped, and whether it was applied is unknown.
+    Abandoned { since: String },
     /// The key was used for a different request.
     Mismatch,
 }
@@ -40,8 +50,8 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         let inserted = sqlx::query(
-            "INSERT INTO idempotency (scope, key, fingerprint, created_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (scope, key) DO NOTHING",
+            "INSERT INTO idempotency (scope, key, fingerprint, created_at, heartbeat_at) \
+             VALUES ($1, $2, $3, $4, $4) ON CONFLICT (scope, key) DO NOTHING",
         )
         .bind(scope)
         .bind(key)
@@ -54,16 +64,25 @@ impl Store {
             Claim::Run
         } else {
             let r = sqlx::query(
-                "SELECT fingerprint, status, body FROM idempotency WHERE scope = $1 AND key = $2",
+                "SELECT fingerprint, status, body, COALESCE(heartbeat_at, created_at) AS beat \
+                 FROM idempotency WHERE scope = $1 AND key = $2",
             )
             .bind(scope)
             .bind(key)
             .fetch_one(&mut *tx)
             .await?;
-            let (fp, status, body): (String, Option<i64>, Option<Vec<u8>>) =
-                (r.get("fingerprint"), r.get("status"), r.get("body"));
+            let (fp, status, body, beat): (String, Option<i64>, Option<Vec<u8>>, String) = (
+                r.get("fingerprint"),
+                r.get("status"),
+                r.get("body"),
+                r.get("beat"),
+            );
             match status {
                 _ if fp != fingerprint => Claim::Mismatch,
+                // RFC 3339 UTC timestamps sort as text.
+                None if beat < codec::rfc3339_ago(IDEMPOTENCY_LEASE) => {
+                    Claim::Abandoned { since: beat }
+                }
                 None => Claim::InFlight,
                 Some(s) => Claim::Replay {
                     status: u16::try_from(s).unwrap_or(200),
@@ -73,6 +92,19 @@ impl Store {
         };
         tx.commit().await?;
         Ok(claim)
+    }
+
+    /// Says that the request that claimed `key` is still running (`IDEMPOTENCY_HEARTBEAT`).
+    pub async fn beat_idempotency(&self, scope: &str, key: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE idempotency SET heartbeat_at = $1 WHERE scope = $2 AND key = $3 AND status IS NULL",
+        )
+        .bind(codec::now_rfc3339())
+        .bind(scope)
+        .bind(key)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     /// Keeps the successful answer to the request that claimed `key`.
@@ -164,6 +196,43 @@ mod tests {
             .await
             .expect("release");
         assert!(matches!(claim("k1", "f1").await, Claim::Replay { .. }));
+        // A running claim whose heartbeat stopped lost its server; one that beats is still running.
+        assert_eq!(claim("k3", "f1").await, Claim::Run);
+        let long_ago = codec::rfc3339_ago(IDEMPOTENCY_LEASE + Duration::from_secs(5));
+        sqlx::query("UPDATE idempotency SET heartbeat_at = $1 WHERE key = 'k3'")
+            .bind(&long_ago)
+            .execute(&store.pool)
+            .await
+            .expect("stop the heartbeat");
+        assert_eq!(
+            claim("k3", "f1").await,
+            Claim::Abandoned {
+                since: long_ago.clone()
+            }
+        );
+        assert_eq!(claim("k3", "f2").await, Claim::Mismatch);
+        store
+            .beat_idempotency("k POST /x", "k3")
+            .await
+            .expect("beat");
+        assert_eq!(claim("k3", "f1").await, Claim::InFlight);
+        // A row from before the heartbeat column: its created_at stands in.
+        sqlx::query("UPDATE idempotency SET heartbeat_at = NULL, created_at = $1 WHERE key = 'k3'")
+            .bind(&long_ago)
+            .execute(&store.pool)
+            .await
+            .expect("an old row");
+        assert!(matches!(claim("k3", "f1").await, Claim::Abandoned { .. }));
+        // A finished one never beats again.
+        store
+            .finish_idempotency("k POST /x", "k3", 201, b"{}")
+            .await
+            .expect("finish");
+        store
+            .beat_idempotency("k POST /x", "k3")
+            .await
+            .expect("beat");
+        assert!(matches!(claim("k3", "f1").await, Claim::Replay { .. }));
         // Expired answers are forgotten.
         sqlx::query("UPDATE idempotency SET created_at = '2000-01-01T00:00:00Z'")
             .execute(&store.pool)
@@ -174,6 +243,6 @@ mod tests {
             Claim::Run,
             "an expired key is free again"
         );
-        assert_eq!(store.prune_idempotency().await.expect("prune"), 2);
+        assert_eq!(store.prune_idempotency().await.expect("prune"), 3);
     }
 }

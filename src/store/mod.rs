@@ -32,7 +32,7 @@ pub use self::{
     captions::{CaptionRow, EmbeddedCaption, NewCaption},
     changes::{Change, ChangeKind, Cursor},
     collections::CollectionRow,
-    idempotency::{Claim, IDEMPOTENCY_RETENTION},
+    idempotency::{Claim, IDEMPOTENCY_HEARTBEAT, IDEMPOTENCY_RETENTION},
     images::{ImageRow, NewImage, Provenance, StoredCode},
     keywords::KeywordQuery,
     reindex::Switch,

@@ -405,6 +405,45 @@ async fn retries_with_an_idempotency_key(url: &str) {
     );
     assert_eq!(total(&app).await, 11);
 
+    // A request whose server stopped while running it: its claim has no answer and no heartbeat for longer
+    // than the lease (made here from a finished one, as if its server had died before keeping the answer).
+    // A retry is told so, once and for all (no Retry-After), and nothing runs twice.
+    let one = json!({"images": [{"data": b64(&fixture_image(3))}]});
+    let (s, _, _) = post_with_key(&app, images, "k-dead", &one).await;
+    assert_eq!(s, 201);
+    sqlx::any::install_default_drivers();
+    let db = sqlx::AnyPool::connect(url).await.expect("the database");
+    let cut = sqlx::query(
+        "UPDATE idempotency SET status = NULL, body = NULL, heartbeat_at = '2000-01-01T00:00:00Z' \
+         WHERE key = 'k-dead'",
+    )
+    .execute(&db)
+    .await
+    .expect("cut the claim off");
+    assert_eq!(cut.rows_affected(), 1);
+    db.close().await;
+    let r = app
+        .client
+        .post(app.url(images))
+        .header("idempotency-key", "k-dead")
+        .json(&one)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 409);
+    assert!(
+        r.headers().get("retry-after").is_none(),
+        "retrying cannot help"
+    );
+    let e: Value = r.json().await.expect("json");
+    assert_eq!(e["error"]["code"], "idempotency_abandoned", "{e}");
+    let m = e["error"]["message"].as_str().expect("message");
+    assert!(
+        m.contains("last seen 2000-01-01T00:00:00Z") && m.contains("new key"),
+        "{m}"
+    );
+    assert_eq!(total(&app).await, 12, "not run again");
+
     // A malformed key is a 400, and a key on a read is ignored.
     let (s, _, e) = post_with_key(&app, images, "has space", &body).await;
     assert_eq!(s, 400, "{e}");

@@ -7,8 +7,18 @@
 //!
 //! It runs inside the request timeout, so a write that finishes after its client was given 503 still keeps
 //! its answer for the retry. Keys are scoped by the caller's key name and the path: two tenants never meet.
+//!
+//! While a keyed request runs, its server refreshes the claim's heartbeat; a retry that finds a claim with
+//! no answer and no heartbeat for `IDEMPOTENCY_LEASE` knows the server running it stopped (a crash, a kill),
+//! and says so (409 `idempotency_abandoned`, no Retry-After: retrying the key cannot help) instead of "still
+//! running" until the key expires. It never runs the request again: the first may have been applied before
+//! its server stopped. A process also knows the keys it runs itself, so a beat held up behind a long SQLite
+//! write never makes its own request look abandoned.
 
-use std::sync::Arc;
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex},
+};
 
 use axum::{
     body::{Body, Bytes},
@@ -26,7 +36,7 @@ use crate::{
         routes::RouteInfos,
     },
     service::Service,
-    store::Claim,
+    store::{Claim, IDEMPOTENCY_HEARTBEAT},
 };
 
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -37,6 +47,61 @@ pub struct Idempotency {
     pub service: Arc<Service>,
     pub routes: RouteInfos,
     pub max_request_bytes: usize,
+    /// The claims (scope and key) this process is running now.
+    pub running: Arc<Mutex<HashSet<(String, String)>>>,
+}
+
+/// A claim this process runs: listed in `running` and kept alive by a heartbeat until dropped.
+struct Running {
+    running: Arc<Mutex<HashSet<(String, String)>>>,
+    claim: (String, String),
+    heartbeat: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(st: &Idempotency, scope: &str, key: &str) -> Running {
+        let claim = (scope.to_string(), key.to_string());
+        st.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(claim.clone());
+        let (service, (scope, key)) = (st.service.clone(), claim.clone());
+        let heartbeat = tokio::spawn(async move {
+            let mut every = tokio::time::interval(IDEMPOTENCY_HEARTBEAT);
+            every.tick().await; // the claim itself was the first sign of life
+            loop {
+                every.tick().await;
+                if let Err(e) = service.beat_idempotency(&scope, &key).await {
+                    tracing::warn!(error = %e, "refreshing an idempotency claim failed");
+                }
+            }
+        });
+        Running {
+            running: st.running.clone(),
+            claim,
+            heartbeat,
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.claim);
+    }
+}
+
+fn in_flight() -> Response {
+    let mut e = ApiError::new(
+        StatusCode::CONFLICT,
+        "idempotency_in_flight",
+        "a request with this Idempotency-Key is still running; retry once it has finished",
+    );
+    e.retry_after = Some(1);
+    e.into_response()
 }
 
 /// A key as the header may carry it: 1-255 visible ASCII characters (a UUID is the usual choice).
@@ -125,16 +190,27 @@ pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next
         Err(e) => return ApiError::from(e).into_response(),
         Ok(Claim::Run) => {}
         Ok(Claim::Replay { status, body }) => return replay(status, body),
-        Ok(Claim::InFlight) => {
-            let mut e = ApiError::new(
+        Ok(Claim::InFlight) => return in_flight(),
+        Ok(Claim::Abandoned { .. })
+            if st
+                .running
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&(scope.clone(), key.clone())) =>
+        {
+            return in_flight();
+        }
+        Ok(Claim::Abandoned { since }) => {
+            return ApiError::new(
                 StatusCode::CONFLICT,
-                "idempotency_in_flight",
-                "a request with this Idempotency-Key is still running; retry once it has finished \
-                 (if the server stopped while running it, check whether it was applied before sending it \
-                 with a new key)",
-            );
-            e.retry_after = Some(1);
-            return e.into_response();
+                "idempotency_abandoned",
+                format!(
+                    "the request first sent with this Idempotency-Key stopped without an answer (the server \
+                     running it stopped; last seen {since}); it may or may not have been applied: check \
+                     (for example, look the images up by external id), then send it with a new key"
+                ),
+            )
+            .into_response();
         }
         Ok(Claim::Mismatch) => {
             return ApiError::new(
@@ -146,6 +222,7 @@ pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next
             .into_response();
         }
     }
+    let _running = Running::start(&st, &scope, &key);
     let res = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
