@@ -242,7 +242,7 @@ impl Application {
         self.service.clone()
     }
 
-    /// Serves until `shutdown` resolves, then drains requests and snapshots the indexes.
+    /// Serves until `shutdown` resolves, then drains requests, snapshots the indexes and closes the database.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -276,6 +276,7 @@ impl Application {
             Ok(n) => tracing::info!(indexes = n, "index snapshots written"),
             Err(e) => tracing::warn!(error = %e, "index snapshot at shutdown failed"),
         }
+        svc.close().await;
         Ok(())
     }
 

@@ -27,5 +27,7 @@ pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
         out.write_all(&chunk?).await.context("writing the export")?;
     }
     out.flush().await?;
+    drop(lines);
+    store.close().await;
     Ok(())
 }

@@ -278,6 +278,7 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     job.flush().await?;
     job.pb.finish();
     svc.snapshot().await?;
+    svc.close().await;
     println!(
         "imported {} images and {} captions into \"{name}\" ({} photos embedded by the CNN, {} sentences by \
          the text model)",

@@ -67,6 +67,8 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         );
     }
     svc.snapshot().await?;
+    // The database file alone now holds the run (scripts move a prepared database into place).
+    svc.close().await;
     println!(
         "{} images in collection \"{}\"",
         added.len(),

@@ -10,6 +10,7 @@ pub async fn reindex(args: ReindexArgs) -> anyhow::Result<()> {
     let svc = open_service(pipeline, &args.store, Arc::new(Metrics::new())).await?;
     let r = svc.reindex(args.page_rows).await?;
     svc.snapshot().await?;
+    svc.close().await;
     println!(
         "reindexed {} images (from their stored codes) and {} captions; {} rows reused from an interrupted reindex",
         r.images, r.captions, r.resumed

@@ -215,6 +215,11 @@ impl Service {
         self.metrics.set_index_sizes(i as i64, c as i64);
     }
 
+    /// Closes the database when this process is done with it (after serving, at the end of a command).
+    pub async fn close(&self) {
+        self.store.close().await;
+    }
+
     /// Writes a snapshot of every index (at shutdown, and on demand).
     pub async fn snapshot(&self) -> Result<usize> {
         let Some(dir) = self.opts.snapshot_dir.clone() else {

@@ -212,6 +212,20 @@ impl Store {
         Some(Path::new(opts.get_filename()).to_path_buf())
     }
 
+    /// Ends every connection, once nothing else will use this store (or any clone of it). On SQLite the WAL
+    /// is first checkpointed into the database file and emptied, so that the file alone holds every write:
+    /// a copy or a move of it (a backup, a prepared database) then misses nothing.
+    pub async fn close(&self) {
+        if self.engine == Engine::Sqlite
+            && let Err(e) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&self.pool)
+                .await
+        {
+            tracing::warn!(error = %e, "checkpointing the database's WAL at close failed");
+        }
+        self.pool.close().await;
+    }
+
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())

@@ -65,6 +65,35 @@ fn ingest_eval_inspect_and_reindex() {
             &url,
         ]));
     assert!(out.contains("8 images in collection \"flickr\""), "{out}");
+    // The database file alone holds the run: its WAL was checkpointed and emptied at the end, so a copy of
+    // the file (a prepared database moved into place, a backup) misses nothing.
+    let db = dir.path().join("db/js.db");
+    let wal = dir.path().join("db/js.db-wal");
+    assert!(
+        std::fs::metadata(&wal).map_or(true, |m| m.len() == 0),
+        "a WAL with writes was left beside the database"
+    );
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&db, &copy).expect("copy the file alone");
+    let counts = tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async {
+            sqlx::any::install_default_drivers();
+            let db = sqlx::AnyPool::connect(&format!("sqlite://{}", copy.display()))
+                .await
+                .expect("open the copy");
+            let n = |t: &'static str| {
+                let db = db.clone();
+                async move {
+                    sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {t}"))
+                        .fetch_one(&db)
+                        .await
+                        .expect("count")
+                }
+            };
+            (n("images").await, n("captions").await)
+        });
+    assert_eq!(counts, (8, 40));
     // Again: nothing is added twice, and nothing stored is embedded again (the same names, now unreadable as
     // images, would fail the run if they were decoded).
     let stored = dir.path().join("stored");

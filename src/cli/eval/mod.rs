@@ -83,6 +83,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    svc.close().await;
     if args.json {
         let mut j = report.json();
         if let (Some(h), Some(o)) = (hybrid, j.as_object_mut()) {
