@@ -70,7 +70,7 @@ pub struct ListCaptionsQuery {
     pub limit: Option<i64>,
 }
 
-#[utoipa::path(post, path = "/v1/collections/{collection}/captions", tag = "captions",
+#[utoipa::path(post, path = "/v1/collections/{collection}/captions", tag = "captions", operation_id = "add_captions",
     params(("collection" = String, Path, description = "collection name")), request_body = AddCaptions,
     responses((status = 201, body = AddedCaptions), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn add(
@@ -89,7 +89,7 @@ pub async fn add(
     Ok((StatusCode::CREATED, Json(AddedCaptions { ids })))
 }
 
-#[utoipa::path(get, path = "/v1/collections/{collection}/captions", tag = "captions",
+#[utoipa::path(get, path = "/v1/collections/{collection}/captions", tag = "captions", operation_id = "list_captions",
     params(("collection" = String, Path, description = "collection name"), ListCaptionsQuery),
     responses((status = 200, body = CaptionList), (status = 404, body = ErrorBody)))]
 pub async fn list(
@@ -113,7 +113,7 @@ pub async fn list(
     }))
 }
 
-#[utoipa::path(delete, path = "/v1/collections/{collection}/captions/{id}", tag = "captions",
+#[utoipa::path(delete, path = "/v1/collections/{collection}/captions/{id}", tag = "captions", operation_id = "delete_caption",
     params(("collection" = String, Path, description = "collection name"), ("id" = i64, Path, description = "caption id")),
     responses((status = 204, description = "deleted"), (status = 404, body = ErrorBody)))]
 pub async fn delete(

@@ -56,7 +56,7 @@ pub struct CollectionList {
     pub collections: Vec<Collection>,
 }
 
-#[utoipa::path(post, path = "/v1/collections", tag = "collections", request_body = CreateCollection,
+#[utoipa::path(post, path = "/v1/collections", tag = "collections", operation_id = "create_collection", request_body = CreateCollection,
     responses((status = 201, body = Collection), (status = 409, description = "name taken", body = ErrorBody),
               (status = 422, description = "bad name", body = ErrorBody)))]
 pub async fn create(
@@ -71,7 +71,7 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(c.into())))
 }
 
-#[utoipa::path(get, path = "/v1/collections", tag = "collections", responses((status = 200, body = CollectionList)))]
+#[utoipa::path(get, path = "/v1/collections", tag = "collections", operation_id = "list_collections", responses((status = 200, body = CollectionList)))]
 pub async fn list(State(s): State<AppState>, caller: Caller) -> ApiResult<Json<CollectionList>> {
     let rows = s.service.list_collections().await?;
     // A key limited to some collections sees only those.
@@ -84,7 +84,7 @@ pub async fn list(State(s): State<AppState>, caller: Caller) -> ApiResult<Json<C
     }))
 }
 
-#[utoipa::path(get, path = "/v1/collections/{collection}", tag = "collections",
+#[utoipa::path(get, path = "/v1/collections/{collection}", tag = "collections", operation_id = "get_collection",
     params(("collection" = String, Path, description = "collection name")),
     responses((status = 200, body = Collection), (status = 404, body = ErrorBody)))]
 pub async fn get(
@@ -94,7 +94,7 @@ pub async fn get(
     Ok(Json(s.service.collection(&name).await?.into()))
 }
 
-#[utoipa::path(delete, path = "/v1/collections/{collection}", tag = "collections",
+#[utoipa::path(delete, path = "/v1/collections/{collection}", tag = "collections", operation_id = "delete_collection",
     params(("collection" = String, Path, description = "collection name")),
     responses((status = 204, description = "deleted with all its images and captions"), (status = 404, body = ErrorBody)))]
 pub async fn delete(

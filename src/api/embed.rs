@@ -67,7 +67,7 @@ pub struct EmbedImageResponse {
     pub height: u32,
 }
 
-#[utoipa::path(post, path = "/v1/embed/text", tag = "embed", request_body = EmbedTextRequest,
+#[utoipa::path(post, path = "/v1/embed/text", tag = "embed", operation_id = "embed_text", request_body = EmbedTextRequest,
     responses((status = 200, body = EmbedTextResponse), (status = 422, body = ErrorBody)))]
 pub async fn text(
     State(s): State<AppState>,
@@ -85,7 +85,7 @@ pub async fn text(
     }))
 }
 
-#[utoipa::path(post, path = "/v1/embed/image", tag = "embed",
+#[utoipa::path(post, path = "/v1/embed/image", tag = "embed", operation_id = "embed_image",
     request_body(content((EmbedImageJson = "application/json"), (EmbedImageMultipart = "multipart/form-data"))),
     responses((status = 200, body = EmbedImageResponse), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody),
               (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]

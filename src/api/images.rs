@@ -276,7 +276,7 @@ fn inputs_from_parts(parts: Vec<upload::Part>) -> ApiResult<Vec<ImageInput>> {
     }
 }
 
-#[utoipa::path(post, path = "/v1/collections/{collection}/images", tag = "images",
+#[utoipa::path(post, path = "/v1/collections/{collection}/images", tag = "images", operation_id = "add_images",
     params(("collection" = String, Path, description = "collection name")),
     request_body(description = "one image or a batch, stored all or nothing; images given by URL (JSON only) may fail one by one \
         (listed in `errors`, the others stored) unless `all_or_nothing` is set", content(
@@ -354,7 +354,7 @@ pub fn parse_filter(f: Option<&str>) -> ApiResult<Filter> {
     }
 }
 
-#[utoipa::path(get, path = "/v1/collections/{collection}/images", tag = "images",
+#[utoipa::path(get, path = "/v1/collections/{collection}/images", tag = "images", operation_id = "list_images",
     params(("collection" = String, Path, description = "collection name"), ListImagesQuery),
     responses((status = 200, body = ImageList), (status = 404, body = ErrorBody)))]
 pub async fn list(
@@ -386,7 +386,7 @@ pub async fn list(
     }))
 }
 
-#[utoipa::path(get, path = "/v1/collections/{collection}/images/{id}", tag = "images",
+#[utoipa::path(get, path = "/v1/collections/{collection}/images/{id}", tag = "images", operation_id = "get_image",
     params(("collection" = String, Path, description = "collection name"), ("id" = i64, Path, description = "image id")),
     responses((status = 200, body = Image), (status = 404, body = ErrorBody)))]
 pub async fn get(
@@ -400,7 +400,7 @@ pub async fn get(
     Ok(Json(img))
 }
 
-#[utoipa::path(delete, path = "/v1/collections/{collection}/images/{id}", tag = "images",
+#[utoipa::path(delete, path = "/v1/collections/{collection}/images/{id}", tag = "images", operation_id = "delete_image",
     params(("collection" = String, Path, description = "collection name"), ("id" = i64, Path, description = "image id")),
     responses((status = 204, description = "deleted, with its captions"), (status = 404, body = ErrorBody)))]
 pub async fn delete(

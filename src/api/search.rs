@@ -232,7 +232,7 @@ fn params(r: &SearchRequest) -> ApiResult<SearchParams> {
     })
 }
 
-#[utoipa::path(post, path = "/v1/collections/{collection}/images/search", tag = "search",
+#[utoipa::path(post, path = "/v1/collections/{collection}/images/search", tag = "search", operation_id = "search_images",
     params(("collection" = String, Path, description = "collection name")),
     request_body(description = "a sentence, an image or a stored image id", content(
         (SearchRequest = "application/json"), (SearchMultipart = "multipart/form-data"))),
@@ -263,7 +263,7 @@ pub async fn images(
     }))
 }
 
-#[utoipa::path(post, path = "/v1/collections/{collection}/captions/search", tag = "search",
+#[utoipa::path(post, path = "/v1/collections/{collection}/captions/search", tag = "search", operation_id = "search_captions",
     params(("collection" = String, Path, description = "collection name")),
     request_body(description = "an image (annotation), a stored image id, or a sentence", content(
         (SearchRequest = "application/json"), (SearchMultipart = "multipart/form-data"))),

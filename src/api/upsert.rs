@@ -130,7 +130,7 @@ fn upsert_input(body: Body<UpsertImageJson>) -> ApiResult<UpsertInput> {
     }
 }
 
-#[utoipa::path(patch, path = "/v1/collections/{collection}/images/{id}", tag = "images",
+#[utoipa::path(patch, path = "/v1/collections/{collection}/images/{id}", tag = "images", operation_id = "patch_image",
     params(("collection" = String, Path, description = "collection name"), ("id" = i64, Path, description = "image id")),
     request_body(content = ImagePatchJson, description = "what to change; the photo, vector and captions stay",
         example = json!({"metadata": {"price": 39.5, "sale": null}, "external_id": "sku-4411"})),
