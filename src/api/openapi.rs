@@ -7,7 +7,9 @@ use utoipa::{
     openapi::{
         Ref, RefOr, Required, ResponseBuilder,
         content::ContentBuilder,
+        extensions::Extensions,
         header::HeaderBuilder,
+        link::LinkBuilder,
         path::{Operation, ParameterBuilder, ParameterIn},
         schema::{ObjectBuilder, Type},
         security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme},
@@ -34,7 +36,7 @@ use super::{
         system::healthz, system::readyz, system::metrics, system::openapi, system::bundle, system::reindex, system::snapshot,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
-    modifiers(&NoLicense, &Operational),
+    modifiers(&NoLicense, &Operational, &Links),
     tags((name = "collections"), (name = "images"), (name = "captions"), (name = "search"), (name = "embed"),
          (name = "system"), (name = "admin"), (name = "page"))
 )]
@@ -213,6 +215,196 @@ impl utoipa::Modify for Operational {
                 }
                 // Any keyed route may meet its key's request rate; routes that run a model also the queue.
                 r.insert("429".into(), shared("Overloaded"));
+            }
+        }
+    }
+}
+
+/// OpenAPI links: where the ids a write answers with lead (a new collection's name to its images, an added
+/// image's id to reading, patching and deleting it). Client tools follow them, and schemathesis' stateful
+/// phase chains real ids through them instead of guessing.
+struct Links;
+
+/// (operation, status, link name, target operation, [(target parameter, runtime expression)]).
+type LinkSpec = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+const NAME: (&str, &str) = ("collection", "$response.body#/name");
+const SAME: (&str, &str) = ("collection", "$request.path.collection");
+const ADDED: (&str, &str) = ("id", "$response.body#/images/0/id");
+const UPSERTED: (&str, &str) = ("id", "$response.body#/id");
+
+const LINKS: &[LinkSpec] = &[
+    (
+        "create_collection",
+        "201",
+        "GetCollection",
+        "get_collection",
+        &[NAME],
+    ),
+    (
+        "create_collection",
+        "201",
+        "ListImages",
+        "list_images",
+        &[NAME],
+    ),
+    (
+        "create_collection",
+        "201",
+        "AddImages",
+        "add_images",
+        &[NAME],
+    ),
+    (
+        "create_collection",
+        "201",
+        "UpsertImage",
+        "upsert_image",
+        &[NAME],
+    ),
+    (
+        "create_collection",
+        "201",
+        "SearchImages",
+        "search_images",
+        &[NAME],
+    ),
+    (
+        "create_collection",
+        "201",
+        "ListCaptions",
+        "list_captions",
+        &[NAME],
+    ),
+    (
+        "create_collection",
+        "201",
+        "AddCaptions",
+        "add_captions",
+        &[NAME],
+    ),
+    (
+        "create_collection",
+        "201",
+        "SearchCaptions",
+        "search_captions",
+        &[NAME],
+    ),
+    (
+        "create_collection",
+        "201",
+        "Export",
+        "export_collection",
+        &[NAME],
+    ),
+    (
+        "create_collection",
+        "201",
+        "DeleteCollection",
+        "delete_collection",
+        &[NAME],
+    ),
+    ("add_images", "201", "GetImage", "get_image", &[SAME, ADDED]),
+    (
+        "add_images",
+        "201",
+        "Thumbnail",
+        "thumbnail",
+        &[SAME, ADDED],
+    ),
+    (
+        "add_images",
+        "201",
+        "PatchImage",
+        "patch_image",
+        &[SAME, ADDED],
+    ),
+    (
+        "add_images",
+        "201",
+        "DeleteImage",
+        "delete_image",
+        &[SAME, ADDED],
+    ),
+    (
+        "add_images",
+        "201",
+        "DeleteCaption",
+        "delete_caption",
+        &[SAME, ("id", "$response.body#/images/0/caption_ids/0")],
+    ),
+    (
+        "add_captions",
+        "201",
+        "DeleteCaption",
+        "delete_caption",
+        &[SAME, ("id", "$response.body#/ids/0")],
+    ),
+    (
+        "upsert_image",
+        "201",
+        "GetImage",
+        "get_image",
+        &[SAME, UPSERTED],
+    ),
+    (
+        "upsert_image",
+        "200",
+        "GetImage",
+        "get_image",
+        &[SAME, UPSERTED],
+    ),
+    (
+        "upsert_image",
+        "201",
+        "GetByExternalId",
+        "get_image_by_external_id",
+        &[SAME, ("external_id", "$response.body#/external_id")],
+    ),
+    (
+        "upsert_image",
+        "201",
+        "DeleteByExternalId",
+        "delete_image_by_external_id",
+        &[SAME, ("external_id", "$response.body#/external_id")],
+    ),
+];
+
+impl utoipa::Modify for Links {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            let ops = [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ];
+            for op in ops.into_iter().flatten() {
+                let Some(id) = op.operation_id.clone() else {
+                    continue;
+                };
+                for (_, status, name, target, params) in LINKS.iter().filter(|l| l.0 == id) {
+                    let Some(RefOr::T(response)) = op.responses.responses.get_mut(*status) else {
+                        panic!("the link {name} needs operation {id} to answer {status} itself");
+                    };
+                    // utoipa 5.5 writes `Link::operation_id` as "operation_id"; OpenAPI's name is
+                    // "operationId", so it goes in through the flattened extensions map instead.
+                    let target = Extensions::from_iter([("operationId", *target)]);
+                    let link = params.iter().fold(
+                        LinkBuilder::new().extensions(Some(target)),
+                        |l, (p, expr)| l.parameter(*p, *expr),
+                    );
+                    response
+                        .links
+                        .insert((*name).to_string(), link.build().into());
+                }
             }
         }
     }

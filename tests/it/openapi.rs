@@ -34,3 +34,49 @@ fn every_operation_id_is_unique() {
     }
     assert!(seen.len() >= 30, "{} operations", seen.len());
 }
+
+/// Every link leads to an operation that exists and sets only parameters that operation has.
+#[test]
+fn every_link_leads_to_a_real_operation_and_its_parameters() {
+    let doc: serde_yaml::Value = serde_yaml::from_str(&jointspace::api::system::openapi_yaml())
+        .expect("the document parses");
+    let mut params = std::collections::BTreeMap::new();
+    for (_, item) in doc["paths"].as_mapping().expect("paths") {
+        for (_, op) in item.as_mapping().expect("a path item") {
+            let names: Vec<String> = op["parameters"]
+                .as_sequence()
+                .map(|ps| {
+                    ps.iter()
+                        .filter_map(|p| p["name"].as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            params.insert(op["operationId"].as_str().expect("id").to_string(), names);
+        }
+    }
+    let mut links = 0;
+    for (_, item) in doc["paths"].as_mapping().expect("paths") {
+        for (_, op) in item.as_mapping().expect("a path item") {
+            let Some(responses) = op["responses"].as_mapping() else {
+                continue;
+            };
+            for (_, r) in responses {
+                for (name, link) in r["links"].as_mapping().into_iter().flatten() {
+                    links += 1;
+                    let target = link["operationId"].as_str().expect("operationId");
+                    let have = params
+                        .get(target)
+                        .unwrap_or_else(|| panic!("link {name:?} leads to no operation {target}"));
+                    for (p, _) in link["parameters"].as_mapping().expect("parameters") {
+                        let p = p.as_str().expect("name");
+                        assert!(
+                            have.iter().any(|h| h == p),
+                            "link {name:?}: {target} has no parameter {p}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!(links >= 10, "{links} links");
+}
