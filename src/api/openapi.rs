@@ -225,10 +225,8 @@ impl utoipa::Modify for Operational {
 /// phase chains real ids through them instead of guessing.
 struct Links;
 
-/// (operation, status, link name, target operation, [(target parameter, runtime expression)]).
-type LinkSpec = (
-    &'static str,
-    &'static str,
+/// A link: its name, the operation it leads to, and that operation's parameters as runtime expressions.
+type Link = (
     &'static str,
     &'static str,
     &'static [(&'static str, &'static str)],
@@ -238,141 +236,71 @@ const NAME: (&str, &str) = ("collection", "$response.body#/name");
 const SAME: (&str, &str) = ("collection", "$request.path.collection");
 const ADDED: (&str, &str) = ("id", "$response.body#/images/0/id");
 const UPSERTED: (&str, &str) = ("id", "$response.body#/id");
+const EXTERNAL: (&str, &str) = ("external_id", "$response.body#/external_id");
 
-const LINKS: &[LinkSpec] = &[
+/// The links each answer (an operation and its status) carries.
+const LINKS: &[(&str, &str, &[Link])] = &[
     (
         "create_collection",
         "201",
-        "GetCollection",
-        "get_collection",
-        &[NAME],
-    ),
-    (
-        "create_collection",
-        "201",
-        "ListImages",
-        "list_images",
-        &[NAME],
-    ),
-    (
-        "create_collection",
-        "201",
-        "AddImages",
-        "add_images",
-        &[NAME],
-    ),
-    (
-        "create_collection",
-        "201",
-        "UpsertImage",
-        "upsert_image",
-        &[NAME],
-    ),
-    (
-        "create_collection",
-        "201",
-        "SearchImages",
-        "search_images",
-        &[NAME],
-    ),
-    (
-        "create_collection",
-        "201",
-        "ListCaptions",
-        "list_captions",
-        &[NAME],
-    ),
-    (
-        "create_collection",
-        "201",
-        "AddCaptions",
-        "add_captions",
-        &[NAME],
-    ),
-    (
-        "create_collection",
-        "201",
-        "SearchCaptions",
-        "search_captions",
-        &[NAME],
-    ),
-    (
-        "create_collection",
-        "201",
-        "Export",
-        "export_collection",
-        &[NAME],
-    ),
-    (
-        "create_collection",
-        "201",
-        "DeleteCollection",
-        "delete_collection",
-        &[NAME],
-    ),
-    ("add_images", "201", "GetImage", "get_image", &[SAME, ADDED]),
-    (
-        "add_images",
-        "201",
-        "Thumbnail",
-        "thumbnail",
-        &[SAME, ADDED],
+        &[
+            ("GetCollection", "get_collection", &[NAME]),
+            ("ListImages", "list_images", &[NAME]),
+            ("AddImages", "add_images", &[NAME]),
+            ("UpsertImage", "upsert_image", &[NAME]),
+            ("SearchImages", "search_images", &[NAME]),
+            ("ListCaptions", "list_captions", &[NAME]),
+            ("AddCaptions", "add_captions", &[NAME]),
+            ("SearchCaptions", "search_captions", &[NAME]),
+            ("Export", "export_collection", &[NAME]),
+            ("DeleteCollection", "delete_collection", &[NAME]),
+        ],
     ),
     (
         "add_images",
         "201",
-        "PatchImage",
-        "patch_image",
-        &[SAME, ADDED],
-    ),
-    (
-        "add_images",
-        "201",
-        "DeleteImage",
-        "delete_image",
-        &[SAME, ADDED],
-    ),
-    (
-        "add_images",
-        "201",
-        "DeleteCaption",
-        "delete_caption",
-        &[SAME, ("id", "$response.body#/images/0/caption_ids/0")],
+        &[
+            ("GetImage", "get_image", &[SAME, ADDED]),
+            ("Thumbnail", "thumbnail", &[SAME, ADDED]),
+            ("PatchImage", "patch_image", &[SAME, ADDED]),
+            ("DeleteImage", "delete_image", &[SAME, ADDED]),
+            (
+                "DeleteCaption",
+                "delete_caption",
+                &[SAME, ("id", "$response.body#/images/0/caption_ids/0")],
+            ),
+        ],
     ),
     (
         "add_captions",
         "201",
-        "DeleteCaption",
-        "delete_caption",
-        &[SAME, ("id", "$response.body#/ids/0")],
+        &[(
+            "DeleteCaption",
+            "delete_caption",
+            &[SAME, ("id", "$response.body#/ids/0")],
+        )],
     ),
     (
         "upsert_image",
         "201",
-        "GetImage",
-        "get_image",
-        &[SAME, UPSERTED],
+        &[
+            ("GetImage", "get_image", &[SAME, UPSERTED]),
+            (
+                "GetByExternalId",
+                "get_image_by_external_id",
+                &[SAME, EXTERNAL],
+            ),
+            (
+                "DeleteByExternalId",
+                "delete_image_by_external_id",
+                &[SAME, EXTERNAL],
+            ),
+        ],
     ),
     (
         "upsert_image",
         "200",
-        "GetImage",
-        "get_image",
-        &[SAME, UPSERTED],
-    ),
-    (
-        "upsert_image",
-        "201",
-        "GetByExternalId",
-        "get_image_by_external_id",
-        &[SAME, ("external_id", "$response.body#/external_id")],
-    ),
-    (
-        "upsert_image",
-        "201",
-        "DeleteByExternalId",
-        "delete_image_by_external_id",
-        &[SAME, ("external_id", "$response.body#/external_id")],
+        &[("GetImage", "get_image", &[SAME, UPSERTED])],
     ),
 ];
 
@@ -390,20 +318,22 @@ impl utoipa::Modify for Links {
                 let Some(id) = op.operation_id.clone() else {
                     continue;
                 };
-                for (_, status, name, target, params) in LINKS.iter().filter(|l| l.0 == id) {
+                for (_, status, links) in LINKS.iter().filter(|l| l.0 == id) {
                     let Some(RefOr::T(response)) = op.responses.responses.get_mut(*status) else {
-                        panic!("the link {name} needs operation {id} to answer {status} itself");
+                        panic!("links need operation {id} to answer {status} itself");
                     };
-                    // utoipa 5.5 writes `Link::operation_id` as "operation_id"; OpenAPI's name is
-                    // "operationId", so it goes in through the flattened extensions map instead.
-                    let target = Extensions::from_iter([("operationId", *target)]);
-                    let link = params.iter().fold(
-                        LinkBuilder::new().extensions(Some(target)),
-                        |l, (p, expr)| l.parameter(*p, *expr),
-                    );
-                    response
-                        .links
-                        .insert((*name).to_string(), link.build().into());
+                    for (name, target, params) in *links {
+                        // utoipa 5.5 writes `Link::operation_id` as "operation_id"; OpenAPI's name is
+                        // "operationId", so it goes in through the flattened extensions map instead.
+                        let target = Extensions::from_iter([("operationId", *target)]);
+                        let link = params.iter().fold(
+                            LinkBuilder::new().extensions(Some(target)),
+                            |l, (p, expr)| l.parameter(*p, *expr),
+                        );
+                        response
+                            .links
+                            .insert((*name).to_string(), link.build().into());
+                    }
                 }
             }
         }
