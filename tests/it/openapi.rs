@@ -16,20 +16,30 @@ fn committed_openapi_matches_the_handlers() {
     );
 }
 
+/// Every operation the served document describes: its path, method and operation object.
+fn operations() -> Vec<(String, String, serde_yaml::Value)> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(&jointspace::api::system::openapi_yaml())
+        .expect("the document parses");
+    let mut ops = vec![];
+    for (path, item) in doc["paths"].as_mapping().expect("paths") {
+        for (method, op) in item.as_mapping().expect("a path item") {
+            let name = |v: &serde_yaml::Value| v.as_str().expect("a name").to_string();
+            ops.push((name(path), name(method), op.clone()));
+        }
+    }
+    ops
+}
+
 /// OpenAPI requires every operationId to be unique (client generators name their methods by it).
 #[test]
 fn every_operation_id_is_unique() {
-    let doc: serde_yaml::Value = serde_yaml::from_str(&jointspace::api::system::openapi_yaml())
-        .expect("the document parses");
     let mut seen = std::collections::BTreeMap::new();
-    for (path, item) in doc["paths"].as_mapping().expect("paths") {
-        for (method, op) in item.as_mapping().expect("a path item") {
-            let Some(id) = op.get("operationId").and_then(|v| v.as_str()) else {
-                panic!("{path:?} {method:?} has no operationId");
-            };
-            if let Some(other) = seen.insert(id.to_string(), (path.clone(), method.clone())) {
-                panic!("operationId {id} names both {other:?} and {path:?} {method:?}");
-            }
+    for (path, method, op) in operations() {
+        let Some(id) = op.get("operationId").and_then(|v| v.as_str()) else {
+            panic!("{method} {path} has no operationId");
+        };
+        if let Some(other) = seen.insert(id.to_string(), (path.clone(), method.clone())) {
+            panic!("operationId {id} names both {other:?} and {method} {path}");
         }
     }
     assert!(seen.len() >= 30, "{} operations", seen.len());
@@ -38,42 +48,35 @@ fn every_operation_id_is_unique() {
 /// Every link leads to an operation that exists and sets only parameters that operation has.
 #[test]
 fn every_link_leads_to_a_real_operation_and_its_parameters() {
-    let doc: serde_yaml::Value = serde_yaml::from_str(&jointspace::api::system::openapi_yaml())
-        .expect("the document parses");
-    let mut params = std::collections::BTreeMap::new();
-    for (_, item) in doc["paths"].as_mapping().expect("paths") {
-        for (_, op) in item.as_mapping().expect("a path item") {
-            let names: Vec<String> = op["parameters"]
+    let ops = operations();
+    let params: std::collections::BTreeMap<&str, Vec<&str>> = ops
+        .iter()
+        .map(|(_, _, op)| {
+            let names = op["parameters"]
                 .as_sequence()
-                .map(|ps| {
-                    ps.iter()
-                        .filter_map(|p| p["name"].as_str().map(String::from))
-                        .collect()
-                })
+                .map(|ps| ps.iter().filter_map(|p| p["name"].as_str()).collect())
                 .unwrap_or_default();
-            params.insert(op["operationId"].as_str().expect("id").to_string(), names);
-        }
-    }
+            (op["operationId"].as_str().expect("id"), names)
+        })
+        .collect();
     let mut links = 0;
-    for (_, item) in doc["paths"].as_mapping().expect("paths") {
-        for (_, op) in item.as_mapping().expect("a path item") {
-            let Some(responses) = op["responses"].as_mapping() else {
-                continue;
-            };
-            for (_, r) in responses {
-                for (name, link) in r["links"].as_mapping().into_iter().flatten() {
-                    links += 1;
-                    let target = link["operationId"].as_str().expect("operationId");
-                    let have = params
-                        .get(target)
-                        .unwrap_or_else(|| panic!("link {name:?} leads to no operation {target}"));
-                    for (p, _) in link["parameters"].as_mapping().expect("parameters") {
-                        let p = p.as_str().expect("name");
-                        assert!(
-                            have.iter().any(|h| h == p),
-                            "link {name:?}: {target} has no parameter {p}"
-                        );
-                    }
+    for (_, _, op) in &ops {
+        let Some(responses) = op["responses"].as_mapping() else {
+            continue;
+        };
+        for (_, r) in responses {
+            for (name, link) in r["links"].as_mapping().into_iter().flatten() {
+                links += 1;
+                let target = link["operationId"].as_str().expect("operationId");
+                let have = params
+                    .get(target)
+                    .unwrap_or_else(|| panic!("link {name:?} leads to no operation {target}"));
+                for (p, _) in link["parameters"].as_mapping().expect("parameters") {
+                    let p = p.as_str().expect("name");
+                    assert!(
+                        have.contains(&p),
+                        "link {name:?}: {target} has no parameter {p}"
+                    );
                 }
             }
         }
