@@ -286,19 +286,18 @@ fn sqlite_path(path: &FieldPath) -> String {
 /// indexes an array, so "tags.0" names the key "0" as on SQLite and in the in-memory columns (`#>` with
 /// '{tags,0}' would read the first tag). The segments hold no quote (`FieldPath`).
 fn pg_value(path: &FieldPath) -> String {
-    let keys: String = path
-        .segments()
-        .iter()
-        .map(|s| format!(" -> '{s}'"))
-        .collect();
-    format!("(metadata{keys})")
+    format!("(metadata{})", pg_keys(path.segments()))
 }
 
 /// `(metadata -> 'a' ->> 'b')`: the same value as text.
 fn pg_text(path: &FieldPath) -> String {
     let (last, parents) = path.segments().split_last().expect("a path has a segment");
-    let keys: String = parents.iter().map(|s| format!(" -> '{s}'")).collect();
-    format!("(metadata{keys} ->> '{last}')")
+    format!("(metadata{} ->> '{last}')", pg_keys(parents))
+}
+
+/// ` -> 'a' -> 'b'`: the steps down to a value.
+fn pg_keys(segments: &[String]) -> String {
+    segments.iter().map(|s| format!(" -> '{s}'")).collect()
 }
 
 #[cfg(test)]
