@@ -106,6 +106,16 @@ def open_details(d, details_id):
         el.find_element(By.TAG_NAME, "summary").click()
 
 
+def create_collection(d, name, text_fields=""):
+    """Creates a collection through the page's form and waits for the page to say so."""
+    open_details(d, "new-collection")
+    d.find_element(By.ID, "new-name").send_keys(name)
+    if text_fields:
+        d.find_element(By.ID, "new-text-fields").send_keys(text_fields)
+    submit(d, "create-form")
+    wait_text(d, "status", f"Collection “{name}” created")
+
+
 def score_of(card):
     return float(card.find_element(By.CLASS_NAME, "score").text)
 
@@ -124,10 +134,7 @@ def test_a_person_adds_photos_searches_and_browses(browser, tmp_path):
     wait_text(d, "collection", r"no collections yet")
 
     # A collection, created through the page.
-    open_details(d, "new-collection")
-    d.find_element(By.ID, "new-name").send_keys("holiday")
-    submit(d, "create-form")
-    wait_text(d, "status", r"Collection “holiday” created")
+    create_collection(d, "holiday")
     until(d, "the new collection is chosen", lambda drv: selected(drv) == "holiday (0 photos)")
 
     # Three photos with a caption and metadata.
@@ -266,10 +273,7 @@ def test_results_come_in_pages(browser, tmp_path):
     d = browser
     d.set_window_size(1280, 1000)
     d.get(BASE + "/")
-    open_details(d, "new-collection")
-    d.find_element(By.ID, "new-name").send_keys("many")
-    submit(d, "create-form")
-    wait_text(d, "status", r"Collection “many” created")
+    create_collection(d, "many")
     # Thirteen photos (copies of the three), one more than the smallest page.
     source = [Path(p).read_bytes() for p in PHOTOS[:3]]
     files = []
@@ -303,11 +307,7 @@ def test_a_person_matches_sentences_by_meaning_by_words_or_both(browser):
     d.set_window_size(1280, 1000)
     d.get(BASE + "/")
     # A collection whose "place" field a search by words reaches: its sentences match both ways by default.
-    open_details(d, "new-collection")
-    d.find_element(By.ID, "new-name").send_keys("places")
-    d.find_element(By.ID, "new-text-fields").send_keys("place, shop.name")
-    submit(d, "create-form")
-    wait_text(d, "status", r"Collection “places” created")
+    create_collection(d, "places", text_fields="place, shop.name")
     d.find_element(By.ID, "upload-files").send_keys("\n".join(PHOTOS[:2]))
     d.find_element(By.ID, "upload-caption").send_keys(CAPTION)
     d.find_element(By.ID, "upload-metadata").send_keys(json.dumps({"place": "harbour"}))
