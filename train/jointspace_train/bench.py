@@ -21,17 +21,17 @@ from onnx import numpy_helper
 
 from . import bundle as bundle_mod
 from . import features, fne, images
-from .vision import VggWeights
+from .backbones.vgg16 import VggWeights
 
 
 def weights_from_graph(path: str | Path) -> VggWeights:
-    """The conv weights of a vision.onnx written by vision.build_graph (initializers `<layer>_W`, `<layer>_b`),
+    """The conv weights of a vision.onnx written by vgg16.build_graph (initializers `<layer>_W`, `<layer>_b`),
     so that PyTorch runs exactly what onnxruntime runs."""
     inits = {t.name: t for t in onnx.load(str(path)).graph.initializer}
     names = [n[:-2] for n in inits if n.endswith("_W") and n.startswith("block")]
     names.sort(key=lambda n: (int(n[5:n.index("_")]), int(n.rsplit("conv", 1)[1])))
     if not names or any(n.startswith("fc") for n in inits):
-        raise ValueError(f"{path}: expected a conv-only VGG graph from vision.build_graph")
+        raise ValueError(f"{path}: expected a conv-only VGG graph from vgg16.build_graph")
     convs = [(n, numpy_helper.to_array(inits[f"{n}_W"]), numpy_helper.to_array(inits[f"{n}_b"])) for n in names]
     blocks: dict[int, list[int]] = {}
     for n, w, _ in convs:

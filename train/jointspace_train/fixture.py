@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from . import bundle, data, export, features, fne, hubness, images, photos, pipeline, tokenizer, vision
+from . import backbones, bundle, data, export, features, fne, hubness, images, photos, pipeline, tokenizer
+from .backbones import effnet, vgg16
 from .model import TextEncoder
 
 BLOCKS = ((4, 4), (8, 8), (8, 8, 8), (16, 16, 16), (16, 16, 16))
@@ -72,8 +73,8 @@ def b64(a: np.ndarray) -> str:
 
 def make(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
     paths = make_images(images_dir)
-    weights = vision.random_vgg(BLOCKS, seed=seed)
-    return _write(Path(out), "fixture-tiny", weights, vision.build_graph(weights, "post_relu"), "ten", paths,
+    weights = vgg16.random_vgg(BLOCKS, seed=seed)
+    return _write(Path(out), "fixture-tiny", weights, vgg16.build_graph(weights, "post_relu"), "ten", paths,
                   images_dir, seed, cases=("ten", "center"))
 
 
@@ -83,8 +84,8 @@ def make_order(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
     scores only). Its parity file adds `order_scores`: S of every sentence against every fixture image, as
     the trainer ranks them, for the server's search and annotation paths to reproduce."""
     paths = make_images(images_dir)
-    weights = vision.random_vgg(BLOCKS, seed=seed)
-    return _write(Path(out), "fixture-tiny-order", weights, vision.build_graph(weights, "post_relu"), "center",
+    weights = vgg16.random_vgg(BLOCKS, seed=seed)
+    return _write(Path(out), "fixture-tiny-order", weights, vgg16.build_graph(weights, "post_relu"), "center",
                   paths, images_dir, seed, cases=("center",), similarity="order")
 
 
@@ -92,8 +93,6 @@ def make_effnet(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
     """An EfficientNet-Lite-shaped fixture (`effnet.random_state_dict`: seven stages, a few channels wide,
     RGB scaled as Lite2 is) under the windowed crop mode: crops of 64 read off a 128 image, so its taps are
     weighted at strides up to 32 and its stride-2 convolutions pad as TensorFlow does (after, not before)."""
-    from . import effnet
-
     paths = make_images(images_dir)
     weights = effnet.from_state_dict(effnet.random_state_dict(EFFNET_STAGES, seed=seed))
     weights.input_size, weights.resize = 64, 128
@@ -109,9 +108,9 @@ def _write(out: Path, name: str, weights, graph, crop_mode: str, paths: list[Pat
     GRU text encoder (the same for every fixture of one seed), parity cases; a cosine one also gets a hubness
     bank of its captions and an annotation bank of its images."""
     out.mkdir(parents=True, exist_ok=True)
-    vis = vision.vision_section(weights, "post_relu", crop_mode)
+    vis = backbones.vision_section(weights, "post_relu", crop_mode)
     vis["prepare"] = data.PREPARATION  # as a Flickr8k bundle: the parity cases cover the squash
-    vision.save(graph, out / "vision.onnx")
+    backbones.save(graph, out / "vision.onnx")
     sess = features.session(out / "vision.onnx")
     raw = features.embed_images(sess, vis, paths, crop_mode)
     mean, std = fne.stats(raw)
@@ -183,12 +182,12 @@ def make_windowed(src: str | Path, out: str | Path, seed: int = 0,
     their windowed graph over the whole 256 image, `src`'s other files, and parity cases for the fixture
     images and the real photos in that mode."""
     src, out = Path(src), Path(out)
-    weights = vision.random_vgg(BLOCKS, seed=seed)
-    same = vision.build_graph(weights, "post_relu").SerializeToString(deterministic=True)
+    weights = vgg16.random_vgg(BLOCKS, seed=seed)
+    same = vgg16.build_graph(weights, "post_relu").SerializeToString(deterministic=True)
     if hashlib.sha256(same).hexdigest() != features.sha256_file(src / "vision.onnx"):
         raise ValueError(f"{src}/vision.onnx is not the seed-{seed} fixture graph: write that fixture first")
     m = bundle.copy_except_vision(src, out, json.loads((src / "bundle.json").read_text()))
-    vision.save(vision.build_graph(weights, "post_relu", windowed_from=m["vision"]["resize"]),
+    backbones.save(vgg16.build_graph(weights, "post_relu", windowed_from=m["vision"]["resize"]),
                 out / m["vision"]["onnx"])
     m["name"] = "fixture-tiny-windowed"
     m["vision"]["crop_mode"] = "windowed"

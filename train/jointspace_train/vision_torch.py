@@ -1,5 +1,5 @@
-"""The vision graph of `vision.build_graph`, in PyTorch: the same layers and taps, to run feature extraction on a
-GPU (a machine that has PyTorch and CUDA but not ONNX Runtime's CUDA provider).
+"""The VGG16 vision graph of `backbones.vgg16.build_graph`, in PyTorch: the same layers and taps, to run feature
+extraction on a GPU (a machine that has PyTorch and CUDA but not ONNX Runtime's CUDA provider).
 
 Computed in float32 with TF32 off, so its features match the ONNX graph's on the CPU to float32 rounding
 (tests/test_vision.py compares the two); the ternary codes made from them differ only where a z-score sits
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .vision import TAP_POINTS, VggWeights
+from .backbones.vgg16 import TAP_POINTS, VggWeights
 
 
 class VisionNet(nn.Module):

@@ -1,7 +1,8 @@
 """The Python benches still run (on the tiny fixture bundle) and compare like with like; times are not checked."""
 import json
 
-from jointspace_train import bench, vision
+from jointspace_train import bench
+from jointspace_train.backbones import vgg16
 
 
 def run(capsys, *argv):
@@ -29,7 +30,7 @@ def test_sgemm_and_the_vgg16_flop_count(repo, capsys):
     assert r["peak_gflops"] > 0
     # VGG16's conv base at 224x224: 15.35 G multiply-adds.
     convs = [(n, _Shape(c, cin), None) for n, c, cin in _vgg16_shapes()]
-    flops = bench.graph_flops(vision.VggWeights(convs=convs), 224)
+    flops = bench.graph_flops(vgg16.VggWeights(convs=convs), 224)
     assert abs(flops / 1e9 - 30.69) < 0.01, flops
 
 
@@ -42,6 +43,6 @@ class _Shape:
 
 def _vgg16_shapes():
     cin = 3
-    for name, cout in zip(vision.conv_names(), [c for b in vision.VGG16_BLOCKS for c in b]):
+    for name, cout in zip(vgg16.conv_names(), [c for b in vgg16.VGG16_BLOCKS for c in b]):
         yield name, cout, cin
         cin = cout

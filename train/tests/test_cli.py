@@ -6,7 +6,8 @@ import onnx
 import pytest
 import torch
 
-from jointspace_train import bundle, fixture, vision
+from jointspace_train import bundle, fixture
+from jointspace_train.backbones import vgg16
 from jointspace_train.cli import main
 from jointspace_train.cli.reference import reference_eval
 from tv_layout import torchvision_layout
@@ -27,7 +28,7 @@ def tiny_dataset(root):
 
 
 def torchvision_state_dict(path):
-    torch.save(torchvision_layout(vision.random_vgg(SMALL, seed=2, fc=6)), path)
+    torch.save(torchvision_layout(vgg16.random_vgg(SMALL, seed=2, fc=6)), path)
 
 
 def test_features_train_bundle_and_reference_eval_agree(tmp_path):

