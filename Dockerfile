@@ -19,18 +19,23 @@ ARG CUDA_IMAGE=docker.io/nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 ARG ORT_VERSION=1.31.1
 
 # ---- build: the release binary (cache mounts keep the registry and target/ between builds) ----
+# The COPY lines are exactly what the build reads: the workspace's manifests and lock, its crates, the server's
+# sources, the search page it embeds (web/) and the bench sources the manifest names. tests/it/container.rs
+# fails when a file the binary is built from (cargo's dep-info) is not copied here or is left out of the
+# context by .dockerignore, and scripts/test.sh builds this image on every change.
 # COPY keeps the files' mtimes, which can be older than a cached target/ built from other sources; the touch
-# makes cargo rebuild the crate itself (dependencies stay cached).
+# makes cargo rebuild the workspace's own crates (dependencies stay cached).
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
-COPY migrations migrations
+COPY crates crates
 COPY src src
+COPY web web
 # Not built here, but Cargo.toml names the bench target, and cargo refuses a manifest whose target is missing.
 COPY benches benches
 RUN --mount=type=cache,id=jointspace-cargo-registry,target=/usr/local/cargo/registry \
     --mount=type=cache,id=jointspace-target,target=/src/target \
-    find src -type f -exec touch {} + \
+    find crates src web -type f -exec touch {} + \
  && cargo build --release --locked --bin jointspace \
  && cp target/release/jointspace /usr/local/bin/jointspace
 

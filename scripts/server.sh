@@ -9,7 +9,7 @@ start_server() {
   local bundle=$1 port
   shift
   # The binary as `cargo test` builds it (with the test build's feature set): after the tests, no rebuild.
-  cargo test --locked --release --no-run
+  cargo test --locked --release --workspace --no-run
   work=$(mktemp -d)
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   "${CARGO_TARGET_DIR:-target}/release/jointspace" serve --addr "127.0.0.1:$port" --bundle "$bundle" \

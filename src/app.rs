@@ -1,4 +1,4 @@
-//! Wiring: bundle -> runtime -> pipeline -> store -> service -> router. `Application::build` is what `main`
+//! Wiring: bundle -> runtime -> pipeline -> database -> service -> router. `Application::build` is what `main`
 //! and the integration tests (on port 0) both start.
 
 use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
@@ -12,12 +12,10 @@ use crate::{
     config::{ModelArgs, ServeArgs, StoreArgs, UrlIngestArgs},
     decode::DecodeLimits,
     fetch::{Cidr, FetchOptions, Fetcher},
-    index::IndexParams,
     metrics::Metrics,
     pipeline::{Pipeline, PipelineOptions},
     runtime::{self, Backend, OrtBackend, Provider},
-    service::{ReadyOptions, Service, ServiceOptions},
-    store::{self, Store, StoreError},
+    service::{Database, IndexParams, ReadyOptions, Service, ServiceOptions},
 };
 
 /// Loads and verifies the bundle and opens ONNX Runtime on it.
@@ -76,17 +74,9 @@ fn load_wrapped(
 }
 
 /// The database, migrated, with advice in the error when it cannot be opened.
-pub async fn open_store(store_args: &StoreArgs) -> anyhow::Result<Store> {
+pub async fn open_database(store_args: &StoreArgs) -> anyhow::Result<Database> {
     let timeout = Duration::from_secs(store_args.database_timeout.max(1));
-    let shown = store::redacted_url(&store_args.database_url);
-    match Store::connect_with(&store_args.database_url, timeout).await {
-        Err(e @ StoreError::Tls(_)) => Err(anyhow::Error::new(e).context(format!(
-            "cannot open the database {shown}: with sslmode=verify-ca or verify-full, sslrootcert must name \
-             the PEM file of the CA that signed the server's certificate, and verify-full also needs the \
-             host in the URL to be one the certificate names"
-        ))),
-        r => r.with_context(|| format!("cannot open the database {shown}")),
-    }
+    Database::open(&store_args.database_url, timeout).await
 }
 
 pub async fn open_service(
@@ -94,9 +84,9 @@ pub async fn open_service(
     store_args: &StoreArgs,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Arc<Service>> {
-    let store = open_store(store_args).await?;
+    let db = open_database(store_args).await?;
     let snapshot_dir: Option<PathBuf> = store_args.index_dir.clone().or_else(|| {
-        Store::file_path(&store_args.database_url).map(|f| {
+        Database::file_path(&store_args.database_url).map(|f| {
             f.parent()
                 .map(|p| p.join("index"))
                 .unwrap_or_else(|| "index".into())
@@ -112,9 +102,7 @@ pub async fn open_service(
         max_k: store_args.max_k,
         max_batch: store_args.max_batch,
     };
-    Ok(Arc::new(
-        Service::open(pipeline, store, metrics, opts).await?,
-    ))
+    Ok(Arc::new(Service::open(pipeline, db, metrics, opts).await?))
 }
 
 /// URL ingest's fetcher, when it is on (the server's, and `import`'s for a catalogue's URLs).

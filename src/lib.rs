@@ -1,32 +1,17 @@
-//! jointspace: photos and sentences in one space. The modules follow the data flow:
-//! decode -> prepare -> crops -> vision -> fne -> projection, and tokenize -> text, composed by `pipeline`; then index
-//! and store (the source of truth) behind `service`, and the api (and cli) on top. `runtime` is the
-//! inference backend under vision and text; `batch` is their request batching; `hubness` the search offset
-//! of a stored image; `thumbnail` its small JPEG for result grids; `modality` the two kinds of item every layer below the api keys by; `fetch` an image's bytes from a URL (URL ingest, behind an address guard). docs/architecture.md
-//! draws it and states which layer may call which.
+//! jointspace, the server: the HTTP API (`api`), the command line (`cli`), their one configuration (`config`)
+//! and `app`, which wires bundle -> runtime -> pipeline -> service -> router. Everything below lives in the
+//! workspace's crates, one per layer: `jointspace-service` (the operations) over `jointspace-embed` (the model),
+//! `jointspace-index` and `jointspace-store`, all naming `jointspace-core`'s types. This crate depends on the
+//! service and, to load the model it hands the service, on embed; never on the store or the index.
+//! docs/architecture.md draws it and states which layer may call which.
 
 pub mod api;
 pub mod app;
-pub mod batch;
-pub mod bundle;
 pub mod cli;
 pub mod config;
-pub mod crops;
-pub mod decode;
-pub mod fetch;
-pub mod filter;
-pub mod fne;
-pub mod hubness;
-pub mod index;
-pub mod metrics;
-pub mod modality;
-pub mod pipeline;
-pub mod prepare;
-pub mod projection;
-pub mod runtime;
-pub mod service;
-pub mod store;
-pub mod text;
-pub mod thumbnail;
-pub mod tokenize;
-pub mod vision;
+
+// The layers below under the paths the modules use (`crate::service`, `crate::bundle`, ...).
+use jointspace_core::{filter, modality};
+use jointspace_embed::{bundle, decode, pipeline, runtime, text};
+use jointspace_service as service;
+use jointspace_service::{fetch, metrics};

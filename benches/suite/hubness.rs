@@ -6,7 +6,10 @@
 use std::time::Instant;
 
 use anyhow::{Context, ensure};
-use jointspace::{bundle::Bundle, fne::TernaryCode, hubness::Hubness, projection::Projection};
+use jointspace_embed::bundle::Bundle;
+use jointspace_embed::fne::TernaryCode;
+use jointspace_embed::hubness::Hubness;
+use jointspace_embed::projection::Projection;
 use ndarray::{Array2, ArrayView1};
 use serde_json::{Value, json};
 

@@ -9,7 +9,7 @@ use std::{
 };
 
 use anyhow::ensure;
-use jointspace::index::{IndexParams, Score, VectorIndex};
+use jointspace_index::{IndexParams, Score, VectorIndex};
 use serde_json::{Value, json};
 
 use super::{Clustered, Flags, latency, round, rss};
@@ -77,16 +77,16 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let bundle = jointspace::bundle::Bundle::load(std::path::Path::new(&o.bundle))?;
+            let bundle = jointspace_embed::bundle::Bundle::load(std::path::Path::new(&o.bundle))?;
             let bundle_id = bundle.id.clone();
             let (data, generation, cid, offsets) = rt.block_on(async {
-                let store = jointspace::store::Store::connect(url).await?;
+                let store = jointspace_store::Store::connect(url).await?;
                 let c = store.collection(&format!("n{}", o.n)).await?;
                 let v = store
-                    .vectors(c.id, jointspace::store::Modality::Images)
+                    .vectors(c.id, jointspace_store::Modality::Images)
                     .await?;
                 let offsets = store
-                    .offsets(c.id, jointspace::store::Modality::Images)
+                    .offsets(c.id, jointspace_store::Modality::Images)
                     .await?;
                 anyhow::Ok((v, c.generation, c.id, offsets))
             })?;
@@ -99,8 +99,8 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
                     .map_or(0, |pages| pages * 4096)
             };
             let before = rss();
-            let attributes = jointspace::index::Attributes::new(rt.block_on(async {
-                let store = jointspace::store::Store::connect(url).await?;
+            let attributes = jointspace_index::Attributes::new(rt.block_on(async {
+                let store = jointspace_store::Store::connect(url).await?;
                 anyhow::Ok(store.image_metadata(cid, None).await?)
             })?);
             let attributes_bytes = rss().saturating_sub(before);
@@ -109,9 +109,9 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
                 ("50%, across clusters", json!({"pct": {"$lt": 50}})),
                 ("50%, whole clusters", json!({"group": {"$lt": 50}})),
             ] {
-                let f = jointspace::filter::Filter::parse(&f)?;
+                let f = jointspace_core::filter::Filter::parse(&f)?;
                 let (ids, mut times) = rt.block_on(async {
-                    let store = jointspace::store::Store::connect(url).await?;
+                    let store = jointspace_store::Store::connect(url).await?;
                     let (mut ids, mut times) = (vec![], vec![]);
                     for _ in 0..20 {
                         let t = Instant::now();
@@ -150,7 +150,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
                 o.n
             );
             (0..o.n).for_each(|i| drop(sample(i)));
-            let name = jointspace::index::snapshot_name(cid, jointspace::store::Modality::Images);
+            let name = jointspace_index::snapshot_name(cid, jointspace_store::Modality::Images);
             (data, Some((name, generation, bundle_id)), offsets)
         }
         None => {

@@ -7,20 +7,19 @@ use std::{path::Path, sync::Arc, time::Instant};
 use anyhow::Context;
 use bytes::Bytes;
 use clap::ValueEnum;
-use jointspace::{
-    bundle::{Bundle, CropMode},
-    crops, decode,
-    decode::DecodeLimits,
-    fne::Fne,
-    hubness,
-    index::{IndexParams, VectorIndex},
-    metrics::Metrics,
-    pipeline::{ImageUse, Pipeline, PipelineOptions},
-    projection::Projection,
-    runtime::{self, Backend, Device, OrtBackend},
-    service::{CollectionName, ImageInput, Service, ServiceOptions},
-    store::{NewImage, Provenance, Store},
-};
+use jointspace_embed::bundle::{Bundle, CropMode};
+use jointspace_embed::crops;
+use jointspace_embed::decode;
+use jointspace_embed::decode::DecodeLimits;
+use jointspace_embed::fne::Fne;
+use jointspace_embed::hubness;
+use jointspace_embed::pipeline::{ImageUse, Pipeline, PipelineOptions};
+use jointspace_embed::projection::Projection;
+use jointspace_embed::runtime::{self, Backend, Device, OrtBackend};
+use jointspace_index::{IndexParams, VectorIndex};
+use jointspace_service::metrics::Metrics;
+use jointspace_service::{CollectionName, Database, ImageInput, Service, ServiceOptions};
+use jointspace_store::{NewImage, Provenance, Store};
 use serde_json::{Value, json};
 
 use super::{Flags, round};
@@ -107,11 +106,13 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
     // A file database with the server's settings (WAL, synchronous=FULL): commits cost what they cost.
     let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    // The service on its own handle, the stages below on the store's (one file, two pools, used in turn).
+    let db = Database::open(&url, std::time::Duration::from_secs(30)).await?;
     let store = Store::connect(&url).await?;
     let index = IndexParams::default();
     let svc = Service::open(
         pipeline.clone(),
-        store.clone(),
+        db,
         Arc::new(Metrics::new()),
         ServiceOptions {
             index,

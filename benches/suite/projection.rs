@@ -3,11 +3,9 @@
 use std::time::Instant;
 
 use anyhow::ensure;
-use jointspace::{
-    bundle::Bundle,
-    fne::TernaryCode,
-    projection::{Projection, dense_matvec},
-};
+use jointspace_embed::bundle::Bundle;
+use jointspace_embed::fne::TernaryCode;
+use jointspace_embed::projection::{Projection, dense_matvec};
 use ndarray::{Array1, ArrayView2};
 use serde_json::{Value, json};
 

@@ -4,12 +4,10 @@
 //! embeds them with the loaded bundle.
 use std::{path::Path, time::Instant};
 
-use jointspace::{
-    bundle::Bundle,
-    fne::TernaryCode,
-    hubness,
-    store::{EmbeddedCaption, NewCaption, NewImage, Provenance, Store},
-};
+use jointspace_embed::bundle::Bundle;
+use jointspace_embed::fne::TernaryCode;
+use jointspace_embed::hubness;
+use jointspace_store::{EmbeddedCaption, NewCaption, NewImage, Provenance, Store};
 use serde_json::{Value, json};
 
 use super::{Clustered, Flags, Rng, round};

@@ -1,10 +1,10 @@
-//! Arbitrary bytes into the server's image decoding (src/decode.rs): it must return an image within the limits
+//! Arbitrary bytes into the server's image decoding (crates/embed/src/decode.rs): it must return an image within the limits
 //! or an error, never panic past its own boundary, hang, or run out of memory.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../src/decode.rs"]
+#[path = "../../crates/embed/src/decode.rs"]
 #[allow(dead_code)]
 mod decode;
 

@@ -1,4 +1,4 @@
-//! Arbitrary text into the server's tokenisation (src/tokenize.rs) with the default bundle's tokenizer: a
+//! Arbitrary text into the server's tokenisation (crates/embed/src/tokenize.rs) with the default bundle's tokenizer: a
 //! sentence gives 1..=max_tokens ids inside the vocabulary (what the text graph can embed), or a 4xx-kind
 //! error; never a tokenizer failure (which the API answers 500) and never a panic.
 #![no_main]
@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../src/tokenize.rs"]
+#[path = "../../crates/embed/src/tokenize.rs"]
 #[allow(dead_code)]
 mod tokenize;
 

@@ -1,4 +1,5 @@
-//! The one JSON error shape, and the one place where every layer's error gets its HTTP status.
+//! The one JSON error shape, and the one place where an error gets its HTTP status: the service's errors (the
+//! layers below it are converted there), the HTTP layer's own rejections, and a filter that does not parse.
 
 use axum::{
     Json,
@@ -15,7 +16,6 @@ use crate::{
     filter::FilterError,
     runtime::RuntimeError,
     service::{ItemFailure, ServiceError},
-    store::StoreError,
     text::TextError,
 };
 
@@ -237,26 +237,6 @@ pub fn items_failed(total: usize, all_or_nothing: bool, failed: Vec<ItemFailure>
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            // The store states the fact; the advice is the API's.
-            e @ StoreError::NoCollection(_) => {
-                ApiError::not_found(format!("{e}; create it with POST /v1/collections"))
-            }
-            StoreError::NotFound(m) => ApiError::not_found(m),
-            StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
-            StoreError::Invalid(m) => ApiError::invalid(m),
-            e @ StoreError::Unavailable(_) => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                e.to_string(),
-            ),
-            e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
-        }
-    }
-}
-
 impl From<RuntimeError> for ApiError {
     fn from(e: RuntimeError) -> Self {
         match e {
@@ -279,14 +259,19 @@ impl From<ServiceError> for ApiError {
             ServiceError::Decode { index, source } => decode_error(index, source),
             ServiceError::Text { index, source } => text_error(index, source),
             ServiceError::Fetch { index, url, source } => fetch_error(index, &url, *source),
-            ServiceError::Store(e) => e.into(),
             ServiceError::Runtime(e) => e.into(),
-            e @ ServiceError::Index(_) => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            // The service states the fact; the advice is the API's.
+            e @ ServiceError::NoCollection(_) => {
+                ApiError::not_found(format!("{e}; create it with POST /v1/collections"))
             }
+            ServiceError::NotFound(m) => ApiError::not_found(m),
+            ServiceError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             ServiceError::Invalid(m) => ApiError::invalid(m),
             ServiceError::Unavailable(m) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m)
+            }
+            ServiceError::Internal(m) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m)
             }
         }
     }

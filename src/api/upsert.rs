@@ -19,10 +19,7 @@ use super::{
     middleware::auth::Caller,
     upload::{self, Body},
 };
-use crate::{
-    service::{UpsertInput, UpsertOutcome},
-    store::ImagePatch,
-};
+use crate::service::{ImagePatch, UpsertInput, UpsertOutcome};
 
 /// A field that may be absent (leave it), null (clear it) or a value.
 fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(

@@ -6,15 +6,15 @@ use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 
 use crate::{
-    app::open_store,
+    app::open_database,
     config::ExportArgs,
     service::{CollectionName, export_collection},
 };
 
 pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
     let collection = CollectionName::parse(&args.collection)?;
-    let store = open_store(&args.store).await?;
-    let mut lines = Box::pin(export_collection(&store, &collection).await?);
+    let db = open_database(&args.store).await?;
+    let mut lines = Box::pin(export_collection(&db, &collection).await?);
     let mut out: Box<dyn tokio::io::AsyncWrite + Unpin> = match &args.out {
         Some(p) => Box::new(
             tokio::fs::File::create(p)
@@ -28,6 +28,6 @@ pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
     }
     out.flush().await?;
     drop(lines);
-    store.close().await;
+    db.close().await;
     Ok(())
 }

@@ -7,7 +7,8 @@ use crate::common;
 use std::collections::BTreeMap;
 
 use common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
-use jointspace::{app::load_pipeline, config::ServeArgs};
+use jointspace::app::load_pipeline;
+use jointspace::config::ServeArgs;
 use serde_json::{Value, json};
 
 /// Each caption's offset as the server reports it (score minus similarity) for a photo query on captions.

@@ -2,7 +2,7 @@
 //! would move ternary codes. The expected hashes are sha256 of PIL 13's `Image.open(p).convert("RGB")` bytes
 //! (4:2:0 at quality 90 and 4:4:4 at quality 75, made from the fixture pictures).
 
-use jointspace::decode::{DecodeError, DecodeLimits, decode};
+use jointspace_embed::decode::{DecodeError, DecodeLimits, decode};
 use sha2::{Digest, Sha256};
 
 fn read(name: &str) -> Vec<u8> {

@@ -3,17 +3,15 @@
 
 use crate::common;
 
-use jointspace::{
-    app::load_pipeline,
-    bundle::PrepareFilter,
-    config::ServeArgs,
-    decode,
-    pipeline::{ImageEmbedding, ImageUse, Pipeline},
-    prepare,
-};
+use jointspace::app::load_pipeline;
+use jointspace::config::ServeArgs;
+use jointspace_embed::bundle::PrepareFilter;
+use jointspace_embed::decode;
+use jointspace_embed::pipeline::{ImageEmbedding, ImageUse, Pipeline};
+use jointspace_embed::prepare;
 
 /// A shipped bundle's pipeline, or None (said on stderr) where its vision graph has not been built.
-fn shipped(name: &str) -> Option<std::sync::Arc<jointspace::pipeline::Pipeline>> {
+fn shipped(name: &str) -> Option<std::sync::Arc<jointspace_embed::pipeline::Pipeline>> {
     let dir = format!("{}/models/{name}", env!("CARGO_MANIFEST_DIR"));
     if !std::path::Path::new(&dir).join("vision.onnx").exists() {
         eprintln!("skipped: {dir}/vision.onnx is absent (scripts/setup-python.sh builds it)");
@@ -121,7 +119,7 @@ async fn ncca_bundle_loads_and_embeds() {
     let Some(p) = shipped("flickr8k-vgg16-ncca") else {
         return;
     };
-    assert_eq!(p.similarity(), jointspace::bundle::Similarity::Cosine);
+    assert_eq!(p.similarity(), jointspace_embed::bundle::Similarity::Cosine);
     assert!(p.bundle.projection_bias.is_some(), "an affine map");
     let mut texts = Vec::new();
     for s in [
@@ -152,7 +150,7 @@ async fn order_bundle_loads_and_embeds() {
     let Some(p) = shipped("flickr8k-vgg16-order") else {
         return;
     };
-    assert_eq!(p.similarity(), jointspace::bundle::Similarity::Order);
+    assert_eq!(p.similarity(), jointspace_embed::bundle::Similarity::Order);
     assert!(p.bundle.manifest.projection.abs && p.bundle.hubness.is_none());
     let (v, img) = sentence_and_photo(&p).await;
     for x in [&v, &img.vector] {

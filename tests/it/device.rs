@@ -4,7 +4,8 @@
 use crate::common;
 
 use common::TestApp;
-use jointspace::{app::Application, config::ServeArgs};
+use jointspace::app::Application;
+use jointspace::config::ServeArgs;
 
 /// The provider label of `jointspace_execution_provider` series at 1 (there must be exactly one).
 fn provider_gauge(metrics: &str) -> String {

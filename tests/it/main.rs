@@ -6,10 +6,12 @@ mod common;
 
 mod annotation;
 mod api;
+mod architecture;
 mod bad_input;
 mod bench_smoke;
 mod cli;
 mod concurrency;
+mod container;
 mod decode;
 mod default_bundle;
 mod device;

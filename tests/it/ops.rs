@@ -153,7 +153,8 @@ async fn keys_separate_admin_from_read_and_probes_stay_open() {
 
 #[tokio::test]
 async fn bad_key_settings_refuse_to_start() {
-    use jointspace::{app::Application, config::ServeArgs};
+    use jointspace::app::Application;
+    use jointspace::config::ServeArgs;
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("js.db").display());
     let base = [
@@ -491,7 +492,7 @@ async fn shutdown_drains_a_request_in_flight() {
         .expect("stop task");
     // The drained write was committed.
     let url = format!("sqlite://{}", dir.path().join("js.db").display());
-    let store = jointspace::store::Store::connect(&url).await.expect("db");
+    let store = jointspace_store::Store::connect(&url).await.expect("db");
     assert!(store.collection("drained").await.is_ok());
 }
 

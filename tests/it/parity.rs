@@ -6,13 +6,11 @@ use crate::common;
 use base64::Engine;
 use std::sync::Arc;
 
-use jointspace::{
-    app::load_pipeline,
-    config::ServeArgs,
-    decode,
-    pipeline::{ImageUse, Pipeline},
-    prepare,
-};
+use jointspace::app::load_pipeline;
+use jointspace::config::ServeArgs;
+use jointspace_embed::decode;
+use jointspace_embed::pipeline::{ImageUse, Pipeline};
+use jointspace_embed::prepare;
 use serde_json::Value;
 use sha2::Digest;
 
@@ -20,7 +18,7 @@ fn parity() -> Value {
     common::parity_of(common::BUNDLE)
 }
 
-fn pipeline(crop_mode: &str) -> std::sync::Arc<jointspace::pipeline::Pipeline> {
+fn pipeline(crop_mode: &str) -> std::sync::Arc<jointspace_embed::pipeline::Pipeline> {
     let cfg = ServeArgs::try_from_flags(["--bundle", common::BUNDLE, "--crop-mode", crop_mode])
         .expect("flags");
     load_pipeline(&cfg.model).expect("fixture bundle loads")
@@ -223,7 +221,7 @@ async fn an_order_bundle_embeds_as_the_trainer_does() {
     let p = common::parity_of(bundle);
     let cfg = ServeArgs::try_from_flags(["--bundle", bundle]).expect("flags");
     let pl = load_pipeline(&cfg.model).expect("the order fixture loads");
-    assert_eq!(pl.similarity(), jointspace::bundle::Similarity::Order);
+    assert_eq!(pl.similarity(), jointspace_embed::bundle::Similarity::Order);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut checked = 0;
     for (dir, cases) in [
@@ -286,7 +284,7 @@ async fn check_windowed_fixture(bundle: &str) {
     .expect("json");
     let cfg = ServeArgs::try_from_flags(["--bundle", bundle]).expect("flags");
     let pl = load_pipeline(&cfg.model).expect("the fixture loads");
-    assert_eq!(pl.crop_mode, jointspace::bundle::CropMode::Windowed);
+    assert_eq!(pl.crop_mode, jointspace_embed::bundle::CropMode::Windowed);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let (images, photos) = (
         root.join(p["images_dir"].as_str().expect("images_dir")),

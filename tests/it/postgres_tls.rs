@@ -7,7 +7,8 @@ use crate::common;
 use std::{path::Path, process::Command};
 
 use common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
-use jointspace::{app::Application, config::ServeArgs};
+use jointspace::app::Application;
+use jointspace::config::ServeArgs;
 use serde_json::json;
 
 /// Runs `openssl` with `args` (split on spaces: none of them holds one) in `dir`.

@@ -11,13 +11,11 @@ use std::{
 };
 
 use common::{BUNDLE, TestApp};
-use jointspace::{
-    app,
-    config::ServeArgs,
-    metrics::Metrics,
-    runtime::{Backend, Provider, RuntimeError},
-    service::ReadyOptions,
-};
+use jointspace::app;
+use jointspace::config::ServeArgs;
+use jointspace_embed::runtime::{Backend, Provider, RuntimeError};
+use jointspace_service::ReadyOptions;
+use jointspace_service::metrics::Metrics;
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

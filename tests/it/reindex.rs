@@ -125,7 +125,7 @@ async fn a_bundle_with_a_bad_checksum_or_shape_does_not_load() {
         |m| m["files"]["text.onnx"] = "00".repeat(32).into(),
         None,
     );
-    let e = jointspace::bundle::Bundle::load(&bad).expect_err("bad checksum");
+    let e = jointspace_embed::bundle::Bundle::load(&bad).expect_err("bad checksum");
     assert!(
         e.to_string().contains("text.onnx") && e.to_string().contains("sha256"),
         "{e}"
@@ -135,14 +135,14 @@ async fn a_bundle_with_a_bad_checksum_or_shape_does_not_load() {
         |m| m["projection"]["joint_dim"] = 32.into(),
         None,
     );
-    let e = jointspace::bundle::Bundle::load(&bad).expect_err("bad shape");
+    let e = jointspace_embed::bundle::Bundle::load(&bad).expect_err("bad shape");
     assert!(
         e.to_string().contains("projection.safetensors") && e.to_string().contains("shape"),
         "{e}"
     );
     let bad = variant_bundle(&dir.path().join("missing"), |_| {}, None);
     std::fs::remove_file(bad.join("vision.onnx")).expect("rm");
-    let e = jointspace::bundle::Bundle::load(&bad).expect_err("missing file");
+    let e = jointspace_embed::bundle::Bundle::load(&bad).expect_err("missing file");
     assert!(e.to_string().contains("vision.onnx is missing"), "{e}");
     // There but unreadable is not "missing". A 0600 file of another user is what the server in a container
     // meets; the tests may run as root, who reads anything, so a symlink to itself stands in (it fails to
@@ -150,7 +150,7 @@ async fn a_bundle_with_a_bad_checksum_or_shape_does_not_load() {
     let bad = variant_bundle(&dir.path().join("unreadable"), |_| {}, None);
     std::fs::remove_file(bad.join("fne.safetensors")).expect("rm");
     std::os::unix::fs::symlink("fne.safetensors", bad.join("fne.safetensors")).expect("symlink");
-    let e = jointspace::bundle::Bundle::load(&bad).expect_err("unreadable file");
+    let e = jointspace_embed::bundle::Bundle::load(&bad).expect_err("unreadable file");
     assert!(
         e.to_string().contains("cannot read fne.safetensors")
             && e.to_string().contains("permissions"),
@@ -163,7 +163,7 @@ async fn a_bundle_with_a_bad_checksum_or_shape_does_not_load() {
         },
         None,
     );
-    let e = jointspace::bundle::Bundle::load(&bad).expect_err("hubness");
+    let e = jointspace_embed::bundle::Bundle::load(&bad).expect_err("hubness");
     assert!(
         e.to_string()
             .contains("hubness.k 7 must be in 1..=hubness.captions (6)"),
@@ -175,7 +175,7 @@ async fn a_bundle_with_a_bad_checksum_or_shape_does_not_load() {
         |m| m["hubness"]["annotation"]["k"] = 9.into(),
         None,
     );
-    let e = jointspace::bundle::Bundle::load(&bad).expect_err("annotation k");
+    let e = jointspace_embed::bundle::Bundle::load(&bad).expect_err("annotation k");
     assert!(
         e.to_string()
             .contains("hubness.annotation.k 9 must be in 1..=hubness.annotation.images (8)"),
@@ -186,11 +186,11 @@ async fn a_bundle_with_a_bad_checksum_or_shape_does_not_load() {
         |m| m["hubness"]["annotation"]["images"] = 7.into(),
         None,
     );
-    let e = jointspace::bundle::Bundle::load(&bad).expect_err("annotation rows");
+    let e = jointspace_embed::bundle::Bundle::load(&bad).expect_err("annotation rows");
     assert!(e.to_string().contains("hubness-images.safetensors"), "{e}");
     let bad = variant_bundle(&dir.path().join("format"), |m| m["format"] = 2.into(), None);
     assert!(
-        jointspace::bundle::Bundle::load(&bad)
+        jointspace_embed::bundle::Bundle::load(&bad)
             .expect_err("format")
             .to_string()
             .contains("format 2")

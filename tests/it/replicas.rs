@@ -8,7 +8,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{BUNDLE, TestApp, gauge, pg::PgCluster};
-use jointspace::store::{EmbeddedCaption, NewCaption, Store};
+use jointspace_store::{EmbeddedCaption, NewCaption, Store};
 use serde_json::json;
 use sqlx::{Connection, Executor};
 

@@ -163,8 +163,8 @@ fn hit_scores(r: &serde_json::Value) -> Vec<f64> {
         .collect()
 }
 
-fn fixture() -> jointspace::bundle::Bundle {
-    jointspace::bundle::Bundle::load(std::path::Path::new(common::BUNDLE)).expect("fixture")
+fn fixture() -> jointspace_embed::bundle::Bundle {
+    jointspace_embed::bundle::Bundle::load(std::path::Path::new(common::BUNDLE)).expect("fixture")
 }
 
 /// The fixture's W with a bias of `b[r] = 0.5 - r / joint` (far from zero, so a missed bias shows).
@@ -234,7 +234,7 @@ async fn euclidean_bundles_add_the_bias_keep_the_length_and_rank_by_distance() {
         .await;
     assert_eq!(s, 200, "{e}");
     let got = floats(&e["embedding"]);
-    let mut want = jointspace::projection::dense_matvec(&w, joint, dim, &unpack(&e["code"]));
+    let mut want = jointspace_embed::projection::dense_matvec(&w, joint, dim, &unpack(&e["code"]));
     want.iter_mut().zip(&b).for_each(|(x, b)| *x += b);
     assert_eq!(got, want, "W · code + bias");
     let norm = got.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -313,7 +313,7 @@ fn a_bad_bias_or_an_abs_euclidean_bundle_does_not_load() {
         euclidean,
         Some((w.clone(), Some((bias(joint_dim - 1), vec![joint_dim - 1])))),
     );
-    let e = jointspace::bundle::Bundle::load(&short)
+    let e = jointspace_embed::bundle::Bundle::load(&short)
         .expect_err("short bias")
         .to_string();
     assert!(
@@ -327,7 +327,7 @@ fn a_bad_bias_or_an_abs_euclidean_bundle_does_not_load() {
         euclidean,
         Some((w.clone(), Some((nan, vec![joint_dim])))),
     );
-    let e = jointspace::bundle::Bundle::load(&nan)
+    let e = jointspace_embed::bundle::Bundle::load(&nan)
         .expect_err("nan bias")
         .to_string();
     assert!(e.contains("non-finite"), "{e}");
@@ -339,7 +339,7 @@ fn a_bad_bias_or_an_abs_euclidean_bundle_does_not_load() {
         },
         None,
     );
-    let e = jointspace::bundle::Bundle::load(&abs)
+    let e = jointspace_embed::bundle::Bundle::load(&abs)
         .expect_err("abs")
         .to_string();
     assert!(
@@ -351,7 +351,7 @@ fn a_bad_bias_or_an_abs_euclidean_bundle_does_not_load() {
         |m| m["similarity"] = "euclidean".into(),
         None,
     );
-    let e = jointspace::bundle::Bundle::load(&hub)
+    let e = jointspace_embed::bundle::Bundle::load(&hub)
         .expect_err("hubness")
         .to_string();
     assert!(e.contains("hubness") && e.contains("euclidean"), "{e}");

@@ -294,7 +294,8 @@ rows_burst = 2
 
 #[tokio::test]
 async fn a_keys_file_without_an_admin_or_with_a_clash_stops_the_start() {
-    use jointspace::{app::Application, config::ServeArgs};
+    use jointspace::app::Application;
+    use jointspace::config::ServeArgs;
     let dir = tempfile::tempdir().expect("tempdir");
     let keys = dir.path().join("keys.toml");
     let start = |extra: Vec<&str>| {

@@ -7,12 +7,10 @@
 
 use std::path::PathBuf;
 
-use jointspace::{
-    bundle::{Bundle, CropMode},
-    crops,
-    decode::{DecodeLimits, decode},
-    runtime::{Backend, Device, OrtBackend, locate_dylib},
-};
+use jointspace_embed::bundle::{Bundle, CropMode};
+use jointspace_embed::crops;
+use jointspace_embed::decode::{DecodeLimits, decode};
+use jointspace_embed::runtime::{Backend, Device, OrtBackend, locate_dylib};
 
 fn npy_rows(path: &PathBuf) -> (Vec<u8>, usize) {
     let raw = std::fs::read(path).expect("npy");

@@ -35,8 +35,7 @@ use crate::{
         error::{ApiError, BodyLimit, body_too_large},
         routes::RouteInfos,
     },
-    service::Service,
-    store::{Claim, IDEMPOTENCY_HEARTBEAT},
+    service::{Claim, IDEMPOTENCY_HEARTBEAT, Service},
 };
 
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");

@@ -8,7 +8,9 @@ use std::{
     sync::Arc,
 };
 
-use jointspace::{app::Application, config::ServeArgs, runtime::Backend};
+use jointspace::app::Application;
+use jointspace::config::ServeArgs;
+use jointspace_embed::runtime::Backend;
 use tokio::{sync::oneshot, task::JoinHandle};
 
 pub const BUNDLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny");
@@ -351,6 +353,6 @@ pub fn variant_bundle_affine(
 
 /// The fixture bundle's W, row-major `[joint_dim, fne_dim]`.
 pub fn fixture_w() -> Vec<f32> {
-    let b = jointspace::bundle::Bundle::load(Path::new(BUNDLE)).expect("fixture bundle");
+    let b = jointspace_embed::bundle::Bundle::load(Path::new(BUNDLE)).expect("fixture bundle");
     b.projection.clone()
 }

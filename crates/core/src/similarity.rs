@@ -1,0 +1,19 @@
+//! How a query vector scores a stored one: the bundle names it, the index scores by it, the API reports it.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Similarity {
+    Cosine,
+    Order,
+    /// `-‖c - i‖²` on the vectors as they are, never normalised: the closed-form regression and CCA.
+    Euclidean,
+}
+
+impl Similarity {
+    /// Whether joint vectors are L2-normalised (cosine and order are defined on unit vectors).
+    pub fn normalises(self) -> bool {
+        self != Similarity::Euclidean
+    }
+}

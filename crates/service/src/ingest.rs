@@ -1,0 +1,218 @@
+//! Adding images (with their captions) and free captions: check everything, embed, commit, then index. A
+//! write is searchable only after its commit, and acknowledged only after both.
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::{
+    CollectionName, Result, Service, ServiceError,
+    updates::{check_external_id, content_hash},
+};
+use crate::{
+    pipeline::ImageUse,
+    store::{EmbeddedCaption, ImportMark, NewCaption, NewImage, Provenance},
+};
+
+pub struct ImageInput {
+    pub bytes: Bytes,
+    pub external_id: Option<String>,
+    pub metadata: Option<Value>,
+    pub captions: Vec<String>,
+}
+
+pub struct AddedImage {
+    pub id: i64,
+    pub external_id: Option<String>,
+    pub caption_ids: Vec<i64>,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Service {
+    /// The request's shape, before anything is read or embedded: counts, external ids, metadata.
+    pub(super) fn check_images(&self, inputs: &[ImageInput]) -> Result<()> {
+        if inputs.is_empty() {
+            return Err(ServiceError::Invalid("no images in the request".into()));
+        }
+        if inputs.len() > self.opts.max_batch {
+            return Err(ServiceError::Invalid(format!(
+                "{} images in one request; the limit is {}",
+                inputs.len(),
+                self.opts.max_batch
+            )));
+        }
+        let mut seen = HashSet::new();
+        for (i, inp) in inputs.iter().enumerate() {
+            if let Some(e) = &inp.external_id {
+                check_external_id(e, &format!("image {i}: "))?;
+                if !seen.insert(e.as_str()) {
+                    return Err(ServiceError::Conflict(format!(
+                        "image {i}: external_id \"{e}\" appears twice in the request"
+                    )));
+                }
+            }
+            if inp.metadata.as_ref().is_some_and(|m| !m.is_object()) {
+                return Err(ServiceError::Invalid(format!(
+                    "image {i}: metadata must be a JSON object"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn check_caption_count(&self, n: usize) -> Result<()> {
+        if n > self.opts.max_batch * 10 {
+            return Err(ServiceError::Invalid(format!(
+                "{n} captions in one request; the limit is {}",
+                self.opts.max_batch * 10
+            )));
+        }
+        Ok(())
+    }
+
+    pub async fn add_images(
+        &self,
+        collection: &CollectionName,
+        inputs: Vec<ImageInput>,
+    ) -> Result<Vec<AddedImage>> {
+        self.add_images_marked(collection, inputs, None).await
+    }
+
+    /// `add_images`, recording in the same transaction how far an import has got (`mark`).
+    pub async fn add_images_marked(
+        &self,
+        collection: &CollectionName,
+        inputs: Vec<ImageInput>,
+        mark: Option<&ImportMark>,
+    ) -> Result<Vec<AddedImage>> {
+        let c = self.collection_ref(collection).await?;
+        self.check_images(&inputs)?;
+        let texts: Vec<&String> = inputs.iter().flat_map(|i| &i.captions).collect();
+        self.check_caption_count(texts.len())?;
+        // Captions are tokenised (and so checked) before the expensive image path runs, and only once.
+        let tokens = self
+            .pipeline
+            .tokenize(texts)
+            .map_err(|(i, e)| ServiceError::Text {
+                index: Some(i),
+                source: e,
+            })?;
+        let (bytes, rest): (Vec<Bytes>, Vec<_>) = inputs
+            .into_iter()
+            .map(|i| {
+                let hash = content_hash(&i.bytes);
+                (i.bytes, (i.external_id, i.metadata, i.captions, hash))
+            })
+            .unzip();
+        let embeddings = self.embed_images(bytes, ImageUse::Store).await?;
+        let text_vecs = self.embed_tokens(tokens).await?;
+        let mut text_vecs = self.with_caption_offsets(text_vecs).await?.into_iter();
+        let rows: Vec<NewImage> = embeddings
+            .into_iter()
+            .zip(rest)
+            .map(|(e, (external_id, metadata, captions, hash))| NewImage {
+                external_id,
+                metadata: metadata.unwrap_or_else(|| Value::Object(Default::default())),
+                width: e.width,
+                height: e.height,
+                code: e.code.packed().to_vec(),
+                vector: e.vector,
+                offset: e.offset,
+                thumbnail: e.thumbnail,
+                content_hash: Some(hash),
+                captions: captions
+                    .into_iter()
+                    .map(|text| EmbeddedCaption::new(text, text_vecs.next().unwrap_or_default()))
+                    .collect(),
+            })
+            .collect();
+        let b = &self.pipeline.bundle;
+        let ids = self
+            .timed_db(
+                "insert_images",
+                self.store.insert_images_marked(
+                    c.id,
+                    &rows,
+                    Provenance {
+                        bundle_id: &b.id,
+                        vision_id: &b.vision_id,
+                    },
+                    mark,
+                ),
+            )
+            .await?;
+        let out = rows
+            .iter()
+            .zip(&ids)
+            .map(|(row, (id, cap_ids))| AddedImage {
+                id: *id,
+                external_id: row.external_id.clone(),
+                caption_ids: cap_ids.clone(),
+                width: row.width,
+                height: row.height,
+            })
+            .collect();
+        self.index_added(c.id, rows, &ids)?;
+        Ok(out)
+    }
+
+    /// Committed images (with their captions, `ids` as the store gave them) made searchable.
+    pub(super) fn index_added(
+        &self,
+        collection_id: i64,
+        rows: Vec<NewImage>,
+        ids: &[(i64, Vec<i64>)],
+    ) -> Result<()> {
+        let idx = self.indexes_of(collection_id)?;
+        idx.attributes.set(
+            rows.iter()
+                .zip(ids)
+                .map(|(row, (id, _))| (*id, row.metadata.clone())),
+        );
+        for (row, (id, cap_ids)) in rows.into_iter().zip(ids) {
+            idx.images.insert(*id, row.vector, row.offset)?;
+            for (caption, cid) in row.captions.into_iter().zip(cap_ids) {
+                idx.captions.insert(*cid, caption.vector, caption.offset)?;
+            }
+        }
+        self.update_gauges();
+        Ok(())
+    }
+
+    pub async fn add_captions(
+        &self,
+        collection: &CollectionName,
+        caps: Vec<(Option<i64>, String)>,
+    ) -> Result<Vec<i64>> {
+        let c = self.collection_ref(collection).await?;
+        if caps.is_empty() {
+            return Err(ServiceError::Invalid("no captions in the request".into()));
+        }
+        self.check_caption_count(caps.len())?;
+        let (image_ids, texts): (Vec<Option<i64>>, Vec<String>) = caps.into_iter().unzip();
+        let vecs = self.embed_texts(&texts).await?;
+        let vecs = self.with_caption_offsets(vecs).await?;
+        let rows: Vec<NewCaption> = image_ids
+            .into_iter()
+            .zip(texts)
+            .zip(vecs)
+            .map(|((image_id, text), v)| NewCaption {
+                image_id,
+                caption: EmbeddedCaption::new(text, v),
+            })
+            .collect();
+        let ids = self
+            .store
+            .insert_captions(c.id, &rows, &self.pipeline.bundle.id)
+            .await?;
+        let idx = self.indexes_of(c.id)?;
+        for (row, id) in rows.into_iter().zip(&ids) {
+            idx.captions
+                .insert(*id, row.caption.vector, row.caption.offset)?;
+        }
+        self.update_gauges();
+        Ok(ids)
+    }
+}

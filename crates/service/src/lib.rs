@@ -1,0 +1,336 @@
+//! The operations of the product, shared by the HTTP API and the CLI (`ingest`, `eval`, `reindex`):
+//! pipeline -> store -> index, in that order, so that a write acknowledged here is committed in the
+//! database before it becomes searchable. The service is the only way up to the store: callers above it
+//! (api, cli) see rows and hits, never the store itself.
+//!
+//! One file per area: `collections`, `ingest` (adding images and captions), `items` (reading and deleting
+//! them), `updates` (PATCH and the upsert by external id), `transfer` (export and import), `search` (with `hybrid`, its keyword and fused modes), `reindex`, `follow` (other replicas' writes), `idempotency` (answers kept for retried POSTs), `readiness` (whether to send this process
+//! traffic); `registry` holds the indexes.
+//! `url_ingest`: images given by URL, fetched (`fetch`) and failing one by one. `metrics` is the Prometheus
+//! registry the service and the HTTP layer record into.
+
+pub mod fetch;
+pub mod metrics;
+
+mod collections;
+mod database;
+mod error;
+mod follow;
+mod hybrid;
+mod idempotency;
+mod ingest;
+mod items;
+mod readiness;
+mod registry;
+mod reindex;
+mod search;
+mod transfer;
+mod updates;
+mod url_ingest;
+mod warm;
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, atomic::AtomicU64},
+    time::Instant,
+};
+
+use bytes::Bytes;
+// The layers below under the paths the modules use (`crate::store`, `crate::pipeline`, ...): the service is the
+// one crate that sees the store, the index and the model together.
+use jointspace_core::{filter, modality};
+use jointspace_embed::{batch, decode, fne, pipeline, runtime, text};
+use jointspace_index as index;
+use jointspace_store as store;
+
+/// The index's settings, given at open.
+pub use crate::index::IndexParams;
+/// The rows the service answers with and the values it takes (the store's, handed up as they are).
+pub use crate::store::{
+    CaptionRow, Claim, CollectionRow, IDEMPOTENCY_HEARTBEAT, ImagePatch, ImageRow, ImportMark,
+};
+pub use collections::{CollectionName, validate_collection_name};
+pub use database::Database;
+pub use error::{Result, ServiceError};
+pub use follow::{CHANGE_RETENTION, FollowReport};
+pub use ingest::{AddedImage, ImageInput};
+pub use readiness::{ReadinessReport, ReadyOptions};
+pub use reindex::{REINDEX_PAGE_ROWS, Reindexed};
+pub use search::{CaptionHit, Hits, ImageHit, Query, SearchMode, SearchParams};
+pub use transfer::{
+    CaptionLine, EXPORT_FORMAT, EndLine, ExportHeader, ExportLine, ImageLine, export_collection,
+};
+pub use updates::{UpsertInput, UpsertOutcome, UpsertedImage, content_hash};
+pub use url_ingest::{AddReport, ImageItem, ImageSource, ItemFailure};
+
+use crate::{
+    index::{Attributes, VectorIndex, snapshot_name},
+    metrics::Metrics,
+    modality::Modality,
+    pipeline::{ImageEmbedding, ImageUse, Pipeline},
+    store::Store,
+};
+use registry::{CollectionIndexes, IndexRegistry};
+
+pub struct ServiceOptions {
+    pub index: IndexParams,
+    /// Where index snapshots go; none for an in-memory database.
+    pub snapshot_dir: Option<PathBuf>,
+    pub max_k: usize,
+    pub max_batch: usize,
+}
+
+/// A collection resolved by name, for the operations that need only its id (and, for searches, whether
+/// it asked for keyword search).
+struct CollectionRef {
+    id: i64,
+    text_fields: Option<Vec<String>>,
+}
+
+pub struct Service {
+    pipeline: Arc<Pipeline>,
+    store: Store,
+    metrics: Arc<Metrics>,
+    opts: ServiceOptions,
+    indexes: IndexRegistry,
+    /// Where this process stands in the database's change sequence (src/service/follow.rs).
+    follow: tokio::sync::Mutex<follow::FollowState>,
+    /// When this service opened; `followed_at_ms` counts from it.
+    started: Instant,
+    /// When the indexes last held everything committed (the open, then each follow step that succeeded).
+    followed_at_ms: AtomicU64,
+    probes: readiness::ProbeCache,
+}
+
+impl Service {
+    /// Opens every collection's indexes: from the snapshot when it is current, else rebuilt from the database.
+    pub async fn open(
+        pipeline: Arc<Pipeline>,
+        Database(store): Database,
+        metrics: Arc<Metrics>,
+        opts: ServiceOptions,
+    ) -> Result<Service> {
+        // Before reading any vector: whatever commits from here on is replayed by the follower.
+        let started = Instant::now();
+        let cursor = store.change_cursor().await?;
+        let svc = Service {
+            pipeline,
+            store,
+            metrics,
+            opts,
+            indexes: IndexRegistry::default(),
+            follow: tokio::sync::Mutex::new(follow::FollowState::new(cursor)),
+            started,
+            followed_at_ms: AtomicU64::new(0),
+            probes: Default::default(),
+        };
+        svc.check_provenance().await?;
+        for c in svc.store.list_collections().await? {
+            let idx = svc.load_indexes(&c).await?;
+            svc.indexes.put(c.id, idx);
+        }
+        svc.update_gauges();
+        Ok(svc)
+    }
+
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.pipeline
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Vectors from another bundle would be silently wrong: say so, and say how to fix it.
+    async fn check_provenance(&self) -> Result<()> {
+        let b = &self.pipeline.bundle;
+        for (bundle_id, vision_id, n) in self.store.image_provenance().await? {
+            if bundle_id != b.id {
+                let fix = if vision_id == b.vision_id {
+                    "run `jointspace reindex` (or POST /v1/admin/reindex) to recompute them from the stored codes"
+                } else if b.manifest.vision.prepare.is_some() {
+                    "their codes come from another vision model or another preparation: this bundle squashes every \
+                     photo as its training photos were (docs/bundle.md, \"The preparation\"), so re-ingest the \
+                     images (camera-size photos gain from it; photos already of the prepared size code the same)"
+                } else {
+                    "their codes come from another vision model: re-ingest the images"
+                };
+                tracing::warn!(count = n, stored = %bundle_id, loaded = %b.id, "images were embedded with another bundle; {fix}");
+            }
+        }
+        for (bundle_id, n) in self.store.caption_provenance().await? {
+            if bundle_id != b.id {
+                tracing::warn!(count = n, stored = %bundle_id, loaded = %b.id, "captions were embedded with another bundle; run `jointspace reindex`");
+            }
+        }
+        let staged = self.store.staged_rows(&b.id).await?;
+        if staged > 0 {
+            tracing::warn!(
+                staged,
+                "a reindex under this bundle was interrupted (the old vectors are still in use); run `jointspace reindex` to finish it: it reuses what was staged"
+            );
+        }
+        Ok(())
+    }
+
+    async fn load_indexes(&self, c: &CollectionRow) -> Result<CollectionIndexes> {
+        let mut out = Vec::with_capacity(2);
+        for m in Modality::BOTH {
+            let vectors = self.store.vectors(c.id, m).await?;
+            let params = self.opts.index;
+            let bundle_id = self.pipeline.bundle.id.clone();
+            let (dir, gen_) = (self.opts.snapshot_dir.clone(), c.generation);
+            let name = snapshot_name(c.id, m);
+            let (idx, source) = tokio::task::spawn_blocking(move || match dir {
+                Some(dir) => match VectorIndex::load(params, &dir, &name, gen_, &bundle_id, vectors) {
+                    Ok(idx) => {
+                        tracing::info!(index = %name, points = idx.len(), "index loaded from snapshot");
+                        Ok((idx, "snapshot"))
+                    }
+                    Err((why, vectors)) => {
+                        tracing::info!(index = %name, points = vectors.len(), reason = %why, "index rebuilt from the database");
+                        VectorIndex::build(params, vectors).map(|i| (i, "database"))
+                    }
+                },
+                None => VectorIndex::build(params, vectors).map(|i| (i, "database")),
+            })
+            .await
+            .map_err(|e| ServiceError::Unavailable(format!("index build failed: {e}")))??;
+            self.metrics.index_loaded(source);
+            if self.pipeline.bundle.offsets_bank(m).is_some() {
+                // Read after the vectors: every point built above has its row (or was deleted since).
+                idx.set_offsets(self.store.offsets(c.id, m).await?);
+            }
+            out.push(Arc::new(idx));
+        }
+        let [images, captions]: [Arc<VectorIndex>; 2] = out
+            .try_into()
+            .map_err(|_| ServiceError::Unavailable("index build failed".into()))?;
+        // Read after the vectors, as the offsets: an image added since has its row, and the follower its
+        // change.
+        let attributes = Arc::new(Attributes::new(
+            self.store.image_metadata(c.id, None).await?,
+        ));
+        Ok(CollectionIndexes {
+            images,
+            captions,
+            attributes,
+        })
+    }
+
+    fn indexes_of(&self, collection_id: i64) -> Result<CollectionIndexes> {
+        self.indexes.get(collection_id).ok_or_else(|| {
+            ServiceError::Unavailable(
+                "this collection's index is not loaded yet; retry in a moment".into(),
+            )
+        })
+    }
+
+    fn update_gauges(&self) {
+        let (i, c) = self.indexes.sizes();
+        self.metrics.set_index_sizes(i as i64, c as i64);
+    }
+
+    /// Closes the database when this process is done with it (after serving, at the end of a command).
+    pub async fn close(&self) {
+        self.store.close().await;
+    }
+
+    /// Writes a snapshot of every index (at shutdown, and on demand).
+    pub async fn snapshot(&self) -> Result<usize> {
+        let Some(dir) = self.opts.snapshot_dir.clone() else {
+            return Ok(0);
+        };
+        let mut n = 0;
+        for c in self.store.list_collections().await? {
+            let Ok(idx) = self.indexes_of(c.id) else {
+                continue;
+            };
+            for m in Modality::BOTH {
+                let (idx, dir, name, bid) = (
+                    idx.get(m).clone(),
+                    dir.clone(),
+                    snapshot_name(c.id, m),
+                    self.pipeline.bundle.id.clone(),
+                );
+                let gen_ = c.generation;
+                let res =
+                    tokio::task::spawn_blocking(move || idx.save(&dir, &name, gen_, &bid)).await;
+                match res {
+                    Ok(Ok(())) => n += 1,
+                    Ok(Err(e)) => tracing::warn!(error = %e, "index snapshot failed"),
+                    Err(e) => tracing::warn!(error = %e, "index snapshot failed"),
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Runs one database call and records its latency (`jointspace_db_duration_seconds{op}`).
+    async fn timed_db<T>(&self, op: &str, f: impl Future<Output = T>) -> T {
+        let t = std::time::Instant::now();
+        let r = f.await;
+        self.metrics.observe_db(op, t.elapsed());
+        r
+    }
+
+    /// The collection's id by name, without `collection`'s row counts: every request resolves its collection,
+    /// and counting 100k rows twice per search cost more than the search (docs/benchmarks.md).
+    async fn collection_ref(&self, name: &CollectionName) -> Result<CollectionRef> {
+        let (id, text_fields) = self.store.collection_key(name.as_str()).await?;
+        Ok(CollectionRef { id, text_fields })
+    }
+
+    // ---- the pipeline, timed ----
+
+    pub async fn embed_images(
+        &self,
+        images: Vec<Bytes>,
+        purpose: ImageUse,
+    ) -> Result<Vec<ImageEmbedding>> {
+        let t = std::time::Instant::now();
+        let n = images.len();
+        let r = self
+            .pipeline
+            .embed_images(images, purpose)
+            .await
+            .map_err(|(i, e)| ServiceError::embed((n > 1).then_some(i), e));
+        self.metrics.observe_embed("image", n, t.elapsed());
+        r
+    }
+
+    pub async fn embed_texts(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        let t = std::time::Instant::now();
+        let r = self
+            .pipeline
+            .embed_texts(texts)
+            .await
+            .map_err(|(i, e)| ServiceError::embed((texts.len() > 1).then_some(i), e));
+        self.metrics.observe_embed("text", texts.len(), t.elapsed());
+        r
+    }
+
+    /// The joint vectors of sentences to store, each with its search offset (docs/bundle.md, "The annotation
+    /// side"; 0 without an annotation bank).
+    async fn with_caption_offsets(&self, vectors: Vec<Vec<f32>>) -> Result<Vec<(Vec<f32>, f32)>> {
+        let (vectors, offsets) = self
+            .pipeline
+            .caption_offsets(vectors)
+            .await
+            .map_err(|e| ServiceError::embed(None, e))?;
+        Ok(vectors.into_iter().zip(offsets).collect())
+    }
+
+    /// Sentences already tokenised (by `Pipeline::tokenize`, which reported bad input), embedded and timed.
+    async fn embed_tokens(&self, ids: Vec<Vec<i64>>) -> Result<Vec<Vec<f32>>> {
+        let t = std::time::Instant::now();
+        let n = ids.len();
+        let r = self
+            .pipeline
+            .embed_tokens(ids)
+            .await
+            .map_err(|e| ServiceError::embed(None, e));
+        self.metrics.observe_embed("text", n, t.elapsed());
+        r
+    }
+}

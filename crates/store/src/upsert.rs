@@ -1,0 +1,584 @@
+//! Changing stored images in place: a metadata merge (PATCH) and the upsert by external id (PUT).
+//!
+//! An upsert whose photo is new inserts it under a new id and deletes the old row in the same transaction:
+//! an id always denotes the same pixels (thumbnails are cached for ever by id, and an index snapshot is
+//! caught up by differences of ids), so a replaced photo never keeps its id. Its external id, which is the
+//! caller's handle on it, does not change.
+
+use serde_json::Value;
+use sqlx::Row;
+
+use super::{
+    ChangeKind, EmbeddedCaption, ImageRow, NewImage, Provenance, Store, StoreError, Tx,
+    codec::now_rfc3339, conflict_or, dialect,
+};
+
+/// A PATCH: a JSON merge patch (RFC 7396) for the metadata, and the external id to set (`Some(None)`
+/// clears it).
+#[derive(Debug, Default)]
+pub struct ImagePatch {
+    pub metadata: Option<Value>,
+    pub external_id: Option<Option<String>>,
+}
+
+/// The photo of an upsert.
+pub enum Photo<'a> {
+    /// The bytes sent have the stored photo's digest: keep its code, vector and thumbnail.
+    Same,
+    /// A photo to store under a new id (its `captions` are ignored: `Upsert::captions` says them).
+    New(&'a NewImage),
+}
+
+pub struct Upsert<'a> {
+    pub external_id: &'a str,
+    /// What the caller read before embedding: the id and digest stored under the external id, if any. When
+    /// the row has changed since (a concurrent upsert or delete), nothing is written and `upsert_image`
+    /// returns `Ok(None)`, so the caller starts again from what is there now.
+    pub seen: Option<(i64, Option<String>)>,
+    pub photo: Photo<'a>,
+    /// The metadata, replaced whole.
+    pub metadata: &'a Value,
+    /// The image's captions after the upsert, with their vectors. Stored captions with the same text are
+    /// kept (same id); the others are deleted and the new ones added.
+    pub captions: &'a [EmbeddedCaption],
+}
+
+/// What an upsert did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upserted {
+    pub id: i64,
+    /// The id of the image it replaced, when the photo was new.
+    pub previous_id: Option<i64>,
+    /// No image had the external id.
+    pub created: bool,
+    pub width: i64,
+    pub height: i64,
+    /// The image's caption ids, in the order of `Upsert::captions`.
+    pub caption_ids: Vec<i64>,
+    /// (caption id, index in `Upsert::captions`) of the captions added.
+    pub added_captions: Vec<(i64, usize)>,
+    pub removed_captions: Vec<i64>,
+}
+
+/// RFC 7396: objects merge key by key, `null` removes a key, anything else replaces.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    let Value::Object(t) = target else { return };
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+fn no_image(id: i64) -> StoreError {
+    StoreError::NotFound(format!("no image {id} in this collection"))
+}
+
+impl Store {
+    /// Merges `patch` into an image's metadata and sets its external id; returns the image as it now is.
+    /// The vector does not change; the change sequence says the image changed, so that other replicas read
+    /// its metadata again (their filters are evaluated in memory).
+    pub async fn patch_image(
+        &self,
+        collection_id: i64,
+        id: i64,
+        patch: &ImagePatch,
+    ) -> Result<ImageRow, StoreError> {
+        let mut tx = self.write_tx().await?;
+        let select = format!(
+            "SELECT {} FROM images WHERE collection_id = $1 AND id = $2{}",
+            dialect::image_columns(self.engine),
+            dialect::for_update(self.engine)
+        );
+        let row = sqlx::query(&select)
+            .bind(collection_id)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| no_image(id))?;
+        let mut img = super::images::image_row(&row);
+        if let Some(p) = &patch.metadata {
+            merge_patch(&mut img.metadata, p);
+            let sql = format!(
+                "UPDATE images SET metadata = {} WHERE id = $2",
+                dialect::json_param(self.engine, 1)
+            );
+            sqlx::query(&sql)
+                .bind(img.metadata.to_string())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if let Some(ext) = &patch.external_id {
+            sqlx::query("UPDATE images SET external_id = $1 WHERE id = $2")
+                .bind(ext)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| {
+                    conflict_or(e, || {
+                        format!(
+                            "external_id \"{}\" already belongs to another image in this collection",
+                            ext.as_deref().unwrap_or_default()
+                        )
+                    })
+                })?;
+            img.external_id = ext.clone();
+        }
+        self.refresh_text(&mut tx, collection_id, &[id]).await?;
+        Self::log(&mut tx, collection_id, ChangeKind::Image, false, &[id]).await?;
+        tx.commit().await?;
+        Ok(img)
+    }
+
+    /// The id and photo digest stored under an external id, if any (what `Upsert::seen` wants).
+    pub async fn image_state(
+        &self,
+        collection_id: i64,
+        external_id: &str,
+    ) -> Result<Option<(i64, Option<String>)>, StoreError> {
+        let r = sqlx::query(
+            "SELECT id, content_hash FROM images WHERE collection_id = $1 AND external_id = $2",
+        )
+        .bind(collection_id)
+        .bind(external_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(r.map(|r| (r.get("id"), r.get("content_hash"))))
+    }
+
+    /// Creates, replaces or updates the image under `u.external_id`, in one transaction; `Ok(None)` when
+    /// the row changed after the caller read it (see `Upsert::seen`).
+    pub async fn upsert_image(
+        &self,
+        collection_id: i64,
+        u: &Upsert<'_>,
+        prov: Provenance<'_>,
+    ) -> Result<Option<Upserted>, StoreError> {
+        let now = now_rfc3339();
+        let mut tx = self.write_tx().await?;
+        let sql = format!(
+            "SELECT id, content_hash, width, height FROM images WHERE collection_id = $1 AND external_id = $2{}",
+            dialect::for_update(self.engine)
+        );
+        let row = sqlx::query(&sql)
+            .bind(collection_id)
+            .bind(u.external_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let old = row.map(|r| {
+            (
+                r.get::<i64, _>("id"),
+                r.get::<Option<String>, _>("content_hash"),
+                r.get::<i64, _>("width"),
+                r.get::<i64, _>("height"),
+            )
+        });
+        if old.as_ref().map(|(id, h, _, _)| (*id, h.clone())) != u.seen {
+            return Ok(None);
+        }
+        let stored_caps: Vec<(i64, String)> = match &old {
+            Some((id, ..)) => {
+                sqlx::query("SELECT id, text FROM captions WHERE image_id = $1 ORDER BY id")
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .iter()
+                    .map(|r| (r.get("id"), r.get("text")))
+                    .collect()
+            }
+            None => vec![],
+        };
+        let (id, previous_id, width, height) = match (&old, &u.photo) {
+            (None, Photo::Same) => return Ok(None),
+            (Some((id, _, w, h)), Photo::Same) => {
+                let sql = format!(
+                    "UPDATE images SET metadata = {} WHERE id = $2",
+                    dialect::json_param(self.engine, 1)
+                );
+                sqlx::query(&sql)
+                    .bind(u.metadata.to_string())
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                (*id, None, *w, *h)
+            }
+            (old, Photo::New(img)) => {
+                if let Some((old_id, ..)) = old {
+                    // Free the external id for the new row; the old row goes once its captions are sorted.
+                    sqlx::query("UPDATE images SET external_id = NULL WHERE id = $1")
+                        .bind(old_id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let row = NewImage {
+                    external_id: Some(u.external_id.to_string()),
+                    metadata: u.metadata.clone(),
+                    width: img.width,
+                    height: img.height,
+                    code: img.code.clone(),
+                    vector: img.vector.clone(),
+                    offset: img.offset,
+                    captions: vec![],
+                    thumbnail: img.thumbnail.clone(),
+                    content_hash: img.content_hash.clone(),
+                };
+                let (id, _) = self
+                    .insert_image_tx(&mut tx, collection_id, &row, &prov, &now)
+                    .await?;
+                (
+                    id,
+                    old.as_ref().map(|(o, ..)| *o),
+                    i64::from(img.width),
+                    i64::from(img.height),
+                )
+            }
+        };
+        let (caption_ids, added, removed) = Self::sync_captions(
+            &mut tx,
+            collection_id,
+            id,
+            &stored_caps,
+            u.captions,
+            &prov,
+            &now,
+        )
+        .await?;
+        self.refresh_text(&mut tx, collection_id, &[id]).await?;
+        if let Some(old_id) = previous_id {
+            // Its remaining captions were moved or deleted above; the thumbnail goes with the row.
+            sqlx::query("DELETE FROM images WHERE id = $1")
+                .bind(old_id)
+                .execute(&mut *tx)
+                .await?;
+            Self::forget_text_tx(&mut tx, self.engine, &[old_id]).await?;
+            Self::log(&mut tx, collection_id, ChangeKind::Image, true, &[old_id]).await?;
+        }
+        // Also when updated in place: followers read its metadata again.
+        Self::log(&mut tx, collection_id, ChangeKind::Image, false, &[id]).await?;
+        Self::log(&mut tx, collection_id, ChangeKind::Caption, true, &removed).await?;
+        let added_ids: Vec<i64> = added.iter().map(|(c, _)| *c).collect();
+        Self::log(
+            &mut tx,
+            collection_id,
+            ChangeKind::Caption,
+            false,
+            &added_ids,
+        )
+        .await?;
+        Self::bump(&mut tx, collection_id).await?;
+        tx.commit().await?;
+        Ok(Some(Upserted {
+            id,
+            previous_id,
+            created: old.is_none(),
+            width,
+            height,
+            caption_ids,
+            added_captions: added,
+            removed_captions: removed,
+        }))
+    }
+
+    /// Makes image `id`'s captions `wanted`: a stored caption (of `stored`, which may belong to the image
+    /// being replaced) whose text is wanted is kept under its id and moved to `id`; the rest are deleted,
+    /// and wanted texts left over are inserted. Returns the caption ids in `wanted` order, the added
+    /// (id, index) and the deleted ids.
+    #[allow(clippy::type_complexity)]
+    async fn sync_captions(
+        tx: &mut Tx<'_>,
+        collection_id: i64,
+        id: i64,
+        stored: &[(i64, String)],
+        wanted: &[EmbeddedCaption],
+        prov: &Provenance<'_>,
+        now: &str,
+    ) -> Result<(Vec<i64>, Vec<(i64, usize)>, Vec<i64>), StoreError> {
+        let mut free: Vec<Option<&(i64, String)>> = stored.iter().map(Some).collect();
+        let mut ids = Vec::with_capacity(wanted.len());
+        let mut added = vec![];
+        for (i, caption) in wanted.iter().enumerate() {
+            let kept = free
+                .iter_mut()
+                .find(|s| s.is_some_and(|(_, t)| *t == caption.text))
+                .and_then(Option::take);
+            match kept {
+                Some((cid, _)) => {
+                    sqlx::query("UPDATE captions SET image_id = $1 WHERE id = $2")
+                        .bind(id)
+                        .bind(cid)
+                        .execute(&mut **tx)
+                        .await?;
+                    ids.push(*cid);
+                }
+                None => {
+                    let cid = Self::insert_caption_tx(
+                        tx,
+                        collection_id,
+                        Some(id),
+                        caption,
+                        prov.bundle_id,
+                        now,
+                    )
+                    .await?;
+                    ids.push(cid);
+                    added.push((cid, i));
+                }
+            }
+        }
+        let removed: Vec<i64> = free.into_iter().flatten().map(|(cid, _)| *cid).collect();
+        for cid in &removed {
+            sqlx::query("DELETE FROM captions WHERE id = $1")
+                .bind(cid)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok((ids, added, removed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{filter::Filter, testing::memory};
+
+    #[test]
+    fn merge_patch_follows_rfc_7396() {
+        let mut m = json!({"a": "b", "c": {"d": "e", "f": "g"}, "keep": [1, 2]});
+        merge_patch(
+            &mut m,
+            &json!({"a": "z", "c": {"f": null, "h": 1}, "new": {"x": true}}),
+        );
+        assert_eq!(
+            m,
+            json!({"a": "z", "c": {"d": "e", "h": 1}, "keep": [1, 2], "new": {"x": true}})
+        );
+        // An array or scalar replaces whole; null on a missing key is nothing.
+        merge_patch(&mut m, &json!({"keep": [3], "gone": null, "a": null}));
+        assert_eq!(
+            m,
+            json!({"c": {"d": "e", "h": 1}, "keep": [3], "new": {"x": true}})
+        );
+    }
+
+    fn photo(tag: u8) -> NewImage {
+        NewImage {
+            external_id: None,
+            metadata: json!({}),
+            width: 4 + u32::from(tag),
+            height: 3,
+            code: vec![tag],
+            vector: vec![f32::from(tag), 1.0],
+            offset: 0.0,
+            captions: vec![],
+            thumbnail: Some(vec![0xFF, 0xD8, tag]),
+            content_hash: Some(format!("hash-{tag}")),
+        }
+    }
+
+    const PROV: Provenance<'static> = Provenance {
+        bundle_id: "b@1",
+        vision_id: "v@1",
+    };
+
+    fn caps(texts: &[&str]) -> Vec<EmbeddedCaption> {
+        texts
+            .iter()
+            .map(|t| EmbeddedCaption::plain(t, vec![0.0, 1.0]))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn an_upsert_creates_then_keeps_or_replaces_the_photo_and_syncs_captions() {
+        let store = memory().await;
+        let c = store.create_collection("shop", "").await.expect("create");
+        let p1 = photo(1);
+        let wanted = caps(&["a red shoe", "a shoe"]);
+        let first = Upsert {
+            external_id: "sku-1",
+            seen: None,
+            photo: Photo::New(&p1),
+            metadata: &json!({"price": 10}),
+            captions: &wanted,
+        };
+        let made = store
+            .upsert_image(c.id, &first, PROV)
+            .await
+            .expect("upsert")
+            .expect("not raced");
+        assert!(made.created && made.previous_id.is_none());
+        assert_eq!(made.added_captions.len(), 2);
+        let state = store.image_state(c.id, "sku-1").await.expect("state");
+        assert_eq!(state, Some((made.id, Some("hash-1".into()))));
+
+        // A stale `seen` writes nothing.
+        let stale = Upsert {
+            seen: None,
+            ..first
+        };
+        assert!(
+            store
+                .upsert_image(c.id, &stale, PROV)
+                .await
+                .expect("upsert")
+                .is_none()
+        );
+
+        // The same photo: metadata replaced, one caption kept, one removed, one added; the id stays.
+        let wanted = caps(&["a shoe", "a blue shoe"]);
+        let same = Upsert {
+            external_id: "sku-1",
+            seen: state.clone(),
+            photo: Photo::Same,
+            metadata: &json!({"price": 12}),
+            captions: &wanted,
+        };
+        let kept = store
+            .upsert_image(c.id, &same, PROV)
+            .await
+            .expect("upsert")
+            .expect("not raced");
+        assert_eq!(
+            (kept.id, kept.previous_id, kept.created),
+            (made.id, None, false)
+        );
+        assert_eq!(
+            kept.caption_ids[0], made.caption_ids[1],
+            "\"a shoe\" kept its id"
+        );
+        assert_eq!(kept.removed_captions, vec![made.caption_ids[0]]);
+        assert_eq!(kept.added_captions, vec![(kept.caption_ids[1], 1)]);
+        assert_eq!(
+            store.image(c.id, made.id).await.expect("row").metadata,
+            json!({"price": 12})
+        );
+
+        // A new photo: a new id under the same external id, captions moved, the old row and thumbnail gone.
+        let p2 = photo(2);
+        let new = Upsert {
+            external_id: "sku-1",
+            seen: store.image_state(c.id, "sku-1").await.expect("state"),
+            photo: Photo::New(&p2),
+            metadata: &json!({"price": 12}),
+            captions: &wanted,
+        };
+        let replaced = store
+            .upsert_image(c.id, &new, PROV)
+            .await
+            .expect("upsert")
+            .expect("not raced");
+        assert_eq!(replaced.previous_id, Some(made.id));
+        assert!(replaced.id > made.id && !replaced.created);
+        assert_eq!(replaced.caption_ids, kept.caption_ids);
+        assert!(replaced.added_captions.is_empty() && replaced.removed_captions.is_empty());
+        assert!(matches!(
+            store.image(c.id, made.id).await,
+            Err(StoreError::NotFound(_))
+        ));
+        assert!(matches!(
+            store.thumbnail(c.id, made.id).await,
+            Err(StoreError::NotFound(_))
+        ));
+        assert_eq!(
+            store.thumbnail(c.id, replaced.id).await.expect("thumbnail"),
+            Some(vec![0xFF, 0xD8, 2])
+        );
+        assert_eq!(
+            store.image_vector(c.id, replaced.id).await.expect("vector"),
+            [2.0, 1.0]
+        );
+        let listed = store
+            .list_captions(c.id, Some(replaced.id), 0, 10)
+            .await
+            .expect("captions");
+        assert_eq!(listed.len(), 2);
+        assert_eq!(
+            store
+                .count_images(c.id, &Filter::all())
+                .await
+                .expect("count"),
+            1
+        );
+        // Replicas learn of it: created, updated in place (its metadata), the old id deleted, the new one
+        // inserted.
+        let (changes, _) = store
+            .changes_since(crate::Cursor::start())
+            .await
+            .expect("changes");
+        let images: Vec<(i64, bool)> = changes
+            .iter()
+            .filter(|ch| ch.kind == ChangeKind::Image)
+            .map(|ch| (ch.item_id, ch.delete))
+            .collect();
+        assert_eq!(
+            images,
+            vec![
+                (made.id, false),
+                (made.id, false),
+                (made.id, true),
+                (replaced.id, false)
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_patch_merges_metadata_and_moves_the_external_id() {
+        let store = memory().await;
+        let c = store.create_collection("shop", "").await.expect("create");
+        let mut a = photo(1);
+        a.external_id = Some("a".into());
+        a.metadata = json!({"color": "red", "stock": {"m": 1, "l": 0}});
+        let mut b = photo(2);
+        b.external_id = Some("b".into());
+        let ids = store
+            .insert_images(c.id, &[a, b], PROV)
+            .await
+            .expect("insert");
+        let id = ids[0].0;
+        let patched = store
+            .patch_image(
+                c.id,
+                id,
+                &ImagePatch {
+                    metadata: Some(json!({"stock": {"l": 3}, "color": null})),
+                    external_id: Some(Some("a2".into())),
+                },
+            )
+            .await
+            .expect("patch");
+        assert_eq!(patched.metadata, json!({"stock": {"m": 1, "l": 3}}));
+        assert_eq!(patched.external_id.as_deref(), Some("a2"));
+        let row = store.image(c.id, id).await.expect("row");
+        assert_eq!(
+            (row.metadata, row.external_id),
+            (patched.metadata, patched.external_id)
+        );
+        let taken = store
+            .patch_image(
+                c.id,
+                id,
+                &ImagePatch {
+                    metadata: None,
+                    external_id: Some(Some("b".into())),
+                },
+            )
+            .await
+            .expect_err("b is taken");
+        assert!(matches!(taken, StoreError::Conflict(_)), "{taken}");
+        assert!(matches!(
+            store.patch_image(c.id, 999, &ImagePatch::default()).await,
+            Err(StoreError::NotFound(_))
+        ));
+    }
+}
