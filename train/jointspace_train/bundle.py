@@ -74,6 +74,16 @@ def finish(directory: str | Path, manifest: dict) -> dict:
     return manifest
 
 
+def record_preparation(directory: str | Path, width: int, height: int, filter: str) -> None:
+    """Sets vision.prepare (a new vision id: codes stored under the old one must be re-embedded, which only
+    changes photos of another size than the prepared one), and reads the bundle back as a check."""
+    manifest = read(directory).manifest
+    manifest = {k: v for k, v in manifest.items() if k != "files"}
+    manifest["vision"]["prepare"] = {"resize": [width, height], "filter": filter}
+    finish(directory, manifest)
+    read(directory)
+
+
 @dataclass
 class Bundle:
     directory: Path

@@ -9,7 +9,7 @@ import torch
 from jointspace_train import bundle, fixture
 from jointspace_train.backbones import vgg16
 from jointspace_train.cli import main
-from jointspace_train.cli.reference import reference_eval
+from jointspace_train.reference import reference_eval
 from tv_layout import torchvision_layout
 
 SMALL = ((3, 3), (4, 4), (4, 4, 4), (5, 5, 5), (6, 6, 6))

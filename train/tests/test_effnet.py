@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from jointspace_train import backbones, features, images
 from jointspace_train.backbones import effnet
-from jointspace_train.cli.weights import wheel
+from jointspace_train.weights import wheel
 
 # Seven stages as EfficientNet has, some with several blocks (residuals) and both kernel sizes.
 STAGES = ((8, 1, 3), (12, 2, 3), (16, 2, 5), (20, 2, 3), (24, 1, 5), (28, 2, 5), (32, 1, 3))

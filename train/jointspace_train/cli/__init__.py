@@ -1,7 +1,9 @@
 """python -m jointspace_train <command>: vision-export, features, train, export, hubness, eval, fixture, check, ...
 
-Each command's module adds its parser and turns the parsed options into a typed, frozen settings object at once;
-nothing past that boundary sees the argparse Namespace."""
+Each command's module adds its parser, turns the parsed options into a typed, frozen settings object at once (the
+library's own settings type where a library function takes it: `selection.Fit`, `training_run.Train`, ...) and
+calls the library; nothing past that boundary sees the argparse Namespace, and no library module imports cli/
+(tests/test_imports.py)."""
 from __future__ import annotations
 
 import argparse

@@ -90,13 +90,7 @@ class Preparation:
 
 
 def record_preparation(s: Preparation) -> None:
-    """Sets vision.prepare (a new vision id: codes stored under the old one must be re-embedded, which only
-    changes photos of another size than the prepared one)."""
-    manifest = bundle_mod.read(s.bundle).manifest
-    manifest = {k: v for k, v in manifest.items() if k != "files"}
-    manifest["vision"]["prepare"] = {"resize": [s.width, s.height], "filter": s.filter}
-    bundle_mod.finish(s.bundle, manifest)
-    bundle_mod.read(s.bundle)
+    bundle_mod.record_preparation(s.bundle, s.width, s.height, s.filter)
     print(f"{s.bundle}: every photo is squashed to {s.width}x{s.height} ({s.filter}) before the pipeline")
 
 

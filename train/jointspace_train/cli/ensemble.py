@@ -1,16 +1,11 @@
-"""`ensemble`: metrics of runs, of their mean similarity and of them stacked, optionally with hubness offsets."""
+"""`ensemble`: metrics of runs, of their mean similarity and of them stacked, optionally with hubness offsets (the
+library's `ensemble`)."""
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from dataclasses import dataclass
-from pathlib import Path
 
-from .. import evaluate
-from .options import Extraction, Features, VisionWeights, add_data, add_tap_point
-from .prepare import prepare
-from .runs import models_of, run_model
+from ..ensemble import Ensemble, ensemble
+from .options import add_data, add_tap_point, extraction_of, weights_of
 
 
 def hub_setting(text: str) -> tuple[int, float]:
@@ -21,82 +16,9 @@ def hub_setting(text: str) -> tuple[int, float]:
         raise argparse.ArgumentTypeError(f"{text!r} is not K:ALPHA, e.g. 200:0.5") from None
 
 
-@dataclass(frozen=True)
-class Ensemble:
-    source: VisionWeights
-    extraction: Extraction
-    tap_point: str
-    crop: str
-    split: str
-    hubs: tuple[tuple[int, float], ...]  # (k, alpha) of each --hub
-    runs: tuple[str, ...]
-
-    @classmethod
-    def from_args(cls, ns: argparse.Namespace) -> Ensemble:
-        return cls(VisionWeights.from_args(ns), Extraction.from_args(ns), ns.tap_point, ns.crop, ns.split,
-                   tuple(ns.hub or ()), tuple(ns.runs))
-
-
-def ensemble(s: Ensemble) -> None:
-    """Each run's metrics on a split, then those of the mean of their similarity matrices. The runs must share
-    what their inputs depend on (image input, vocabulary, similarity); --crop and --tap-point say which
-    features they were trained on.
-
-    For cosine runs it also measures them stacked as one bundle could hold them without a new contract: W is
-    the members' W one above the other (the joint vector is normalised as a whole, not per member) and the
-    text vector is the members' unit vectors side by side over sqrt(K). That is the mean of the cosines only
-    where the members' |W . code| agree, so it is measured, not assumed."""
-    from ..losses import similarity_of
-    from ..model import stack
-    from ..train import Encoded, encode_texts, image_vectors, sims
-
-    models = [(Path(r), *run_model(Path(r))) for r in s.runs]
-    shared = ("image_input", "min_count", "max_tokens", "use_abs")
-    s0 = models[0][2]
-    for run, _, st in models[1:]:
-        differ = [k for k in shared if st[k] != s0[k]]
-        if similarity_of(st["loss"]) != similarity_of(s0["loss"]):
-            differ.append("similarity")
-        if differ:
-            sys.exit(f"{run} differs from {models[0][0]} in {', '.join(differ)}: their scores cannot be averaged")
-    similarity = similarity_of(s0["loss"])
-    hubs = list(s.hubs)
-    if hubs and similarity != "cosine":
-        sys.exit("--hub offsets cosine scores; these runs use the order similarity")
-    d = prepare(s.source, s.extraction, Features(tap_point=s.tap_point, crop=s.crop, input=s0["image_input"]),
-                s0["min_count"])
-    split = Encoded(d.inputs[s.split], d.splits[s.split].captions, d.tok, s0["max_tokens"])
-    # the hub correction's bank: the training captions, which no dev or test image owns
-    bank = Encoded(d.inputs["train"], d.splits["train"].captions, d.tok, s0["max_tokens"]) if hubs else None
-    built = models_of(d, [m for _, m, _ in models], [st for _, _, st in models])
-
-    def scores(proj, text):
-        """The split's [images, captions] similarities and, with --hub, its images' against the bank."""
-        proj.eval(), text.eval()
-        im = image_vectors(proj, split)
-        sim = sims(proj, text, split, similarity, images=im)
-        if not hubs:
-            return sim, None
-        return sim, (im @ encode_texts(text, bank.ids, bank.lengths).t()).numpy()
-
-    def line(key, value, sim, b):
-        out = {key: value, s.split: evaluate.metrics(sim, split.owner)}
-        if hubs:
-            out["hub"] = [{"k": k, "alpha": a, s.split: evaluate.metrics(sim + evaluate.hub_bias(b, k, a)[:, None],
-                                                                         split.owner)} for k, a in hubs]
-        print(json.dumps(out))
-
-    total = total_bank = None
-    for (run, _, _), (proj, text) in zip(models, built):
-        sim, b = scores(proj, text)
-        total = sim if total is None else total + sim
-        if hubs:
-            total_bank = b if total_bank is None else total_bank + b
-        line("run", str(run), sim, b)
-    runs = [str(r) for r, _, _ in models]
-    line("ensemble", runs, total / len(models), None if total_bank is None else total_bank / len(models))
-    if similarity == "cosine":
-        line("stacked", runs, *scores(*stack([p for p, _ in built], [t for _, t in built])))
+def ensemble_of(ns: argparse.Namespace) -> Ensemble:
+    return Ensemble(weights_of(ns), extraction_of(ns), ns.tap_point, ns.crop, ns.split, tuple(ns.hub or ()),
+                    tuple(ns.runs))
 
 
 def add_ensemble(sub) -> None:
@@ -108,4 +30,4 @@ def add_ensemble(sub) -> None:
                    help="also measure search with each image's score offset by -ALPHA x the mean of its K highest "
                         "cosines to the training captions (a hubness correction; repeatable)")
     p.add_argument("runs", nargs="+", help="run dirs (finished, or in progress: their best model so far)")
-    p.set_defaults(fn=lambda ns, argv: ensemble(Ensemble.from_args(ns)))
+    p.set_defaults(fn=lambda ns, argv: ensemble(ensemble_of(ns)))

@@ -7,11 +7,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import bundle as bundle_mod
+from ..reference import record, reference_eval
 from .options import DEFAULT_DATA
-from .reference import reference_eval
-
-RECORDED_SOURCE = "trainer, the bundle's own files run over the test images"
 
 
 @dataclass(frozen=True)
@@ -34,19 +31,6 @@ def eval_bundle(s: Eval) -> None:
     print(json.dumps(m, indent=1))
     if s.record:
         record(Path(s.bundle), m)
-
-
-def record(out: Path, metrics: dict) -> None:
-    """`training.test_metrics` becomes the bundle's own figure (after `quantize-text`, say, the trained model's
-    figure on cached features is no longer what its files give); the trained model's stays beside it."""
-    manifest = json.loads((out / "bundle.json").read_text())
-    manifest = {k: v for k, v in manifest.items() if k != "files"}
-    training = manifest["training"]
-    if training.get("test_metrics_source") != RECORDED_SOURCE:
-        training["trained_model_test_metrics"] = training.get("test_metrics")
-    training["test_metrics"] = metrics
-    training["test_metrics_source"] = RECORDED_SOURCE
-    bundle_mod.finish(out, manifest)
 
 
 def add_eval(sub) -> None:

@@ -1,84 +1,17 @@
-"""`export`: the bundle of one finished run, or one stacked bundle of several (no training)."""
+"""`export`: the bundle of one finished run, or one stacked bundle of several (no training; the library's
+`run_export`)."""
 from __future__ import annotations
 
 import argparse
-import sys
-from dataclasses import dataclass, replace
-from pathlib import Path
 
-from .options import Extraction, Features, VisionWeights, add_extraction, add_wheel
-from .pack import from_pack, packed_features
-from .prepare import prepare
-from .runs import finished_run, models_of
-from .weights import load_weights
-from .write_bundle import BundleTarget, add_reference_eval, write_bundle
+from ..run_export import Export, export
+from ..trained_bundle import BundleTarget
+from .options import add_extraction, add_reference_eval, add_wheel, extraction_of
 
 
-@dataclass(frozen=True)
-class Export:
-    run_dirs: tuple[str, ...]
-    bundle: BundleTarget
-    cache: str
-    wheel: str | None  # the weights are the runs' own
-    extraction: Extraction
-    pack: str | None = None  # the runs' codes and FNE statistics, in place of the feature cache
-
-    @classmethod
-    def from_args(cls, ns: argparse.Namespace) -> Export:
-        return cls(tuple(ns.run_dirs), BundleTarget(ns.bundle_out, ns.reference_eval), ns.cache, ns.wheel,
-                   Extraction.from_args(ns), ns.pack)
-
-
-def prepare_or_unpack(s: Export, source: VisionWeights, feats: Features, min_count: int):
-    """The runs' dataset: from the feature cache, or from a pack that carries its FNE statistics (features
-    extracted on another machine; only the weights, for the vision graph, are needed here)."""
-    if not s.pack:
-        return prepare(source, s.extraction, feats, min_count)
-    d, recorded = from_pack(s.pack, min_count)
-    if packed_features(recorded, source)[1] != feats:
-        sys.exit(f"{s.pack} holds {recorded}, not the runs' features {feats}")
-    if d.mean is None:
-        sys.exit(f"{s.pack}: no FNE statistics (a pack written before they were kept): export where the "
-                 f"features are, without --pack")
-    return replace(d, weights=load_weights(source))
-
-
-def export(s: Export) -> None:
-    """The bundle of a finished run, from its model.pt and result.json (no training). Several runs make one
-    stacked bundle (`model.stack`): their W one above the other and their text encoders side by side, with the
-    stacked model's dev and test metrics measured here and each member's result recorded."""
-    from ..losses import similarity_of
-    from ..model import stack
-    from ..train import Encoded, evaluate_split
-
-    runs = [Path(r) for r in s.run_dirs]
-    done = [finished_run(r) for r in runs]
-    result = done[0][0]
-    f, st0 = result.features, result.settings
-    if f["input"] != "fne":
-        sys.exit(f"{runs[0]}: a {f['input']} run has no FNE code to put in a bundle")
-    for run, (r, _) in zip(runs[1:], done[1:]):
-        differ = [k for k in ("tap_point", "crop", "input", "weights") if r.features[k] != f[k]]
-        differ += [k for k in ("min_count", "max_tokens") if r.settings[k] != st0[k]]
-        if differ:
-            sys.exit(f"{run} differs from {runs[0]} in {', '.join(differ)}: they cannot share one bundle")
-    if len(runs) > 1 and any(similarity_of(r.settings["loss"]) != "cosine" for r, _ in done):
-        sys.exit("only cosine runs stack into one bundle")
-    source = VisionWeights(cache=s.cache, weights=f["weights"], wheel=s.wheel)
-    feats = Features(tap_point=f["tap_point"], crop=f["crop"], input=f["input"])
-    d = prepare_or_unpack(s, source, feats, st0["min_count"])
-    models = models_of(d, [(st["proj"], st["text"]) for _, st in done], [r.settings for r, _ in done])
-    if len(runs) == 1:
-        return write_bundle(s.bundle, source, feats, s.extraction.data, d, *models[0], result)
-    proj, text = stack([p for p, _ in models], [t for _, t in models])
-    enc = {sp: Encoded(d.inputs[sp], d.splits[sp].captions, d.tok, st0["max_tokens"]) for sp in ("dev", "test")}
-    stacked = replace(result, settings={**st0, "joint_dim": text.joint_dim},
-                      dev=evaluate_split(proj, text, enc["dev"], "cosine"),
-                      test=evaluate_split(proj, text, enc["test"], "cosine"),
-                      seconds=sum(r.seconds for r, _ in done), best_epoch=0)
-    members = [{"run": run.name, "settings": r.settings, "best_epoch": r.best_epoch, "dev_metrics": r.dev,
-                "test_metrics": r.test} for run, (r, _) in zip(runs, done)]
-    write_bundle(s.bundle, source, feats, s.extraction.data, d, proj, text, stacked, members=members)
+def export_of(ns: argparse.Namespace) -> Export:
+    return Export(tuple(ns.run_dirs), BundleTarget(ns.bundle_out, ns.reference_eval), ns.cache, ns.wheel,
+                  extraction_of(ns), ns.pack)
 
 
 def add_export(sub) -> None:
@@ -91,4 +24,4 @@ def add_export(sub) -> None:
     add_extraction(p)
     p.add_argument("--pack", help="the pack the runs were trained from (one with FNE statistics), in place of "
                                   "the feature cache: for features extracted on another machine")
-    p.set_defaults(fn=lambda ns, argv: export(Export.from_args(ns)))
+    p.set_defaults(fn=lambda ns, argv: export(export_of(ns)))

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from .options import Extraction, VisionWeights, add_data
-from .prepare import dataset_features
-from .weights import load_weights
+from ..inputs import Extraction, dataset_features
+from ..weights import VisionWeights, load_weights
+from .options import add_data, extraction_of, weights_of
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class ExtractFeatures:
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> ExtractFeatures:
-        return cls(VisionWeights.from_args(ns), Extraction.from_args(ns), ns.crop)
+        return cls(weights_of(ns), extraction_of(ns), ns.crop)
 
 
 def extract_features(s: ExtractFeatures) -> None:

