@@ -113,8 +113,10 @@ def _cycle_in(group: list[str], edges: dict[str, dict[str, int]]) -> list[str]:
     raise AssertionError(f"{group} is not strongly connected")
 
 
-def describe(cycle: list[str], edges: dict[str, dict[str, int]], known: dict[str, Path], root: Path = PACKAGE) -> str:
-    steps = [f"{a} -> {b} ({known[a].relative_to(root.parent)}:{edges[a][b]})" for a, b in zip(cycle, cycle[1:])]
+def describe(cycle: list[str], edges: dict[str, dict[str, int]], known: dict[str, Path],
+             root: Path | None = None) -> str:
+    top = (root or PACKAGE).parent
+    steps = [f"{a} -> {b} ({known[a].relative_to(top)}:{edges[a][b]})" for a, b in zip(cycle, cycle[1:])]
     return " -> ".join(cycle) + "\n    " + "\n    ".join(steps)
 
 
@@ -123,6 +125,20 @@ def test_no_module_of_the_package_imports_one_that_imports_it_back():
     assert len(known) > 10, f"found only {sorted(known)} under {PACKAGE}"
     found = cycles(edges)
     assert not found, "import cycles:\n" + "\n".join(describe(c, edges, known) for c in found)
+
+
+def test_the_library_never_imports_the_command_line():
+    """cli/ turns arguments into settings objects and calls the library; nothing but the entry point (__main__)
+    imports cli/, so the library's logic cannot drift back behind it."""
+    edges, known = graph(PACKAGE)
+    cli = "jointspace_train.cli"
+
+    def in_cli(m: str) -> bool:
+        return m == cli or m.startswith(cli + ".")
+
+    back = [f"{m} -> {t} ({known[m].relative_to(PACKAGE.parent)}:{line})" for m, ts in sorted(edges.items())
+            if not in_cli(m) and m != "jointspace_train.__main__" for t, line in sorted(ts.items()) if in_cli(t)]
+    assert not back, "the library imports the command line:\n" + "\n".join(back)
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:
