@@ -13,7 +13,7 @@ use crate::{
     hubness, prepare,
     projection::Projection,
     runtime::{Backend, Provider, RuntimeError},
-    text::{TextEncoder, TextError, TextTokenizer},
+    text::{Sentence, TextEncoder, TextError, TextTokenizer},
     thumbnail,
     vision::Vision,
 };
@@ -309,9 +309,9 @@ impl Pipeline {
     }
 
     /// Tokenises every sentence (so that bad input is reported before any inference), then one runtime call.
-    /// The words of a sentence the text model does not know (see `TextTokenizer::unknown_words`).
-    pub fn unknown_words(&self, text: &str) -> Vec<String> {
-        self.tokenizer.unknown_words(text)
+    /// A search sentence, tokenised once: its ids for `embed_tokens` and its unknown words for the answer.
+    pub fn sentence(&self, text: &str) -> Result<Sentence, TextError> {
+        self.tokenizer.sentence(text)
     }
 
     pub fn tokenize(

@@ -8,7 +8,7 @@ use crate::{
     runtime::{Backend, RuntimeError},
 };
 
-pub use crate::tokenize::{TextError, TextTokenizer, pad};
+pub use crate::tokenize::{Sentence, TextError, TextTokenizer, pad};
 
 impl TextTokenizer {
     pub fn new(bundle: &Bundle, max_chars: usize) -> Result<TextTokenizer, TextError> {

@@ -52,6 +52,12 @@ impl TextTokenizer {
 
     /// Validates and tokenises one sentence: ids cut to `max_tokens`, no special tokens added.
     pub fn ids(&self, text: &str) -> Result<Vec<i64>, TextError> {
+        Ok(self.sentence(text)?.ids)
+    }
+
+    /// One sentence read once: its ids (as `ids`) and the words it reads as unknown (as `unknown_words`),
+    /// from one pass of the tokenizer.
+    pub fn sentence(&self, text: &str) -> Result<Sentence, TextError> {
         if text.trim().is_empty() {
             return Err(TextError::Empty);
         }
@@ -64,7 +70,7 @@ impl TextTokenizer {
         }
         let enc = self
             .tokenizer
-            .encode(text, false)
+            .encode_char_offsets(text, false)
             .map_err(|e| TextError::Tokenize(e.to_string()))?;
         let ids: Vec<i64> = enc
             .get_ids()
@@ -75,18 +81,24 @@ impl TextTokenizer {
         if ids.is_empty() {
             return Err(TextError::NoTokens(text.to_string()));
         }
-        Ok(ids)
+        let unknown_words = self.unknown_in(text, &enc);
+        Ok(Sentence { ids, unknown_words })
     }
+}
+
+/// A sentence as the text graph reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sentence {
+    pub ids: Vec<i64>,
+    /// The words read as the unknown token, as written, in order, once each.
+    pub unknown_words: Vec<String>,
 }
 
 impl TextTokenizer {
     /// The words of `text` the model has no vector for (each read as the unknown token), as written, in
     /// order, once each: a brand or a model number the caller should know the vector search ignores.
-    pub fn unknown_words(&self, text: &str) -> Vec<String> {
+    fn unknown_in(&self, text: &str, enc: &tokenizers::Encoding) -> Vec<String> {
         let Some(unk) = self.tokenizer.token_to_id("<unk>") else {
-            return vec![];
-        };
-        let Ok(enc) = self.tokenizer.encode_char_offsets(text, false) else {
             return vec![];
         };
         let chars: Vec<char> = text.chars().collect();
@@ -115,4 +127,39 @@ pub fn pad(batch: &[&[i64]], pad_id: i64) -> (Vec<i64>, Vec<i64>, usize) {
         lengths.push(s.len() as i64);
     }
     (ids, lengths, t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> TextTokenizer {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/fixture-tiny/tokenizer.json");
+        TextTokenizer::from_file(&path, 4, 100).expect("the fixture bundle's tokenizer")
+    }
+
+    #[test]
+    fn a_sentence_read_once_gives_the_ids_and_the_unknown_words() {
+        let t = fixture();
+        let s = t
+            .sentence("A red zzqx in the zzqx Qwv")
+            .expect("a sentence");
+        // Cut to max_tokens (4), as `ids` cuts; the unknown words come from the whole sentence, once each.
+        assert_eq!(s.ids, t.ids("A red zzqx in the zzqx Qwv").expect("ids"));
+        assert_eq!(s.ids.len(), 4);
+        assert_eq!(s.ids[0], 2, "\"a\" lower-cased to the vocabulary's id 2");
+        assert_eq!(s.unknown_words, ["zzqx", "Qwv"]);
+        assert!(
+            t.sentence("a red background")
+                .expect("known")
+                .unknown_words
+                .is_empty()
+        );
+        assert!(matches!(t.sentence("  "), Err(TextError::Empty)));
+        assert!(matches!(
+            t.sentence(&"a ".repeat(60)),
+            Err(TextError::TooLong { .. })
+        ));
+    }
 }

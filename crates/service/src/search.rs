@@ -98,6 +98,8 @@ pub(super) struct QueryVector {
     pub modality: Modality,
     /// A stored image used as the query: left out of image results.
     pub exclude: Option<i64>,
+    /// A sentence's words the text model does not know (read in the same pass as its tokens).
+    pub unknown_words: Vec<String>,
 }
 
 impl Service {
@@ -120,11 +122,21 @@ impl Service {
 
     async fn query_vector(&self, c: &CollectionRef, q: Query) -> Result<QueryVector> {
         Ok(match q {
-            Query::Text(t) => QueryVector {
-                vector: self.embed_texts(&[t]).await?.remove(0),
-                modality: Modality::Captions,
-                exclude: None,
-            },
+            Query::Text(t) => {
+                let sentence = self
+                    .pipeline
+                    .sentence(&t)
+                    .map_err(|source| ServiceError::Text {
+                        index: None,
+                        source,
+                    })?;
+                QueryVector {
+                    vector: self.embed_tokens(vec![sentence.ids]).await?.remove(0),
+                    modality: Modality::Captions,
+                    exclude: None,
+                    unknown_words: sentence.unknown_words,
+                }
+            }
             Query::Image(b) => QueryVector {
                 vector: self
                     .embed_images(vec![b], ImageUse::Query)
@@ -133,6 +145,7 @@ impl Service {
                     .vector,
                 modality: Modality::Images,
                 exclude: None,
+                unknown_words: vec![],
             },
             Query::ImageId(id) => {
                 let vector = match self.indexes_of(c.id)?.images.vector(id) {
@@ -143,6 +156,7 @@ impl Service {
                     vector,
                     modality: Modality::Images,
                     exclude: Some(id),
+                    unknown_words: vec![],
                 }
             }
         })
@@ -248,11 +262,11 @@ impl Service {
         self.check_window(&p)?;
         let c = self.collection_ref(collection).await?;
         let mode = self.resolve_mode(&c, &q, p.mode)?;
-        let (text, unknown_words) = match &q {
-            Query::Text(t) => (Some(t.clone()), self.pipeline.unknown_words(t)),
-            _ => (None, vec![]),
+        let text = match &q {
+            Query::Text(t) => Some(t.clone()),
+            _ => None,
         };
-        let qv = self.query_vector(&c, q).await?;
+        let mut qv = self.query_vector(&c, q).await?;
         let (hits, matches) = match (mode, text) {
             (SearchMode::Keyword | SearchMode::Hybrid, Some(text)) => {
                 self.fused(&c, &qv, &text, mode, &p).await?
@@ -277,7 +291,7 @@ impl Service {
             ),
             matches,
             mode: Some(mode),
-            unknown_words,
+            unknown_words: std::mem::take(&mut qv.unknown_words),
         })
     }
 
@@ -300,11 +314,7 @@ impl Service {
             ));
         }
         let c = self.collection_ref(collection).await?;
-        let unknown_words = match &q {
-            Query::Text(t) => self.pipeline.unknown_words(t),
-            _ => vec![],
-        };
-        let qv = self.query_vector(&c, q).await?;
+        let mut qv = self.query_vector(&c, q).await?;
         let (hits, matches) = self.search_ids(&c, Modality::Captions, &qv, &p).await?;
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         let rows = self
@@ -324,7 +334,7 @@ impl Service {
             ),
             matches,
             mode: None,
-            unknown_words,
+            unknown_words: std::mem::take(&mut qv.unknown_words),
         })
     }
 }
