@@ -83,6 +83,7 @@ pub async fn open_service(
     pipeline: Arc<Pipeline>,
     store_args: &StoreArgs,
     metrics: Arc<Metrics>,
+    url_fetcher: Option<Arc<Fetcher>>,
 ) -> anyhow::Result<Arc<Service>> {
     let db = open_database(store_args).await?;
     let snapshot_dir: Option<PathBuf> = store_args.index_dir.clone().or_else(|| {
@@ -101,6 +102,7 @@ pub async fn open_service(
         snapshot_dir,
         max_k: store_args.max_k,
         max_batch: store_args.max_batch,
+        url_fetcher,
     };
     Ok(Arc::new(Service::open(pipeline, db, metrics, opts).await?))
 }
@@ -184,7 +186,7 @@ impl Application {
         }
         let url_fetcher = url_fetcher(&cfg.url_ingest, cfg.model.max_image_bytes)?;
         let pipeline = load_wrapped(&cfg.model, &metrics, wrap)?;
-        let service = open_service(pipeline, &cfg.store, metrics).await?;
+        let service = open_service(pipeline, &cfg.store, metrics.clone(), url_fetcher).await?;
         // Before the listener: the first requests find the runtime's buffers sized and the pages warm.
         match service.warm_up().await {
             Ok(took) => tracing::info!(ms = took.as_millis() as u64, "warmed up"),
@@ -197,6 +199,7 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", cfg.addr))?;
         let router = api::router_with(
             service.clone(),
+            metrics,
             RouterOptions {
                 max_request_bytes: cfg.max_request_bytes,
                 keys,
@@ -205,7 +208,6 @@ impl Application {
                 body_read_timeout: (cfg.http.body_read_timeout_ms > 0)
                     .then(|| Duration::from_millis(cfg.http.body_read_timeout_ms)),
                 cors_origins: cfg.http.cors_origins.clone(),
-                url_fetcher,
                 ready: ReadyOptions {
                     probe_timeout: Duration::from_millis(cfg.ready_probe_timeout_ms.max(1)),
                     max_lag: (cfg.follow_interval_ms > 0)

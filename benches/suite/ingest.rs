@@ -119,6 +119,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
             snapshot_dir: None,
             max_k: 1000,
             max_batch: 64,
+            url_fetcher: None,
         },
     )
     .await?;

@@ -4,11 +4,10 @@ use axum::{Json, extract::State, http::StatusCode};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::middleware::auth::Caller;
 use super::{
     AppState,
     error::{ApiError, ApiResult, ErrorBody},
-    extract::{ApiJson, ApiPath, ApiQuery, CollectionPath},
+    extract::{ApiJson, ApiPath, ApiQuery, Caller, CollectionPath},
 };
 use crate::service::CaptionRow;
 
@@ -79,7 +78,7 @@ pub async fn add(
     caller: Caller,
     ApiJson(req): ApiJson<AddCaptions>,
 ) -> ApiResult<(StatusCode, Json<AddedCaptions>)> {
-    caller.charge_rows(req.captions.len(), s.service.metrics())?;
+    caller.charge_rows(req.captions.len())?;
     let caps = req
         .captions
         .into_iter()

@@ -4,11 +4,10 @@ use axum::{Json, extract::State, http::StatusCode};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::middleware::auth::Caller;
 use super::{
     AppState,
     error::{ApiResult, ErrorBody},
-    extract::{ApiJson, CollectionPath},
+    extract::{ApiJson, Caller, CollectionPath},
 };
 use crate::service::{CollectionName, CollectionRow};
 

@@ -10,11 +10,10 @@ use utoipa::ToSchema;
 
 use crate::pipeline::ImageUse;
 
-use super::middleware::auth::Caller;
 use super::{
     AppState,
     error::{ApiError, ApiResult, ErrorBody},
-    extract::ApiJson,
+    extract::{ApiJson, Caller},
     upload::{self, Body},
 };
 
@@ -77,10 +76,10 @@ pub async fn text(
     if req.texts.is_empty() || req.texts.len() > 256 {
         return Err(ApiError::invalid("send between 1 and 256 texts"));
     }
-    caller.charge_rows(req.texts.len(), s.service.metrics())?;
+    caller.charge_rows(req.texts.len())?;
     let embeddings = s.service.embed_texts(&req.texts).await?;
     Ok(Json(EmbedTextResponse {
-        dim: s.service.pipeline().joint_dim(),
+        dim: s.service.joint_dim(),
         embeddings,
     }))
 }
@@ -94,7 +93,7 @@ pub async fn image(
     caller: Caller,
     req: Request,
 ) -> ApiResult<Json<EmbedImageResponse>> {
-    caller.charge_rows(1, s.service.metrics())?;
+    caller.charge_rows(1)?;
     let bytes = match upload::read::<EmbedImageJson>(req).await? {
         Body::Json(j) => upload::base64_image("image", &j.image)?,
         Body::Multipart(parts) => {

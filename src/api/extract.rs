@@ -1,5 +1,7 @@
 //! Extractors that parse a request's parts once, at the edge, and answer in the API's error shape: JSON
-//! bodies, paths, queries, and the collection name of `/collections/{collection}/...` routes.
+//! bodies, paths, queries, the collection name of `/collections/{collection}/...` routes, and the caller.
+
+use std::{sync::Arc, time::Instant};
 
 use axum::{
     Json,
@@ -8,8 +10,13 @@ use axum::{
 };
 use serde::de::DeserializeOwned;
 
-use super::error::{ApiError, BodyLimit, body_too_large};
-use crate::service::CollectionName;
+use super::{
+    AppState,
+    error::{ApiError, BodyLimit, body_too_large},
+    keys::{Key, KeyFound},
+    middleware::auth::too_many,
+};
+use crate::{metrics::Metrics, service::CollectionName};
 
 /// The `{collection}` path segment, checked against the naming rule (422 when it breaks it).
 pub struct CollectionPath(pub CollectionName);
@@ -78,5 +85,58 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
                 .await?
                 .0,
         ))
+    }
+}
+
+/// Who is calling: the key the key check found (none on an open API), with the metrics its refusals count in.
+pub struct Caller {
+    key: Option<Arc<Key>>,
+    metrics: Arc<Metrics>,
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        s: &AppState,
+    ) -> Result<Caller, Self::Rejection> {
+        let KeyFound(key) = parts
+            .extensions
+            .get::<KeyFound>()
+            .cloned()
+            .unwrap_or_default();
+        Ok(Caller {
+            key,
+            metrics: s.metrics.clone(),
+        })
+    }
+}
+
+impl Caller {
+    /// Whether the caller may see and touch a collection.
+    pub fn may_touch(&self, collection: &str) -> bool {
+        self.key.as_ref().is_none_or(|k| k.may_touch(collection))
+    }
+
+    /// Charges `rows` inference rows (images or sentences to embed) to the key's row rate.
+    pub fn charge_rows(&self, rows: usize) -> Result<(), ApiError> {
+        let Some(k) = &self.key else { return Ok(()) };
+        k.take_rows(rows, Instant::now()).map_err(|wait| {
+            self.metrics.rate_limited(&k.name, "rows");
+            if wait.is_infinite() {
+                ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    format!(
+                        "key \"{}\" may embed at most {} rows at once and this request has {rows}: split it",
+                        k.name,
+                        k.rows_burst().unwrap_or_default()
+                    ),
+                )
+            } else {
+                too_many(&k.name, "rows (images and sentences embedded)", wait)
+            }
+        })
     }
 }

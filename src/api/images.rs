@@ -11,12 +11,11 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
 
-use super::middleware::auth::Caller;
 use super::{
     AppState,
     captions::Caption,
     error::{self, ApiError, ApiResult, ErrorBody},
-    extract::{ApiPath, ApiQuery, CollectionPath},
+    extract::{ApiPath, ApiQuery, Caller, CollectionPath},
     upload::{self, Body},
 };
 use crate::{
@@ -296,17 +295,11 @@ pub async fn add(
     req: Request,
 ) -> ApiResult<(StatusCode, Json<AddedImages>)> {
     let (items, all_or_nothing) = items_from(upload::read::<AddImagesJson>(req).await?)?;
-    caller.charge_rows(items.len(), s.service.metrics())?;
+    caller.charge_rows(items.len())?;
     let total = items.len();
     let report = s
         .service
-        .add_image_items(
-            &collection,
-            items,
-            s.url_fetcher.as_deref(),
-            all_or_nothing,
-            None,
-        )
+        .add_image_items(&collection, items, all_or_nothing, None)
         .await?;
     if report.added.is_empty() {
         return Err(error::items_failed(total, all_or_nothing, report.failed));

@@ -25,7 +25,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{middleware::rate_limit::Bucket, routes::Access};
+use super::{access::Access, middleware::rate_limit::Bucket};
 
 /// What a key may do. Admin: everything, collections and server operations included. Write: add and delete
 /// images and captions (and read) in the collections it may touch. Read: GET, search and embed.
@@ -112,6 +112,11 @@ impl Key {
 fn digest(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
+
+/// What the key check found, put in the request for the handlers' `Caller`: the key, or None when the API is
+/// open or the route public.
+#[derive(Clone, Default)]
+pub struct KeyFound(pub Option<Arc<Key>>);
 
 /// Every key the server accepts. Empty: the API is open.
 #[derive(Debug, Clone, Default)]

@@ -3,6 +3,7 @@
 //! handler; `openapi` assembles the document; `extract` and `error` are the edges where requests are parsed
 //! and errors become HTTP.
 
+pub mod access;
 pub mod captions;
 pub mod collections;
 pub mod embed;
@@ -38,7 +39,7 @@ use tower_http::{
 use tracing::Level;
 
 use crate::{
-    fetch::Fetcher,
+    metrics::Metrics,
     service::{ReadyOptions, Service},
 };
 use error::{ApiError, BodyLimit};
@@ -47,15 +48,16 @@ use middleware::{
     auth::KeyCheck, body_timeout::BodyTimeout, idempotency::Idempotency, timeout::Timeout,
 };
 pub use openapi::ApiDoc;
-use routes::RouteInfos;
 
 #[derive(Clone)]
 pub struct AppState {
     pub service: Arc<Service>,
+    /// The registry the HTTP layer records into (the service records into the same one).
+    pub metrics: Arc<Metrics>,
     /// What `/readyz` demands.
     pub ready: ReadyOptions,
-    /// URL ingest's fetcher; none when it is off.
-    pub url_fetcher: Option<Arc<Fetcher>>,
+    /// The served API description, made once.
+    pub openapi: Arc<str>,
 }
 
 /// What the HTTP layer enforces around the handlers.
@@ -68,14 +70,13 @@ pub struct RouterOptions {
     pub body_read_timeout: Option<Duration>,
     pub cors_origins: Vec<String>,
     pub ready: ReadyOptions,
-    /// Images by URL (`--url-ingest`); none: refused.
-    pub url_fetcher: Option<Arc<Fetcher>>,
 }
 
 /// The router with an open API, no timeout and no CORS (for embedders; the server uses `router_with`).
-pub fn router(service: Arc<Service>, max_request_bytes: usize) -> Router {
+pub fn router(service: Arc<Service>, metrics: Arc<Metrics>, max_request_bytes: usize) -> Router {
     router_with(
         service,
+        metrics,
         RouterOptions {
             max_request_bytes,
             ..RouterOptions::default()
@@ -123,15 +124,21 @@ fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
     ))
 }
 
-pub fn router_with(service: Arc<Service>, opts: RouterOptions) -> anyhow::Result<Router> {
+/// The API around `service`, recording into `metrics` (the registry the service was opened with).
+pub fn router_with(
+    service: Arc<Service>,
+    metrics: Arc<Metrics>,
+    opts: RouterOptions,
+) -> anyhow::Result<Router> {
     let max_request_bytes = opts.max_request_bytes;
     let state = AppState {
         service,
+        metrics,
         ready: opts.ready,
-        url_fetcher: opts.url_fetcher,
+        openapi: openapi::yaml().into(),
     };
     let table = routes::table();
-    let infos = RouteInfos::of(&table);
+    let infos = routes::infos(&table);
     let app = routes::router(table)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -159,7 +166,7 @@ pub fn router_with(service: Arc<Service>, opts: RouterOptions) -> anyhow::Result
             KeyCheck {
                 keys: opts.keys,
                 routes: infos.clone(),
-                metrics: state.service.metrics().clone(),
+                metrics: state.metrics.clone(),
             },
             middleware::auth::require_key,
         ))

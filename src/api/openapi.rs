@@ -17,10 +17,14 @@ use utoipa::{
 };
 
 use super::{
-    captions, collections, embed, error, images, page,
-    routes::{self, Access, RouteInfos},
-    search, system, upsert,
+    access::Access, captions, collections, embed, error, images, page, routes, search, system,
+    upsert,
 };
+
+/// The served API description; `openapi.yaml` in the repository must be identical (a test checks it).
+pub fn yaml() -> String {
+    ApiDoc::openapi().to_yaml().unwrap_or_default()
+}
 
 #[derive(OpenApi)]
 #[openapi(
@@ -141,7 +145,7 @@ impl utoipa::Modify for Operational {
                 .insert(name.into(), RefOr::T(r.build()));
         }
         let shared = |name: &str| RefOr::Ref(Ref::new(format!("#/components/responses/{name}")));
-        let routes = RouteInfos::of(&routes::table());
+        let routes = routes::infos(&routes::table());
         for (path, item) in openapi.paths.paths.iter_mut() {
             let ops: [(Method, &mut Option<Operation>); 5] = [
                 (Method::GET, &mut item.get),

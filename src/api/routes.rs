@@ -3,39 +3,17 @@
 //! writes (and so finishes past the request timeout). The router, the key check, the timeout rule and the
 //! OpenAPI responses are all read from here, so a new route cannot be open to the wrong key by accident.
 
-use std::{collections::HashMap, sync::Arc};
-
 use axum::{
     Router,
-    extract::MatchedPath,
-    http::{Method, Request},
+    http::Method,
     routing::{MethodRouter, delete, get, patch, post, put},
 };
 
-use super::{AppState, captions, collections, embed, images, page, search, system, upsert};
-
-/// Which key a request needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Probes, metrics and the API description: never behind a key (orchestrators and scrapers call them).
-    Public,
-    /// Any key: GET, search and embed.
-    Read,
-    /// A write or admin key: adding and deleting images and captions.
-    Write,
-    /// Only an admin key: collections themselves and server operations.
-    Admin,
-}
-
-/// What the HTTP layer needs to know of a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RouteInfo {
-    pub access: Access,
-    /// It runs a model (embed, search, adding images or captions): it may be refused with 429.
-    pub infers: bool,
-    /// It changes data: on a timeout it runs on to completion instead of being cancelled.
-    pub writes: bool,
-}
+use super::{
+    AppState,
+    access::{ADMIN, PUBLIC, READ, READ_INFER, RouteInfo, RouteInfos, WRITE, WRITE_INFER},
+    captions, collections, embed, images, page, search, system, upsert,
+};
 
 pub struct Route {
     pub method: Method,
@@ -43,37 +21,6 @@ pub struct Route {
     pub info: RouteInfo,
     handler: MethodRouter<AppState>,
 }
-
-const PUBLIC: RouteInfo = RouteInfo {
-    access: Access::Public,
-    infers: false,
-    writes: false,
-};
-const READ: RouteInfo = RouteInfo {
-    access: Access::Read,
-    infers: false,
-    writes: false,
-};
-const READ_INFER: RouteInfo = RouteInfo {
-    access: Access::Read,
-    infers: true,
-    writes: false,
-};
-const ADMIN: RouteInfo = RouteInfo {
-    access: Access::Admin,
-    infers: false,
-    writes: true,
-};
-const WRITE: RouteInfo = RouteInfo {
-    access: Access::Write,
-    infers: false,
-    writes: true,
-};
-const WRITE_INFER: RouteInfo = RouteInfo {
-    access: Access::Write,
-    infers: true,
-    writes: true,
-};
 
 fn route(
     method: Method,
@@ -218,68 +165,20 @@ pub fn router(table: Vec<Route>) -> Router<AppState> {
         .fold(Router::new(), |r, route| r.route(route.path, route.handler))
 }
 
-/// The table by (method, path template), for the middleware.
-#[derive(Debug, Clone, Default)]
-pub struct RouteInfos(Arc<HashMap<(Method, &'static str), RouteInfo>>);
-
-impl RouteInfos {
-    pub fn of(table: &[Route]) -> RouteInfos {
-        RouteInfos(Arc::new(
-            table
-                .iter()
-                .map(|r| ((r.method.clone(), r.path), r.info))
-                .collect(),
-        ))
-    }
-
-    /// What a request's route is. A request that matches no route (404, 405) gets the cautious default:
-    /// outside /v1/ public, GET and HEAD readable with the read key, anything else admin-only; and a CORS
-    /// preflight is always public.
-    pub fn of_request<B>(&self, req: &Request<B>) -> RouteInfo {
-        let matched = req
-            .extensions()
-            .get::<MatchedPath>()
-            .map(MatchedPath::as_str);
-        self.info(req.method(), matched, req.uri().path())
-    }
-
-    /// `of_request` from its parts: the method, the route template the router matched (if any), the path.
-    pub fn info(&self, method: &Method, matched: Option<&str>, path: &str) -> RouteInfo {
-        if method == Method::OPTIONS {
-            return PUBLIC;
-        }
-        // HEAD is served by the GET handler.
-        let lookup = if method == Method::HEAD {
-            Method::GET
-        } else {
-            method.clone()
-        };
-        let found = matched.and_then(|p| self.get(&lookup, p));
-        found.unwrap_or_else(|| {
-            if !path.starts_with("/v1/") {
-                PUBLIC
-            } else if matches!(*method, Method::GET | Method::HEAD) {
-                READ
-            } else {
-                ADMIN
-            }
-        })
-    }
-
-    /// A route of the table by its OpenAPI method and path.
-    pub fn get(&self, method: &Method, path: &str) -> Option<RouteInfo> {
-        self.0.get(&(method.clone(), path)).copied()
-    }
+/// The table as the middleware reads it.
+pub fn infos(table: &[Route]) -> RouteInfos {
+    RouteInfos::of(table.iter().map(|r| (r.method.clone(), r.path, r.info)))
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
 
+    use axum::http::Request;
     use utoipa::OpenApi;
 
     use super::*;
-    use crate::api::ApiDoc;
+    use crate::api::{ApiDoc, access::Access};
 
     #[test]
     fn the_table_and_the_openapi_document_name_the_same_operations() {
@@ -307,7 +206,7 @@ mod tests {
 
     #[test]
     fn unmatched_requests_get_the_cautious_default() {
-        let infos = RouteInfos::of(&table());
+        let infos = infos(&table());
         let req = |m: Method, p: &str| {
             Request::builder()
                 .method(m)
@@ -343,7 +242,7 @@ mod tests {
 
     #[test]
     fn matched_requests_get_their_rows() {
-        let infos = RouteInfos::of(&table());
+        let infos = infos(&table());
         let with = |m: Method, template: &str| infos.info(&m, Some(template), "/v1/x");
         let search = with(Method::POST, "/v1/collections/{collection}/images/search");
         assert_eq!(search, READ_INFER);
@@ -379,7 +278,7 @@ mod tests {
 
     #[test]
     fn routes_are_classified_by_method_and_path() {
-        let infos = RouteInfos::of(&table());
+        let infos = infos(&table());
         let cases = [
             (Method::GET, "/healthz", Access::Public),
             (Method::GET, "/metrics", Access::Public),

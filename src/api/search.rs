@@ -8,12 +8,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::middleware::auth::Caller;
 use super::{
     AppState,
     captions::Caption,
     error::{ApiError, ApiResult, ErrorBody},
-    extract::CollectionPath,
+    extract::{Caller, CollectionPath},
     images::Image,
     upload::{self, Body},
 };
@@ -245,7 +244,7 @@ pub async fn images(
     req: Request,
 ) -> ApiResult<Json<ImageResults>> {
     let (q, p) = parse(req).await?;
-    caller.charge_rows(1, s.service.metrics())?;
+    caller.charge_rows(1)?;
     let found = s.service.search_images(&collection, q, p).await?;
     Ok(Json(ImageResults {
         results: found
@@ -276,7 +275,7 @@ pub async fn captions(
     req: Request,
 ) -> ApiResult<Json<CaptionResults>> {
     let (q, p) = parse(req).await?;
-    caller.charge_rows(1, s.service.metrics())?;
+    caller.charge_rows(1)?;
     let found = s.service.search_captions(&collection, q, p).await?;
     Ok(Json(CaptionResults {
         results: found

@@ -7,10 +7,10 @@ use axum::{
     response::IntoResponse,
 };
 use serde::Serialize;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use super::{
-    ApiDoc, AppState,
+    AppState,
     error::{ApiResult, ErrorBody},
 };
 use crate::{bundle::Similarity, service::REINDEX_PAGE_ROWS};
@@ -70,7 +70,7 @@ impl From<&Result<(), String>> for Check {
     responses((status = 200, description = "the process is up", body = Health),
               (status = 503, description = "an inference worker has stopped and never comes back: restart the process", body = Health)))]
 pub async fn healthz(State(s): State<AppState>) -> (StatusCode, Json<Health>) {
-    match s.service.pipeline().stopped_worker() {
+    match s.service.stopped_worker() {
         None => (
             StatusCode::OK,
             Json(Health {
@@ -124,18 +124,16 @@ pub async fn readyz(State(s): State<AppState>) -> (StatusCode, Json<Readiness>) 
 pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.service.metrics().render(),
+        s.metrics.render(),
     )
 }
 
-/// The served API description; `openapi.yaml` in the repository must be identical (a test checks it).
-pub fn openapi_yaml() -> String {
-    ApiDoc::openapi().to_yaml().unwrap_or_default()
-}
-
 #[utoipa::path(get, path = "/openapi.yaml", tag = "system", responses((status = 200, description = "this API, OpenAPI 3.1", body = Object, content_type = "application/yaml")))]
-pub async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/yaml")], openapi_yaml())
+pub async fn openapi(State(s): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/yaml")],
+        s.openapi.to_string(),
+    )
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -156,18 +154,17 @@ pub struct BundleInfo {
 
 #[utoipa::path(get, path = "/v1/bundle", tag = "system", responses((status = 200, body = BundleInfo)))]
 pub async fn bundle(State(s): State<AppState>) -> Json<BundleInfo> {
-    let p = s.service.pipeline();
-    let m = &p.bundle.manifest;
+    let m = s.service.model();
     Json(BundleInfo {
-        id: p.bundle.id.clone(),
-        name: m.name.clone(),
-        created: m.created.clone(),
+        id: m.bundle_id,
+        name: m.name,
+        created: m.created,
         similarity: m.similarity,
-        joint_dim: m.projection.joint_dim,
-        fne_dim: m.fne.dim,
-        crop_mode: format!("{:?}", p.crop_mode).to_lowercase(),
-        provider: p.provider().ort_name().to_string(),
-        training: m.training.clone(),
+        joint_dim: m.joint_dim,
+        fne_dim: m.fne_dim,
+        crop_mode: format!("{:?}", m.crop_mode).to_lowercase(),
+        provider: m.provider.to_string(),
+        training: m.training,
     })
 }
 

@@ -14,9 +14,8 @@ use utoipa::ToSchema;
 use super::{
     AppState,
     error::{ApiError, ApiResult, ErrorBody},
-    extract::{ApiJson, ApiPath, CollectionPath},
+    extract::{ApiJson, ApiPath, Caller, CollectionPath},
     images::Image,
-    middleware::auth::Caller,
     upload::{self, Body},
 };
 use crate::service::{ImagePatch, UpsertInput, UpsertOutcome};
@@ -170,7 +169,7 @@ pub async fn put(
     req: Request,
 ) -> ApiResult<(StatusCode, Json<UpsertedImage>)> {
     let input = upsert_input(upload::read::<UpsertImageJson>(req).await?)?;
-    caller.charge_rows(1, s.service.metrics())?;
+    caller.charge_rows(1)?;
     let u = s
         .service
         .upsert_image(&collection, &external_id, input)

@@ -23,7 +23,6 @@ use super::{offline_pipeline, progress};
 use crate::{
     app::{open_service, url_fetcher},
     config::ImportArgs,
-    fetch::Fetcher,
     metrics::Metrics,
     service::{
         CollectionName, EXPORT_FORMAT, ExportLine, ImageItem, ImageLine, ImageSource, ImportMark,
@@ -192,7 +191,13 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     let fetcher = url_fetcher(&args.url_ingest, args.model.max_image_bytes)?;
     let source = identity(&args.file)?;
     let metrics = Arc::new(Metrics::new());
-    let svc = open_service(offline_pipeline(&args.model)?, &args.store, metrics.clone()).await?;
+    let svc = open_service(
+        offline_pipeline(&args.model)?,
+        &args.store,
+        metrics.clone(),
+        fetcher,
+    )
+    .await?;
     let (name, description) = match (&args.collection, &kind) {
         (Some(c), _) => (c.clone(), String::new()),
         (
@@ -224,7 +229,6 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default(),
-        fetcher: fetcher.as_deref(),
         skip_failed: args.skip_failed,
         images: vec![],
         captions: vec![],
@@ -304,7 +308,6 @@ struct Job<'a> {
     source: String,
     file: PathBuf,
     dir: PathBuf,
-    fetcher: Option<&'a Fetcher>,
     skip_failed: bool,
     images: Vec<ImageLine>,
     captions: Vec<String>,
@@ -371,13 +374,7 @@ impl Job<'_> {
             // resumes at it.
             let report = self
                 .svc
-                .add_image_items(
-                    self.collection,
-                    inputs,
-                    self.fetcher,
-                    !self.skip_failed,
-                    Some(&mark),
-                )
+                .add_image_items(self.collection, inputs, !self.skip_failed, Some(&mark))
                 .await
                 .with_context(|| format!("the batch ending at line {}", self.last))?;
             let failures: Vec<String> = report

@@ -14,7 +14,7 @@ use crate::{app::open_service, config::IngestArgs, metrics::Metrics, service::Co
 pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     let collection = CollectionName::parse(&args.collection)?;
     let pipeline = offline_pipeline(&args.model)?;
-    let svc = open_service(pipeline, &args.store, Arc::new(Metrics::new())).await?;
+    let svc = open_service(pipeline, &args.store, Arc::new(Metrics::new()), None).await?;
     let captions = match &args.captions {
         Some(p) => read_captions(p)?,
         None => HashMap::new(),

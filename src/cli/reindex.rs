@@ -7,7 +7,7 @@ use crate::{app::open_service, config::ReindexArgs, metrics::Metrics};
 
 pub async fn reindex(args: ReindexArgs) -> anyhow::Result<()> {
     let pipeline = offline_pipeline(&args.model)?;
-    let svc = open_service(pipeline, &args.store, Arc::new(Metrics::new())).await?;
+    let svc = open_service(pipeline, &args.store, Arc::new(Metrics::new()), None).await?;
     let r = svc.reindex(args.page_rows).await?;
     svc.snapshot().await?;
     svc.close().await;

@@ -4,7 +4,7 @@
 #[test]
 fn committed_openapi_matches_the_handlers() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml");
-    let generated = jointspace::api::system::openapi_yaml();
+    let generated = jointspace::api::openapi::yaml();
     if std::env::var_os("JOINTSPACE_BLESS").is_some() {
         std::fs::write(path, &generated).expect("write openapi.yaml");
     }
@@ -18,8 +18,8 @@ fn committed_openapi_matches_the_handlers() {
 
 /// Every operation the served document describes: its path, method and operation object.
 fn operations() -> Vec<(String, String, serde_yaml::Value)> {
-    let doc: serde_yaml::Value = serde_yaml::from_str(&jointspace::api::system::openapi_yaml())
-        .expect("the document parses");
+    let doc: serde_yaml::Value =
+        serde_yaml::from_str(&jointspace::api::openapi::yaml()).expect("the document parses");
     let mut ops = vec![];
     for (path, item) in doc["paths"].as_mapping().expect("paths") {
         for (method, op) in item.as_mapping().expect("a path item") {

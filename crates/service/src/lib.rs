@@ -72,12 +72,32 @@ use crate::{
 };
 use registry::{CollectionIndexes, IndexRegistry};
 
+/// The loaded model as callers see it.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    pub bundle_id: String,
+    /// Bundles with the same vision id produce the same codes (a new W applies to stored codes).
+    pub vision_id: String,
+    pub name: String,
+    pub created: String,
+    pub similarity: jointspace_core::Similarity,
+    pub joint_dim: usize,
+    pub fne_dim: usize,
+    pub crop_mode: jointspace_embed::bundle::CropMode,
+    /// ONNX Runtime's name of the execution provider that runs the graphs.
+    pub provider: &'static str,
+    /// The trainer's provenance and test metrics, as in bundle.json.
+    pub training: serde_json::Value,
+}
+
 pub struct ServiceOptions {
     pub index: IndexParams,
     /// Where index snapshots go; none for an in-memory database.
     pub snapshot_dir: Option<PathBuf>,
     pub max_k: usize,
     pub max_batch: usize,
+    /// URL ingest's fetcher (`--url-ingest`); none: images given by URL are refused.
+    pub url_fetcher: Option<Arc<fetch::Fetcher>>,
 }
 
 /// A collection resolved by name, for the operations that need only its id (and, for searches, whether
@@ -133,12 +153,32 @@ impl Service {
         Ok(svc)
     }
 
-    pub fn pipeline(&self) -> &Arc<Pipeline> {
-        &self.pipeline
+    /// The loaded model, as `/v1/bundle` and the CLI report it.
+    pub fn model(&self) -> ModelInfo {
+        let (p, b) = (&self.pipeline, &self.pipeline.bundle);
+        let m = &b.manifest;
+        ModelInfo {
+            bundle_id: b.id.clone(),
+            vision_id: b.vision_id.clone(),
+            name: m.name.clone(),
+            created: m.created.clone(),
+            similarity: m.similarity,
+            joint_dim: p.joint_dim(),
+            fne_dim: m.fne.dim,
+            crop_mode: p.crop_mode,
+            provider: p.provider().ort_name(),
+            training: m.training.clone(),
+        }
     }
 
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+    /// The joint space's dimension (what `model` says, without copying the rest).
+    pub fn joint_dim(&self) -> usize {
+        self.pipeline.joint_dim()
+    }
+
+    /// The inference worker that has stopped for good (the process must be restarted), if one has.
+    pub fn stopped_worker(&self) -> Option<&'static str> {
+        self.pipeline.stopped_worker()
     }
 
     /// Vectors from another bundle would be silently wrong: say so, and say how to fix it.
@@ -321,7 +361,8 @@ impl Service {
         Ok(vectors.into_iter().zip(offsets).collect())
     }
 
-    /// Sentences already tokenised (by `Pipeline::tokenize`, which reported bad input), embedded and timed.
+    /// Sentences already tokenised (by `Pipeline::tokenize`, which reported bad input, or a search's
+    /// `Pipeline::sentence`), embedded and timed.
     async fn embed_tokens(&self, ids: Vec<Vec<i64>>) -> Result<Vec<Vec<f32>>> {
         let t = std::time::Instant::now();
         let n = ids.len();

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::{AddedImage, CollectionName, ImageInput, ImportMark, Result, Service, ServiceError};
-use crate::fetch::{FetchError, Fetcher, redacted};
+use crate::fetch::{FetchError, redacted};
 
 pub enum ImageSource {
     Bytes(Bytes),
@@ -57,13 +57,12 @@ impl Pending {
 }
 
 impl Service {
-    /// Adds images given as bytes or by URL (`fetcher` is none when URL ingest is off); an import's `mark`
-    /// commits with them.
+    /// Adds images given as bytes or by URL (refused when the service has no fetcher: URL ingest off); an
+    /// import's `mark` commits with them.
     pub async fn add_image_items(
         &self,
         collection: &CollectionName,
         items: Vec<ImageItem>,
-        fetcher: Option<&Fetcher>,
         all_or_nothing: bool,
         mark: Option<&ImportMark>,
     ) -> Result<AddReport> {
@@ -91,7 +90,7 @@ impl Service {
                 failed: vec![],
             });
         }
-        let Some(fetcher) = fetcher else {
+        let Some(fetcher) = self.opts.url_fetcher.as_deref() else {
             let (index, url) = items
                 .iter()
                 .enumerate()

@@ -1,24 +1,24 @@
 //! The key check: `Authorization: Bearer <key>` against the key table (`api::keys`). The route table says
 //! what each route needs (`Access`); the key's role must allow it, a key limited to collections may only
 //! touch those, and a key with a request rate is held to it (429 with Retry-After). The key found goes to the
-//! handlers as a `Caller` (listing collections shows only the key's; adding rows charges its row rate), and
+//! handlers as a `Caller` (`api::extract`; listing collections shows only the key's; adding rows charges its row rate), and
 //! its name, never its secret, to the request's log line and to `/metrics`. With no key configured the API
 //! is open.
 
 use std::{sync::Arc, time::Instant};
 
 use axum::{
-    extract::{FromRequestParts, Request, State},
-    http::{HeaderValue, StatusCode, header, request::Parts},
+    extract::{Request, State},
+    http::{HeaderValue, StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
 
 use crate::{
     api::{
+        access::{Access, RouteInfos},
         error::ApiError,
-        keys::{ApiKeys, Key, check_secret},
-        routes::{Access, RouteInfos},
+        keys::{ApiKeys, KeyFound, check_secret},
     },
     config::HttpArgs,
     metrics::Metrics,
@@ -52,52 +52,7 @@ impl ApiKeys {
     }
 }
 
-/// Who is calling, for the handlers: the key, or None when the API is open.
-#[derive(Clone, Default)]
-pub struct Caller(pub Option<Arc<Key>>);
-
-/// As a handler argument: what the key check found (nothing on an open API).
-impl<S: Send + Sync> FromRequestParts<S> for Caller {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Caller, Self::Rejection> {
-        Ok(parts
-            .extensions
-            .get::<Caller>()
-            .cloned()
-            .unwrap_or_default())
-    }
-}
-
-impl Caller {
-    /// Whether the caller may see and touch a collection.
-    pub fn may_touch(&self, collection: &str) -> bool {
-        self.0.as_ref().is_none_or(|k| k.may_touch(collection))
-    }
-
-    /// Charges `rows` inference rows (images or sentences to embed) to the key's row rate.
-    pub fn charge_rows(&self, rows: usize, metrics: &Metrics) -> Result<(), ApiError> {
-        let Some(k) = &self.0 else { return Ok(()) };
-        k.take_rows(rows, Instant::now()).map_err(|wait| {
-            metrics.rate_limited(&k.name, "rows");
-            if wait.is_infinite() {
-                ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "rate_limited",
-                    format!(
-                        "key \"{}\" may embed at most {} rows at once and this request has {rows}: split it",
-                        k.name,
-                        k.rows_burst().unwrap_or_default()
-                    ),
-                )
-            } else {
-                too_many(&k.name, "rows (images and sentences embedded)", wait)
-            }
-        })
-    }
-}
-
-fn too_many(name: &str, what: &str, wait: f64) -> ApiError {
+pub(crate) fn too_many(name: &str, what: &str, wait: f64) -> ApiError {
     let secs = wait.ceil().clamp(1.0, 86_400.0) as u32;
     ApiError {
         retry_after: Some(secs),
@@ -139,7 +94,7 @@ pub async fn require_key(State(check): State<KeyCheck>, mut req: Request, next: 
     let keys = &check.keys;
     let need = check.routes.of_request(&req).access;
     if keys.is_open() || need == Access::Public {
-        req.extensions_mut().insert(Caller(None));
+        req.extensions_mut().insert(KeyFound(None));
         return next.run(req).await;
     }
     let presented = req
@@ -185,7 +140,7 @@ pub async fn require_key(State(check): State<KeyCheck>, mut req: Request, next: 
         check.metrics.rate_limited(&key.name, "requests");
         return too_many(&key.name, "requests", wait).into_response();
     }
-    req.extensions_mut().insert(Caller(Some(key)));
+    req.extensions_mut().insert(KeyFound(Some(key)));
     next.run(req).await
 }
 

@@ -29,11 +29,11 @@ use axum::{
 };
 use sha2::{Digest, Sha256};
 
-use super::auth::Caller;
 use crate::{
     api::{
+        access::RouteInfos,
         error::{ApiError, BodyLimit, body_too_large},
-        routes::RouteInfos,
+        keys::KeyFound,
     },
     service::{Claim, IDEMPOTENCY_HEARTBEAT, Service},
 };
@@ -166,7 +166,7 @@ pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next
     };
     let caller = req
         .extensions()
-        .get::<Caller>()
+        .get::<KeyFound>()
         .and_then(|c| c.0.as_ref().map(|k| k.name.clone()))
         .unwrap_or_else(|| "-".into());
     let scope = format!("{caller} POST {}", req.uri().path());

@@ -12,7 +12,7 @@ use axum::{
 };
 
 use super::body_timeout::Deadline;
-use crate::api::{error::ApiError, routes::RouteInfos};
+use crate::api::{access::RouteInfos, error::ApiError};
 
 /// The timeout's state: the limit (none: no timeout) and the route table that says which routes write.
 #[derive(Clone)]

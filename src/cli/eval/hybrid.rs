@@ -36,7 +36,7 @@ pub(super) async fn measure(
     }
     svc.create_collection_with(&to, "eval --hybrid", Some(&["title".to_string()]))
         .await?;
-    let b = &svc.pipeline().bundle;
+    let model = svc.model();
     let mut lines = Vec::with_capacity(names.len());
     for name in names {
         let code = svc.image_code(from, ids[name]).await?;
@@ -51,8 +51,8 @@ pub(super) async fn measure(
             width: 224,
             height: 224,
             code: STANDARD.encode(code.packed()),
-            vision_id: b.vision_id.clone(),
-            bundle_id: b.id.clone(),
+            vision_id: model.vision_id.clone(),
+            bundle_id: model.bundle_id.clone(),
             content_hash: None,
             created_at: String::new(),
             thumbnail: None,

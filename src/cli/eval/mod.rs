@@ -41,7 +41,13 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         max_k: 1000,
         max_batch: 64,
     };
-    let svc = open_service(pipeline.clone(), &store_args, Arc::new(Metrics::new())).await?;
+    let svc = open_service(
+        pipeline.clone(),
+        &store_args,
+        Arc::new(Metrics::new()),
+        None,
+    )
+    .await?;
     let collection = CollectionName::parse(&format!("eval-{}", args.split))?;
     let cid = ensure_collection(&svc, &collection).await?;
     let t = std::time::Instant::now();
