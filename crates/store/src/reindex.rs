@@ -4,7 +4,7 @@
 //! the new ones; a crash in between leaves the old state, and the rows already staged are picked up again by
 //! the next reindex under the same bundle.
 
-use sqlx::Row;
+use sqlx::{Row, any::AnyRow};
 
 use super::{
     Engine, Modality, Store, StoreError, changes::ChangeKind, codec::vector_to_blob,
@@ -63,15 +63,14 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredCode>, StoreError> {
-        let sql = format!(
-            "SELECT id, code, vision_id FROM images WHERE {} AND id > $2 ORDER BY id LIMIT $3",
-            stale(Modality::Images)
-        );
-        let rows = sqlx::query(&sql)
-            .bind(bundle_id)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&self.pool)
+        let rows = self
+            .stale_page(
+                Modality::Images,
+                "id, code, vision_id",
+                bundle_id,
+                after,
+                limit,
+            )
             .await?;
         Ok(rows
             .iter()
@@ -90,17 +89,32 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<(i64, String)>, StoreError> {
+        let rows = self
+            .stale_page(Modality::Captions, "id, text", bundle_id, after, limit)
+            .await?;
+        Ok(rows.iter().map(|r| (r.get("id"), r.get("text"))).collect())
+    }
+
+    /// `columns` of up to `limit` rows still to reindex for `bundle_id`, after `after`, in id order.
+    async fn stale_page(
+        &self,
+        modality: Modality,
+        columns: &str,
+        bundle_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<AnyRow>, StoreError> {
         let sql = format!(
-            "SELECT id, text FROM captions WHERE {} AND id > $2 ORDER BY id LIMIT $3",
-            stale(Modality::Captions)
+            "SELECT {columns} FROM {} WHERE {} AND id > $2 ORDER BY id LIMIT $3",
+            modality.as_str(),
+            stale(modality)
         );
-        let rows = sqlx::query(&sql)
+        Ok(sqlx::query(&sql)
             .bind(bundle_id)
             .bind(after)
             .bind(limit)
             .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.iter().map(|r| (r.get("id"), r.get("text"))).collect())
+            .await?)
     }
 
     /// Stages recomputed vectors (idempotent: a row staged twice keeps the last vector).
