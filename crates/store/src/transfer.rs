@@ -7,7 +7,7 @@
 use serde_json::Value;
 use sqlx::{Row, any::AnyRow};
 
-use super::{Engine, Store, StoreError, Tx, codec};
+use super::{Engine, ImageRow, Store, StoreError, Tx, codec, images::image_row};
 
 /// One image as an export carries it: everything but the vector, which is the loaded bundle's function of
 /// the code.
@@ -155,19 +155,28 @@ impl ReadSnapshot {
     }
 }
 
+/// An `ImageRow` with the columns only an export reads.
 fn exported(r: &AnyRow) -> ExportedImage {
-    let meta: String = r.get("metadata");
+    let ImageRow {
+        id,
+        external_id,
+        metadata,
+        width,
+        height,
+        bundle_id,
+        created_at,
+    } = image_row(r);
     ExportedImage {
-        id: r.get("id"),
-        external_id: r.get("external_id"),
-        metadata: serde_json::from_str(&meta).unwrap_or(Value::Null),
-        width: r.get("width"),
-        height: r.get("height"),
+        id,
+        external_id,
+        metadata,
+        width,
+        height,
         code: r.get("code"),
         vision_id: r.get("vision_id"),
-        bundle_id: r.get("bundle_id"),
+        bundle_id,
         content_hash: r.get("content_hash"),
-        created_at: r.get("created_at"),
+        created_at,
         thumbnail: r.get("thumbnail"),
         captions: vec![],
     }
