@@ -122,11 +122,7 @@ impl Store {
             &caption_ids,
         )
         .await?;
-        Self::bump(&mut tx, collection_id).await?;
-        if let Some(m) = mark {
-            Self::mark_import(&mut tx, collection_id, m).await?;
-        }
-        tx.commit().await?;
+        Self::commit_insert(tx, collection_id, mark).await?;
         Ok(out)
     }
 

@@ -57,7 +57,22 @@ impl Store {
         })
     }
 
-    pub(super) async fn mark_import(
+    /// Ends an insert of images or captions: marks the collection's snapshots stale, records how far an
+    /// import has got (`mark`, if any), and commits.
+    pub(super) async fn commit_insert(
+        mut tx: Tx<'_>,
+        collection_id: i64,
+        mark: Option<&ImportMark>,
+    ) -> Result<(), StoreError> {
+        Self::bump(&mut tx, collection_id).await?;
+        if let Some(m) = mark {
+            Self::mark_import(&mut tx, collection_id, m).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn mark_import(
         tx: &mut Tx<'_>,
         collection_id: i64,
         m: &ImportMark,
