@@ -10,7 +10,7 @@ use sqlx::Row;
 
 use super::{
     ChangeKind, EmbeddedCaption, ImageRow, NewImage, Provenance, Store, StoreError, Tx,
-    codec::now_rfc3339, conflict_or, dialect,
+    codec::now_rfc3339, conflict_or, dialect, images::no_image,
 };
 
 /// A PATCH: a JSON merge patch (RFC 7396) for the metadata, and the external id to set (`Some(None)`
@@ -79,10 +79,6 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-fn no_image(id: i64) -> StoreError {
-    StoreError::NotFound(format!("no image {id} in this collection"))
-}
-
 impl Store {
     /// Merges `patch` into an image's metadata and sets its external id; returns the image as it now is.
     /// The vector does not change; the change sequence says the image changed, so that other replicas read
@@ -108,15 +104,7 @@ impl Store {
         let mut img = super::images::image_row(&row);
         if let Some(p) = &patch.metadata {
             merge_patch(&mut img.metadata, p);
-            let sql = format!(
-                "UPDATE images SET metadata = {} WHERE id = $2",
-                dialect::json_param(self.engine, 1)
-            );
-            sqlx::query(&sql)
-                .bind(img.metadata.to_string())
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+            self.set_metadata(&mut tx, id, &img.metadata).await?;
         }
         if let Some(ext) = &patch.external_id {
             sqlx::query("UPDATE images SET external_id = $1 WHERE id = $2")
@@ -201,15 +189,7 @@ impl Store {
         let (id, previous_id, width, height) = match (&old, &u.photo) {
             (None, Photo::Same) => return Ok(None),
             (Some((id, _, w, h)), Photo::Same) => {
-                let sql = format!(
-                    "UPDATE images SET metadata = {} WHERE id = $2",
-                    dialect::json_param(self.engine, 1)
-                );
-                sqlx::query(&sql)
-                    .bind(u.metadata.to_string())
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
+                self.set_metadata(&mut tx, *id, u.metadata).await?;
                 (*id, None, *w, *h)
             }
             (old, Photo::New(img)) => {
@@ -287,6 +267,25 @@ impl Store {
             added_captions: added,
             removed_captions: removed,
         }))
+    }
+
+    /// Replaces image `id`'s metadata, in the caller's write transaction.
+    async fn set_metadata(
+        &self,
+        tx: &mut Tx<'_>,
+        id: i64,
+        metadata: &Value,
+    ) -> Result<(), StoreError> {
+        let sql = format!(
+            "UPDATE images SET metadata = {} WHERE id = $2",
+            dialect::json_param(self.engine, 1)
+        );
+        sqlx::query(&sql)
+            .bind(metadata.to_string())
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
     }
 
     /// Makes image `id`'s captions `wanted`: a stored caption (of `stored`, which may belong to the image
