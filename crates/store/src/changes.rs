@@ -167,11 +167,7 @@ impl Store {
 
     /// Drops changes older than `age`; a follower that has been away longer reloads everything instead.
     pub async fn prune_changes(&self, age: Duration) -> Result<u64, StoreError> {
-        let n = sqlx::query("DELETE FROM changes WHERE created_at < $1")
-            .bind(codec::rfc3339_ago(age))
-            .execute(&self.pool)
-            .await?;
-        Ok(n.rows_affected())
+        self.delete_older_than("changes", age).await
     }
 }
 

@@ -137,11 +137,8 @@ impl Store {
 
     /// Forgets answers older than the retention period.
     pub async fn prune_idempotency(&self) -> Result<u64, StoreError> {
-        let n = sqlx::query("DELETE FROM idempotency WHERE created_at < $1")
-            .bind(codec::rfc3339_ago(IDEMPOTENCY_RETENTION))
-            .execute(&self.pool)
-            .await?;
-        Ok(n.rows_affected())
+        self.delete_older_than("idempotency", IDEMPOTENCY_RETENTION)
+            .await
     }
 }
 

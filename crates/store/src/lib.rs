@@ -244,6 +244,16 @@ impl Store {
         })
     }
 
+    /// Deletes the rows of `table` created more than `age` ago; returns how many.
+    async fn delete_older_than(&self, table: &str, age: Duration) -> Result<u64, StoreError> {
+        let sql = format!("DELETE FROM {table} WHERE created_at < $1");
+        let n = sqlx::query(&sql)
+            .bind(codec::rfc3339_ago(age))
+            .execute(&self.pool)
+            .await?;
+        Ok(n.rows_affected())
+    }
+
     /// Runs `select`, which ends in `collection_id = $1 AND id IN`, for `ids` in chunks of 500 (well under
     /// either engine's limit on parameters), mapping each row with `row`. Ids without a row are left out.
     async fn fetch_by_ids<T>(
