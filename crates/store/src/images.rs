@@ -313,11 +313,8 @@ impl Store {
             "SELECT COUNT(*) FROM images WHERE collection_id = $1{}",
             f.clause
         );
-        let mut q = sqlx::query_scalar(&sql).bind(collection_id);
-        for b in f.binds {
-            q = b.bind_scalar(q);
-        }
-        Ok(q.fetch_one(&self.pool).await?)
+        let q = f.bind(sqlx::query(&sql).bind(collection_id));
+        Ok(q.fetch_one(&self.pool).await?.try_get(0)?)
     }
 
     /// Ids of the images matching a metadata filter (for filtered search).
@@ -346,10 +343,7 @@ impl Store {
             "SELECT {columns} FROM images WHERE collection_id = $1{} ORDER BY id {tail}",
             f.clause
         );
-        let mut q = sqlx::query(&sql).bind(collection_id);
-        for b in f.binds {
-            q = b.bind(q);
-        }
+        let q = f.bind(sqlx::query(&sql).bind(collection_id));
         Ok(q.fetch_all(&self.pool).await?)
     }
 
