@@ -202,7 +202,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{EmbeddedCaption, NewCaption, NewImage, Provenance, testing::memory};
+    use crate::{
+        EmbeddedCaption, NewCaption, NewImage, Provenance,
+        testing::{bare_image, free_caption, memory},
+    };
 
     #[tokio::test]
     async fn a_snapshot_pages_images_with_captions_and_thumbnails_and_ignores_later_writes() {
@@ -236,14 +239,7 @@ mod tests {
             .await
             .expect("insert");
         store
-            .insert_captions(
-                c.id,
-                &[NewCaption {
-                    image_id: None,
-                    caption: EmbeddedCaption::plain("free", vec![1.0, 0.0]),
-                }],
-                "b",
-            )
+            .insert_captions(c.id, &[free_caption("free", vec![1.0, 0.0])], "b")
             .await
             .expect("caption");
         let mut snap = store.read_snapshot().await.expect("snapshot");
@@ -251,15 +247,8 @@ mod tests {
         // A write committed after the export began is not in it.
         let img = NewImage {
             external_id: Some("late".into()),
-            metadata: json!({}),
-            width: 1,
-            height: 1,
             code: vec![9],
-            vector: vec![1.0, 0.0],
-            offset: 0.0,
-            captions: vec![],
-            thumbnail: None,
-            content_hash: None,
+            ..bare_image()
         };
         store
             .insert_images(c.id, &[img], prov)
@@ -295,10 +284,7 @@ mod tests {
         let store = memory().await;
         let c = store.create_collection("shop", "").await.expect("create");
         assert_eq!(store.import_progress(c.id, "f").await.expect("progress"), 0);
-        let caps = [NewCaption {
-            image_id: None,
-            caption: EmbeddedCaption::plain("a", vec![1.0]),
-        }];
+        let caps = [free_caption("a", vec![1.0])];
         let mark = ImportMark {
             source: "f".into(),
             lines: 7,
@@ -310,7 +296,7 @@ mod tests {
         assert_eq!(store.import_progress(c.id, "f").await.expect("progress"), 7);
         let bad = [NewCaption {
             image_id: Some(999),
-            caption: EmbeddedCaption::plain("b", vec![1.0]),
+            ..free_caption("b", vec![1.0])
         }];
         let again = ImportMark {
             source: "f".into(),

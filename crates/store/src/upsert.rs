@@ -391,6 +391,12 @@ mod tests {
         vision_id: "v@1",
     };
 
+    /// `u` applied, with no other write racing it.
+    async fn upserted(store: &Store, collection_id: i64, u: &Upsert<'_>) -> Upserted {
+        let done = store.upsert_image(collection_id, u, PROV).await;
+        done.expect("upsert").expect("not raced")
+    }
+
     fn caps(texts: &[&str]) -> Vec<EmbeddedCaption> {
         texts
             .iter()
@@ -411,11 +417,7 @@ mod tests {
             metadata: &json!({"price": 10}),
             captions: &wanted,
         };
-        let made = store
-            .upsert_image(c.id, &first, PROV)
-            .await
-            .expect("upsert")
-            .expect("not raced");
+        let made = upserted(&store, c.id, &first).await;
         assert!(made.created && made.previous_id.is_none());
         assert_eq!(made.added_captions.len(), 2);
         let state = store.image_state(c.id, "sku-1").await.expect("state");
@@ -443,11 +445,7 @@ mod tests {
             metadata: &json!({"price": 12}),
             captions: &wanted,
         };
-        let kept = store
-            .upsert_image(c.id, &same, PROV)
-            .await
-            .expect("upsert")
-            .expect("not raced");
+        let kept = upserted(&store, c.id, &same).await;
         assert_eq!(
             (kept.id, kept.previous_id, kept.created),
             (made.id, None, false)
@@ -472,11 +470,7 @@ mod tests {
             metadata: &json!({"price": 12}),
             captions: &wanted,
         };
-        let replaced = store
-            .upsert_image(c.id, &new, PROV)
-            .await
-            .expect("upsert")
-            .expect("not raced");
+        let replaced = upserted(&store, c.id, &new).await;
         assert_eq!(replaced.previous_id, Some(made.id));
         assert!(replaced.id > made.id && !replaced.created);
         assert_eq!(replaced.caption_ids, kept.caption_ids);
