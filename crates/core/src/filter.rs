@@ -249,20 +249,11 @@ fn parse_object(
         let here = join(at, k);
         match k.as_str() {
             "$and" | "$or" => {
-                let Value::Array(items) = v else {
-                    return Err(err(
-                        &here,
-                        format!("expects a list of filters, got {}", kind(v)),
-                    ));
-                };
+                let items = list(v, &here, "filters")?;
                 if items.is_empty() {
                     return Err(err(&here, "expects at least one filter"));
                 }
-                let parts = items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| parse_object(f, &format!("{here}[{i}]"), depth + 1, count))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let parts = each(items, &here, |f, at| parse_object(f, at, depth + 1, count))?;
                 all.push(if k == "$and" {
                     Filter::And(parts)
                 } else {
@@ -373,20 +364,11 @@ fn parse_conditions(
         }
         match op.as_str() {
             "$in" | "$nin" => {
-                let Value::Array(items) = arg else {
-                    return Err(err(
-                        &here,
-                        format!("expects a list of values, got {}", kind(arg)),
-                    ));
-                };
+                let items = list(arg, &here, "values")?;
                 if items.is_empty() || items.len() > MAX_IN {
                     return Err(err(&here, format!("expects 1 to {MAX_IN} values")));
                 }
-                let values = items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, x)| scalar(x, &format!("{here}[{i}]")))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let values = each(items, &here, scalar)?;
                 out.push(Filter::In(path.clone(), values, op == "$nin"));
             }
             "$exists" => match arg {
@@ -407,6 +389,30 @@ fn parse_conditions(
         }
     }
     Ok(out)
+}
+
+/// `v` as a list, or the error that it should be a list of `what`.
+fn list<'a>(v: &'a Value, at: &str, what: &str) -> Result<&'a [Value], FilterError> {
+    match v {
+        Value::Array(items) => Ok(items),
+        _ => Err(err(
+            at,
+            format!("expects a list of {what}, got {}", kind(v)),
+        )),
+    }
+}
+
+/// Parses each item of a list found at `at`, naming the item's place `at[i]`.
+fn each<T>(
+    items: &[Value],
+    at: &str,
+    mut parse: impl FnMut(&Value, &str) -> Result<T, FilterError>,
+) -> Result<Vec<T>, FilterError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, x)| parse(x, &format!("{at}[{i}]")))
+        .collect()
 }
 
 fn scalar(v: &Value, at: &str) -> Result<Scalar, FilterError> {

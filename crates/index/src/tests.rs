@@ -26,6 +26,18 @@ fn vectors(n: usize, dim: usize, seed: u64) -> Vec<(i64, Vec<f32>)> {
         .collect()
 }
 
+/// An index of `data` built on the graph (`graph_params`).
+fn graph_index(data: &[(i64, Vec<f32>)]) -> VectorIndex {
+    graph_index_with(data, |_| ())
+}
+
+/// `graph_index` with `tweak` applied to its parameters.
+fn graph_index_with(data: &[(i64, Vec<f32>)], tweak: impl FnOnce(&mut IndexParams)) -> VectorIndex {
+    let mut params = graph_params();
+    tweak(&mut params);
+    VectorIndex::build(params, data.to_vec()).expect("build")
+}
+
 fn graph_params() -> IndexParams {
     IndexParams {
         exact_below: 0,
@@ -37,7 +49,7 @@ fn graph_params() -> IndexParams {
 #[test]
 fn finds_itself_hides_deleted_and_rebuilds() {
     let data = vectors(600, 32, 7);
-    let idx = VectorIndex::build(graph_params(), data.clone()).expect("build");
+    let idx = graph_index(&data);
     for (id, v) in data.iter().step_by(37) {
         let hits = idx.search(v, Score::Cosine, 0, 3, None);
         assert_eq!(hits[0].0, *id);
@@ -82,7 +94,7 @@ fn finds_itself_hides_deleted_and_rebuilds() {
 
 #[test]
 fn grows_past_its_first_capacity_one_insert_at_a_time() {
-    let idx = VectorIndex::build(graph_params(), vec![]).expect("build");
+    let idx = graph_index(&[]);
     let data = vectors(2_500, 16, 11);
     for (id, v) in &data {
         idx.insert(*id, v.clone(), 0.0).expect("insert");
@@ -99,11 +111,7 @@ fn concurrent_searches_get_what_a_lone_search_gets() {
     // On the graph itself (the index would hide a failed graph search behind its exact fallback): twice
     // as many threads as scratch contexts, started at once, each get what a lone search gets.
     let data = vectors(3_000, 16, 5);
-    let params = IndexParams {
-        build_threads: 0,
-        ..graph_params()
-    };
-    let idx = VectorIndex::build(params, data.clone()).expect("build");
+    let idx = graph_index_with(&data, |p| p.build_threads = 0);
     let graph = idx.read().graph.clone().expect("a graph");
     let queries: Vec<Vec<f32>> = data.iter().step_by(13).map(|(_, v)| v.clone()).collect();
     let alone: Vec<Vec<i64>> = queries
@@ -170,7 +178,7 @@ fn slots_admit_at_most_one_caller_per_graph_context() {
 fn snapshot_roundtrip_and_staleness() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = vectors(300, 16, 3);
-    let idx = VectorIndex::build(graph_params(), data.clone()).expect("build");
+    let idx = graph_index(&data);
     idx.remove(5);
     idx.save(dir.path(), "t", 42, "b@1").expect("save");
     let live: Vec<_> = data.iter().filter(|(id, _)| *id != 5).cloned().collect();
@@ -236,7 +244,7 @@ fn snapshot_roundtrip_and_staleness() {
 fn a_snapshot_behind_the_database_is_brought_up_to_it_unless_mostly_deleted() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = vectors(400, 16, 11);
-    let idx = VectorIndex::build(graph_params(), data[..300].to_vec()).expect("build");
+    let idx = graph_index(&data[..300]);
     idx.save(dir.path(), "t", 1, "b@1").expect("save");
     // Since the snapshot: ids 1-10 deleted, 301-400 added.
     let now: Vec<_> = data.iter().filter(|(id, _)| *id > 10).cloned().collect();
@@ -268,11 +276,7 @@ fn caption_queries_on_images_add_each_images_offset_through_the_graph_too() {
     let data = vectors(3_000, 16, 9);
     let q = data[0].1.clone();
     for exact_below in [0, 1_000_000] {
-        let params = IndexParams {
-            exact_below,
-            ..graph_params()
-        };
-        let idx = VectorIndex::build(params, data.clone()).expect("build");
+        let idx = graph_index_with(&data, |p| p.exact_below = exact_below);
         let plain = idx.search(&q, Score::CosineOffset, 0, 5, None);
         assert_eq!(plain[0].0, 1, "no offsets yet: the point itself");
         // A large offset lifts a point that the cosine alone ranks far down (it is found among the
@@ -297,11 +301,7 @@ fn caption_queries_on_images_add_each_images_offset_through_the_graph_too() {
 #[test]
 fn a_broad_filter_on_the_graph_never_gives_a_short_or_wrong_page() {
     let data = vectors(4000, 32, 21);
-    let params = IndexParams {
-        exact_below: 100,
-        ..graph_params()
-    };
-    let idx = VectorIndex::build(params, data.clone()).expect("build");
+    let idx = graph_index_with(&data, |p| p.exact_below = 100);
     let q = &data[0].1;
     let exact = |allowed: &HashSet<i64>| -> Vec<i64> {
         let mut all: Vec<(i64, f32)> = data

@@ -112,11 +112,7 @@ impl Store {
         images.dedup();
         self.refresh_text(&mut tx, collection_id, &images).await?;
         Self::log(&mut tx, collection_id, ChangeKind::Caption, false, &ids).await?;
-        Self::bump(&mut tx, collection_id).await?;
-        if let Some(m) = mark {
-            Self::mark_import(&mut tx, collection_id, m).await?;
-        }
-        tx.commit().await?;
+        Self::commit_insert(tx, collection_id, mark).await?;
         Ok(ids)
     }
 

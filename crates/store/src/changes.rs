@@ -167,18 +167,14 @@ impl Store {
 
     /// Drops changes older than `age`; a follower that has been away longer reloads everything instead.
     pub async fn prune_changes(&self, age: Duration) -> Result<u64, StoreError> {
-        let n = sqlx::query("DELETE FROM changes WHERE created_at < $1")
-            .bind(codec::rfc3339_ago(age))
-            .execute(&self.pool)
-            .await?;
-        Ok(n.rows_affected())
+        self.delete_older_than("changes", age).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EmbeddedCaption, NewCaption, testing::memory};
+    use crate::testing::{free_caption, memory};
 
     fn kinds(changes: &[Change]) -> Vec<(ChangeKind, bool, i64)> {
         changes
@@ -192,12 +188,9 @@ mod tests {
         let store = memory().await;
         let start = store.change_cursor().await.expect("cursor");
         let c = store.create_collection("c", "").await.expect("create");
-        let caption = |text: &str| NewCaption {
-            image_id: None,
-            caption: EmbeddedCaption::plain(text, vec![1.0]),
-        };
+        let caps = [free_caption("a", vec![1.0]), free_caption("b", vec![1.0])];
         let ids = store
-            .insert_captions(c.id, &[caption("a"), caption("b")], "b@1")
+            .insert_captions(c.id, &caps, "b@1")
             .await
             .expect("captions");
         let (changes, after) = store.changes_since(start).await.expect("changes");
@@ -232,26 +225,15 @@ mod tests {
     #[tokio::test]
     async fn pruning_drops_only_changes_older_than_the_age() {
         let store = memory().await;
+        let prune = || store.prune_changes(Duration::from_secs(3600));
         store.create_collection("c", "").await.expect("create");
-        assert_eq!(
-            store
-                .prune_changes(Duration::from_secs(3600))
-                .await
-                .expect("prune"),
-            0
-        );
+        assert_eq!(prune().await.expect("prune"), 0);
         sqlx::query("UPDATE changes SET created_at = '2000-01-01T00:00:00Z'")
             .execute(&store.pool)
             .await
             .expect("age the rows");
         store.create_collection("d", "").await.expect("create");
-        assert_eq!(
-            store
-                .prune_changes(Duration::from_secs(3600))
-                .await
-                .expect("prune"),
-            1
-        );
+        assert_eq!(prune().await.expect("prune"), 1);
         let (left, _) = store.changes_since(Cursor(0)).await.expect("what is left");
         assert_eq!(left.len(), 1);
     }

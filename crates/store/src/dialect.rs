@@ -1,11 +1,7 @@
 //! Where the two engines' SQL differs: numbered placeholders, JSON parameters and columns, and the metadata
 //! filter compiler.
 
-use sqlx::{
-    Any,
-    any::AnyArguments,
-    query::{Query, QueryScalar},
-};
+use sqlx::{Any, any::AnyArguments, query::Query};
 
 use super::Engine;
 use crate::filter::{Cmp, FieldPath, Filter, Scalar};
@@ -52,35 +48,25 @@ pub(super) enum Bind {
     Int(i64),
 }
 
-impl Bind {
-    pub(super) fn bind_scalar<'q, O>(
-        self,
-        q: QueryScalar<'q, Any, O, AnyArguments<'q>>,
-    ) -> QueryScalar<'q, Any, O, AnyArguments<'q>> {
-        match self {
-            Bind::Text(s) => q.bind(s),
-            Bind::Real(f) => q.bind(f),
-            Bind::Int(i) => q.bind(i),
-        }
-    }
-
-    pub(super) fn bind<'q>(
-        self,
-        q: Query<'q, Any, AnyArguments<'q>>,
-    ) -> Query<'q, Any, AnyArguments<'q>> {
-        match self {
-            Bind::Text(s) => q.bind(s),
-            Bind::Real(f) => q.bind(f),
-            Bind::Int(i) => q.bind(i),
-        }
-    }
-}
-
 /// A metadata filter compiled to ` AND (...)` and its values, numbered from `first`.
 #[derive(Debug, Default)]
 pub(super) struct FilterSql {
     pub clause: String,
     pub binds: Vec<Bind>,
+}
+
+impl FilterSql {
+    /// Binds the filter's values to `q`, whose own parameters come before `first`.
+    pub(super) fn bind<'q>(
+        self,
+        q: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Query<'q, Any, AnyArguments<'q>> {
+        self.binds.into_iter().fold(q, |q, b| match b {
+            Bind::Text(s) => q.bind(s),
+            Bind::Real(f) => q.bind(f),
+            Bind::Int(i) => q.bind(i),
+        })
+    }
 }
 
 /// Compiles a parsed filter. Field paths go into the SQL as literals (their segments are `[A-Za-z0-9_-]`,

@@ -137,11 +137,8 @@ impl Store {
 
     /// Forgets answers older than the retention period.
     pub async fn prune_idempotency(&self) -> Result<u64, StoreError> {
-        let n = sqlx::query("DELETE FROM idempotency WHERE created_at < $1")
-            .bind(codec::rfc3339_ago(IDEMPOTENCY_RETENTION))
-            .execute(&self.pool)
-            .await?;
-        Ok(n.rows_affected())
+        self.delete_older_than("idempotency", IDEMPOTENCY_RETENTION)
+            .await
     }
 }
 
@@ -152,16 +149,22 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_runs_once_then_replays_and_refuses_another_request() {
+        const SCOPE: &str = "k POST /x";
         let store = memory().await;
         let claim = |key: &'static str, fp: &'static str| {
             let store = store.clone();
             async move {
                 store
-                    .claim_idempotency("k POST /x", key, fp)
+                    .claim_idempotency(SCOPE, key, fp)
                     .await
                     .expect("claim")
             }
         };
+        let finish = |key: &'static str, body: &'static [u8]| {
+            store.finish_idempotency(SCOPE, key, 201, body)
+        };
+        let release = |key: &'static str| store.release_idempotency(SCOPE, key);
+        let beat = |key: &'static str| store.beat_idempotency(SCOPE, key);
         assert_eq!(claim("k1", "f1").await, Claim::Run);
         assert_eq!(claim("k1", "f1").await, Claim::InFlight);
         assert_eq!(claim("k1", "f2").await, Claim::Mismatch);
@@ -173,10 +176,7 @@ mod tests {
                 .expect("claim"),
             Claim::Run
         );
-        store
-            .finish_idempotency("k POST /x", "k1", 201, b"{\"id\":1}")
-            .await
-            .expect("finish");
+        finish("k1", b"{\"id\":1}").await.expect("finish");
         assert_eq!(
             claim("k1", "f1").await,
             Claim::Replay {
@@ -186,15 +186,9 @@ mod tests {
         );
         // A failed request gives its key back; a finished one keeps it.
         assert_eq!(claim("k2", "f1").await, Claim::Run);
-        store
-            .release_idempotency("k POST /x", "k2")
-            .await
-            .expect("release");
+        release("k2").await.expect("release");
         assert_eq!(claim("k2", "f1").await, Claim::Run);
-        store
-            .release_idempotency("k POST /x", "k1")
-            .await
-            .expect("release");
+        release("k1").await.expect("release");
         assert!(matches!(claim("k1", "f1").await, Claim::Replay { .. }));
         // A running claim whose heartbeat stopped lost its server; one that beats is still running.
         assert_eq!(claim("k3", "f1").await, Claim::Run);
@@ -211,10 +205,7 @@ mod tests {
             }
         );
         assert_eq!(claim("k3", "f2").await, Claim::Mismatch);
-        store
-            .beat_idempotency("k POST /x", "k3")
-            .await
-            .expect("beat");
+        beat("k3").await.expect("beat");
         assert_eq!(claim("k3", "f1").await, Claim::InFlight);
         // A row from before the heartbeat column: its created_at stands in.
         sqlx::query("UPDATE idempotency SET heartbeat_at = NULL, created_at = $1 WHERE key = 'k3'")
@@ -224,14 +215,8 @@ mod tests {
             .expect("an old row");
         assert!(matches!(claim("k3", "f1").await, Claim::Abandoned { .. }));
         // A finished one never beats again.
-        store
-            .finish_idempotency("k POST /x", "k3", 201, b"{}")
-            .await
-            .expect("finish");
-        store
-            .beat_idempotency("k POST /x", "k3")
-            .await
-            .expect("beat");
+        finish("k3", b"{}").await.expect("finish");
+        beat("k3").await.expect("beat");
         assert!(matches!(claim("k3", "f1").await, Claim::Replay { .. }));
         // Expired answers are forgotten.
         sqlx::query("UPDATE idempotency SET created_at = '2000-01-01T00:00:00Z'")

@@ -4,7 +4,7 @@
 //! scans of `images` never carry them and an export of the database carries them as it is.
 
 use serde_json::Value;
-use sqlx::{Row, any::AnyRow};
+use sqlx::{Any, Row, any::AnyRow};
 
 use super::{
     ChangeKind, EmbeddedCaption, Engine, ImportMark, Store, StoreError, Tx,
@@ -57,11 +57,10 @@ pub struct StoredCode {
 }
 
 pub(super) fn image_row(r: &AnyRow) -> ImageRow {
-    let meta: String = r.get("metadata");
     ImageRow {
         id: r.get("id"),
         external_id: r.get("external_id"),
-        metadata: serde_json::from_str(&meta).unwrap_or(Value::Null),
+        metadata: metadata(r),
         width: r.get("width"),
         height: r.get("height"),
         bundle_id: r.get("bundle_id"),
@@ -69,7 +68,12 @@ pub(super) fn image_row(r: &AnyRow) -> ImageRow {
     }
 }
 
-fn no_image(id: i64) -> StoreError {
+/// The row's `metadata` column, read as text (see `dialect::image_columns`); Null if it does not parse.
+fn metadata(r: &AnyRow) -> Value {
+    serde_json::from_str(r.get("metadata")).unwrap_or(Value::Null)
+}
+
+pub(super) fn no_image(id: i64) -> StoreError {
     StoreError::NotFound(format!("no image {id} in this collection"))
 }
 
@@ -118,11 +122,7 @@ impl Store {
             &caption_ids,
         )
         .await?;
-        Self::bump(&mut tx, collection_id).await?;
-        if let Some(m) = mark {
-            Self::mark_import(&mut tx, collection_id, m).await?;
-        }
-        tx.commit().await?;
+        Self::commit_insert(tx, collection_id, mark).await?;
         Ok(out)
     }
 
@@ -182,15 +182,9 @@ impl Store {
     }
 
     pub async fn image(&self, collection_id: i64, id: i64) -> Result<ImageRow, StoreError> {
-        let r = sqlx::query(&format!(
-            "SELECT {} FROM images WHERE collection_id = $1 AND id = $2",
-            dialect::image_columns(self.engine)
-        ))
-        .bind(collection_id)
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        r.as_ref().map(image_row).ok_or_else(|| no_image(id))
+        self.image_where(collection_id, "id", id)
+            .await?
+            .ok_or_else(|| no_image(id))
     }
 
     pub async fn image_by_external_id(
@@ -198,19 +192,36 @@ impl Store {
         collection_id: i64,
         external_id: &str,
     ) -> Result<ImageRow, StoreError> {
-        let r = sqlx::query(&format!(
-            "SELECT {} FROM images WHERE collection_id = $1 AND external_id = $2",
-            dialect::image_columns(self.engine)
-        ))
-        .bind(collection_id)
-        .bind(external_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        r.as_ref().map(image_row).ok_or_else(|| {
+        let r = self
+            .image_where(collection_id, "external_id", external_id.to_string())
+            .await?;
+        r.ok_or_else(|| {
             StoreError::NotFound(format!(
                 "no image with external_id \"{external_id}\" in this collection"
             ))
         })
+    }
+
+    /// The collection's image whose `column` holds `value` (a unique key), if any.
+    async fn image_where<T>(
+        &self,
+        collection_id: i64,
+        column: &str,
+        value: T,
+    ) -> Result<Option<ImageRow>, StoreError>
+    where
+        T: 'static + Send + for<'q> sqlx::Encode<'q, Any> + sqlx::Type<Any>,
+    {
+        let sql = format!(
+            "SELECT {} FROM images WHERE collection_id = $1 AND {column} = $2",
+            dialect::image_columns(self.engine)
+        );
+        let r = sqlx::query(&sql)
+            .bind(collection_id)
+            .bind(value)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(r.as_ref().map(image_row))
     }
 
     pub async fn images_by_ids(
@@ -227,24 +238,23 @@ impl Store {
     }
 
     pub async fn image_vector(&self, collection_id: i64, id: i64) -> Result<Vec<f32>, StoreError> {
-        let b: Option<Vec<u8>> =
-            sqlx::query_scalar("SELECT vector FROM images WHERE collection_id = $1 AND id = $2")
-                .bind(collection_id)
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
-        b.map(|b| super::codec::blob_to_vector(&b))
-            .ok_or_else(|| no_image(id))
+        let b: Vec<u8> = self
+            .image_value(
+                "SELECT vector FROM images WHERE collection_id = $1 AND id = $2",
+                collection_id,
+                id,
+            )
+            .await?;
+        Ok(super::codec::blob_to_vector(&b))
     }
 
     pub async fn image_code(&self, collection_id: i64, id: i64) -> Result<Vec<u8>, StoreError> {
-        let b: Option<Vec<u8>> =
-            sqlx::query_scalar("SELECT code FROM images WHERE collection_id = $1 AND id = $2")
-                .bind(collection_id)
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
-        b.ok_or_else(|| no_image(id))
+        self.image_value(
+            "SELECT code FROM images WHERE collection_id = $1 AND id = $2",
+            collection_id,
+            id,
+        )
+        .await
     }
 
     /// An image's thumbnail: `Ok(None)` when the image exists without one (ingested with thumbnails off).
@@ -253,15 +263,27 @@ impl Store {
         collection_id: i64,
         id: i64,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let r: Option<Option<Vec<u8>>> = sqlx::query_scalar(
+        self.image_value(
             "SELECT t.data FROM images i LEFT JOIN thumbnails t ON t.image_id = i.id \
              WHERE i.collection_id = $1 AND i.id = $2",
+            collection_id,
+            id,
         )
-        .bind(collection_id)
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        r.ok_or_else(|| no_image(id))
+        .await
+    }
+
+    /// The one value `sql` selects for image `id` ($2) of the collection ($1); NotFound without it.
+    async fn image_value<T>(&self, sql: &str, collection_id: i64, id: i64) -> Result<T, StoreError>
+    where
+        T: Send + Unpin,
+        (T,): for<'r> sqlx::FromRow<'r, AnyRow>,
+    {
+        let v: Option<T> = sqlx::query_scalar(sql)
+            .bind(collection_id)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        v.ok_or_else(|| no_image(id))
     }
 
     /// Lists images, optionally only those whose metadata matches `filter`.
@@ -291,11 +313,8 @@ impl Store {
             "SELECT COUNT(*) FROM images WHERE collection_id = $1{}",
             f.clause
         );
-        let mut q = sqlx::query_scalar(&sql).bind(collection_id);
-        for b in f.binds {
-            q = b.bind_scalar(q);
-        }
-        Ok(q.fetch_one(&self.pool).await?)
+        let q = f.bind(sqlx::query(&sql).bind(collection_id));
+        Ok(q.fetch_one(&self.pool).await?.try_get(0)?)
     }
 
     /// Ids of the images matching a metadata filter (for filtered search).
@@ -324,10 +343,7 @@ impl Store {
             "SELECT {columns} FROM images WHERE collection_id = $1{} ORDER BY id {tail}",
             f.clause
         );
-        let mut q = sqlx::query(&sql).bind(collection_id);
-        for b in f.binds {
-            q = b.bind(q);
-        }
+        let q = f.bind(sqlx::query(&sql).bind(collection_id));
         Ok(q.fetch_all(&self.pool).await?)
     }
 
@@ -378,13 +394,7 @@ impl Store {
             Engine::Sqlite => "metadata",
             Engine::Postgres => "metadata::text AS metadata",
         };
-        let row = |r: &AnyRow| {
-            let m: String = r.get("metadata");
-            (
-                r.get::<i64, _>("id"),
-                serde_json::from_str(&m).unwrap_or(Value::Null),
-            )
-        };
+        let row = |r: &AnyRow| (r.get::<i64, _>("id"), metadata(r));
         match ids {
             Some(ids) => {
                 let select =

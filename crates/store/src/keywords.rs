@@ -232,10 +232,7 @@ impl Store {
             Engine::Sqlite => query.fts5(),
             Engine::Postgres => query.tsquery(),
         };
-        let mut q = sqlx::query(&sql).bind(text).bind(collection_id);
-        for b in f.binds {
-            q = b.bind(q);
-        }
+        let q = f.bind(sqlx::query(&sql).bind(text).bind(collection_id));
         Ok(q.fetch_all(&self.pool)
             .await?
             .iter()

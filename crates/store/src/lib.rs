@@ -244,6 +244,16 @@ impl Store {
         })
     }
 
+    /// Deletes the rows of `table` created more than `age` ago; returns how many.
+    async fn delete_older_than(&self, table: &str, age: Duration) -> Result<u64, StoreError> {
+        let sql = format!("DELETE FROM {table} WHERE created_at < $1");
+        let n = sqlx::query(&sql)
+            .bind(codec::rfc3339_ago(age))
+            .execute(&self.pool)
+            .await?;
+        Ok(n.rows_affected())
+    }
+
     /// Runs `select`, which ends in `collection_id = $1 AND id IN`, for `ids` in chunks of 500 (well under
     /// either engine's limit on parameters), mapping each row with `row`. Ids without a row are left out.
     async fn fetch_by_ids<T>(
@@ -316,13 +326,37 @@ async fn sqlite_pool(url: &str, acquire_timeout: Duration) -> Result<AnyPool, St
 
 #[cfg(test)]
 pub(crate) mod testing {
-    use super::Store;
+    use super::{EmbeddedCaption, NewCaption, NewImage, Store};
 
     /// A migrated in-memory SQLite database, for the unit tests of each repository.
     pub async fn memory() -> Store {
         Store::connect("sqlite::memory:")
             .await
             .expect("in-memory sqlite")
+    }
+
+    /// A caption of no image, without an offset.
+    pub fn free_caption(text: &str, vector: Vec<f32>) -> NewCaption {
+        NewCaption {
+            image_id: None,
+            caption: EmbeddedCaption::plain(text, vector),
+        }
+    }
+
+    /// A 1x1 image of code [0] and vector [1, 0], without captions, thumbnail or digest.
+    pub fn bare_image() -> NewImage {
+        NewImage {
+            external_id: None,
+            metadata: serde_json::json!({}),
+            width: 1,
+            height: 1,
+            code: vec![0],
+            vector: vec![1.0, 0.0],
+            offset: 0.0,
+            captions: vec![],
+            thumbnail: None,
+            content_hash: None,
+        }
     }
 }
 

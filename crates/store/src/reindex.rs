@@ -4,7 +4,7 @@
 //! the new ones; a crash in between leaves the old state, and the rows already staged are picked up again by
 //! the next reindex under the same bundle.
 
-use sqlx::Row;
+use sqlx::{Row, any::AnyRow};
 
 use super::{
     Engine, Modality, Store, StoreError, changes::ChangeKind, codec::vector_to_blob,
@@ -63,15 +63,14 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredCode>, StoreError> {
-        let sql = format!(
-            "SELECT id, code, vision_id FROM images WHERE {} AND id > $2 ORDER BY id LIMIT $3",
-            stale(Modality::Images)
-        );
-        let rows = sqlx::query(&sql)
-            .bind(bundle_id)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&self.pool)
+        let rows = self
+            .stale_page(
+                Modality::Images,
+                "id, code, vision_id",
+                bundle_id,
+                after,
+                limit,
+            )
             .await?;
         Ok(rows
             .iter()
@@ -90,17 +89,32 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<(i64, String)>, StoreError> {
+        let rows = self
+            .stale_page(Modality::Captions, "id, text", bundle_id, after, limit)
+            .await?;
+        Ok(rows.iter().map(|r| (r.get("id"), r.get("text"))).collect())
+    }
+
+    /// `columns` of up to `limit` rows still to reindex for `bundle_id`, after `after`, in id order.
+    async fn stale_page(
+        &self,
+        modality: Modality,
+        columns: &str,
+        bundle_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<AnyRow>, StoreError> {
         let sql = format!(
-            "SELECT id, text FROM captions WHERE {} AND id > $2 ORDER BY id LIMIT $3",
-            stale(Modality::Captions)
+            "SELECT {columns} FROM {} WHERE {} AND id > $2 ORDER BY id LIMIT $3",
+            modality.as_str(),
+            stale(modality)
         );
-        let rows = sqlx::query(&sql)
+        Ok(sqlx::query(&sql)
             .bind(bundle_id)
             .bind(after)
             .bind(limit)
             .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.iter().map(|r| (r.get("id"), r.get("text"))).collect())
+            .await?)
     }
 
     /// Stages recomputed vectors (idempotent: a row staged twice keeps the last vector).
@@ -202,10 +216,23 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
-    use crate::{EmbeddedCaption, NewCaption, NewImage, Provenance, testing::memory};
+    use crate::{
+        Provenance,
+        testing::{bare_image, free_caption, memory},
+    };
+
+    /// The ids of the first page of images still to reindex for `bundle_id`.
+    async fn stale_images(store: &Store, bundle_id: &str) -> Vec<i64> {
+        let page = store.stale_codes_page(bundle_id, 0, 10).await;
+        page.expect("images").iter().map(|c| c.id).collect()
+    }
+
+    /// The first page of captions still to reindex for `bundle_id`.
+    async fn stale_captions(store: &Store, bundle_id: &str) -> Vec<(i64, String)> {
+        let page = store.stale_captions_page(bundle_id, 0, 10).await;
+        page.expect("captions")
+    }
 
     async fn seeded(store: &Store) -> (i64, i64, i64) {
         let c = store.create_collection("c", "").await.expect("create");
@@ -213,32 +240,13 @@ mod tests {
             bundle_id: "old",
             vision_id: "v",
         };
-        let img = NewImage {
-            external_id: None,
-            metadata: json!({}),
-            width: 1,
-            height: 1,
-            code: vec![0],
-            vector: vec![1.0, 0.0],
-            offset: 0.0,
-            captions: vec![],
-            thumbnail: None,
-            content_hash: None,
-        };
         let id = store
-            .insert_images(c.id, &[img], prov)
+            .insert_images(c.id, &[bare_image()], prov)
             .await
             .expect("insert")[0]
             .0;
         let cap = store
-            .insert_captions(
-                c.id,
-                &[NewCaption {
-                    image_id: None,
-                    caption: EmbeddedCaption::plain("x", vec![0.0, 1.0]),
-                }],
-                "old",
-            )
+            .insert_captions(c.id, &[free_caption("x", vec![0.0, 1.0])], "old")
             .await
             .expect("caption")[0];
         (c.id, id, cap)
@@ -255,8 +263,7 @@ mod tests {
             offset: -0.25,
         };
         assert_eq!(store.begin_reindex("new").await.expect("begin"), 0);
-        let page = store.stale_codes_page("new", 0, 10).await.expect("page");
-        assert_eq!(page.iter().map(|c| c.id).collect::<Vec<_>>(), [id]);
+        assert_eq!(stale_images(&store, "new").await, [id]);
         store
             .stage_vectors(Modality::Images, std::slice::from_ref(&new), "new")
             .await
@@ -267,13 +274,7 @@ mod tests {
             .await
             .expect("read");
         assert_eq!(old[0].vector, [1.0, 0.0]);
-        assert!(
-            store
-                .stale_codes_page("new", 0, 10)
-                .await
-                .expect("page")
-                .is_empty()
-        );
+        assert!(stale_images(&store, "new").await.is_empty());
         // The caption is not staged yet: the switch refuses and changes nothing.
         assert_eq!(
             store.switch_to_staged("new").await.expect("switch"),
@@ -283,11 +284,10 @@ mod tests {
             store.staged(Modality::Images, id).await,
             Some(vec![0.0, 1.0])
         );
-        let page = store
-            .stale_captions_page("new", 0, 10)
-            .await
-            .expect("captions");
-        assert_eq!(page, [(cap, "x".to_string())]);
+        assert_eq!(
+            stale_captions(&store, "new").await,
+            [(cap, "x".to_string())]
+        );
         store
             .stage_vectors(
                 Modality::Captions,
@@ -345,20 +345,7 @@ mod tests {
         // Resuming under b2: b1's row goes, b2's stays and is not handed out again.
         assert_eq!(store.begin_reindex("b2").await.expect("begin"), 1);
         assert_eq!(store.staged(Modality::Images, id).await, None);
-        assert!(
-            store
-                .stale_captions_page("b2", 0, 10)
-                .await
-                .expect("page")
-                .is_empty()
-        );
-        assert_eq!(
-            store
-                .stale_codes_page("b2", 0, 10)
-                .await
-                .expect("page")
-                .len(),
-            1
-        );
+        assert!(stale_captions(&store, "b2").await.is_empty());
+        assert_eq!(stale_images(&store, "b2").await, [id]);
     }
 }

@@ -7,7 +7,7 @@
 use serde_json::Value;
 use sqlx::{Row, any::AnyRow};
 
-use super::{Engine, Store, StoreError, Tx, codec};
+use super::{Engine, ImageRow, Store, StoreError, Tx, codec, images::image_row};
 
 /// One image as an export carries it: everything but the vector, which is the loaded bundle's function of
 /// the code.
@@ -57,7 +57,22 @@ impl Store {
         })
     }
 
-    pub(super) async fn mark_import(
+    /// Ends an insert of images or captions: marks the collection's snapshots stale, records how far an
+    /// import has got (`mark`, if any), and commits.
+    pub(super) async fn commit_insert(
+        mut tx: Tx<'_>,
+        collection_id: i64,
+        mark: Option<&ImportMark>,
+    ) -> Result<(), StoreError> {
+        Self::bump(&mut tx, collection_id).await?;
+        if let Some(m) = mark {
+            Self::mark_import(&mut tx, collection_id, m).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn mark_import(
         tx: &mut Tx<'_>,
         collection_id: i64,
         m: &ImportMark,
@@ -155,19 +170,28 @@ impl ReadSnapshot {
     }
 }
 
+/// An `ImageRow` with the columns only an export reads.
 fn exported(r: &AnyRow) -> ExportedImage {
-    let meta: String = r.get("metadata");
+    let ImageRow {
+        id,
+        external_id,
+        metadata,
+        width,
+        height,
+        bundle_id,
+        created_at,
+    } = image_row(r);
     ExportedImage {
-        id: r.get("id"),
-        external_id: r.get("external_id"),
-        metadata: serde_json::from_str(&meta).unwrap_or(Value::Null),
-        width: r.get("width"),
-        height: r.get("height"),
+        id,
+        external_id,
+        metadata,
+        width,
+        height,
         code: r.get("code"),
         vision_id: r.get("vision_id"),
-        bundle_id: r.get("bundle_id"),
+        bundle_id,
         content_hash: r.get("content_hash"),
-        created_at: r.get("created_at"),
+        created_at,
         thumbnail: r.get("thumbnail"),
         captions: vec![],
     }
@@ -178,7 +202,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{EmbeddedCaption, NewCaption, NewImage, Provenance, testing::memory};
+    use crate::{
+        EmbeddedCaption, NewCaption, NewImage, Provenance,
+        testing::{bare_image, free_caption, memory},
+    };
 
     #[tokio::test]
     async fn a_snapshot_pages_images_with_captions_and_thumbnails_and_ignores_later_writes() {
@@ -212,14 +239,7 @@ mod tests {
             .await
             .expect("insert");
         store
-            .insert_captions(
-                c.id,
-                &[NewCaption {
-                    image_id: None,
-                    caption: EmbeddedCaption::plain("free", vec![1.0, 0.0]),
-                }],
-                "b",
-            )
+            .insert_captions(c.id, &[free_caption("free", vec![1.0, 0.0])], "b")
             .await
             .expect("caption");
         let mut snap = store.read_snapshot().await.expect("snapshot");
@@ -227,15 +247,8 @@ mod tests {
         // A write committed after the export began is not in it.
         let img = NewImage {
             external_id: Some("late".into()),
-            metadata: json!({}),
-            width: 1,
-            height: 1,
             code: vec![9],
-            vector: vec![1.0, 0.0],
-            offset: 0.0,
-            captions: vec![],
-            thumbnail: None,
-            content_hash: None,
+            ..bare_image()
         };
         store
             .insert_images(c.id, &[img], prov)
@@ -271,10 +284,7 @@ mod tests {
         let store = memory().await;
         let c = store.create_collection("shop", "").await.expect("create");
         assert_eq!(store.import_progress(c.id, "f").await.expect("progress"), 0);
-        let caps = [NewCaption {
-            image_id: None,
-            caption: EmbeddedCaption::plain("a", vec![1.0]),
-        }];
+        let caps = [free_caption("a", vec![1.0])];
         let mark = ImportMark {
             source: "f".into(),
             lines: 7,
@@ -286,7 +296,7 @@ mod tests {
         assert_eq!(store.import_progress(c.id, "f").await.expect("progress"), 7);
         let bad = [NewCaption {
             image_id: Some(999),
-            caption: EmbeddedCaption::plain("b", vec![1.0]),
+            ..free_caption("b", vec![1.0])
         }];
         let again = ImportMark {
             source: "f".into(),

@@ -10,7 +10,7 @@ use sqlx::Row;
 
 use super::{
     ChangeKind, EmbeddedCaption, ImageRow, NewImage, Provenance, Store, StoreError, Tx,
-    codec::now_rfc3339, conflict_or, dialect,
+    codec::now_rfc3339, conflict_or, dialect, images::no_image,
 };
 
 /// A PATCH: a JSON merge patch (RFC 7396) for the metadata, and the external id to set (`Some(None)`
@@ -79,10 +79,6 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-fn no_image(id: i64) -> StoreError {
-    StoreError::NotFound(format!("no image {id} in this collection"))
-}
-
 impl Store {
     /// Merges `patch` into an image's metadata and sets its external id; returns the image as it now is.
     /// The vector does not change; the change sequence says the image changed, so that other replicas read
@@ -108,15 +104,7 @@ impl Store {
         let mut img = super::images::image_row(&row);
         if let Some(p) = &patch.metadata {
             merge_patch(&mut img.metadata, p);
-            let sql = format!(
-                "UPDATE images SET metadata = {} WHERE id = $2",
-                dialect::json_param(self.engine, 1)
-            );
-            sqlx::query(&sql)
-                .bind(img.metadata.to_string())
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+            self.set_metadata(&mut tx, id, &img.metadata).await?;
         }
         if let Some(ext) = &patch.external_id {
             sqlx::query("UPDATE images SET external_id = $1 WHERE id = $2")
@@ -201,15 +189,7 @@ impl Store {
         let (id, previous_id, width, height) = match (&old, &u.photo) {
             (None, Photo::Same) => return Ok(None),
             (Some((id, _, w, h)), Photo::Same) => {
-                let sql = format!(
-                    "UPDATE images SET metadata = {} WHERE id = $2",
-                    dialect::json_param(self.engine, 1)
-                );
-                sqlx::query(&sql)
-                    .bind(u.metadata.to_string())
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
+                self.set_metadata(&mut tx, *id, u.metadata).await?;
                 (*id, None, *w, *h)
             }
             (old, Photo::New(img)) => {
@@ -287,6 +267,25 @@ impl Store {
             added_captions: added,
             removed_captions: removed,
         }))
+    }
+
+    /// Replaces image `id`'s metadata, in the caller's write transaction.
+    async fn set_metadata(
+        &self,
+        tx: &mut Tx<'_>,
+        id: i64,
+        metadata: &Value,
+    ) -> Result<(), StoreError> {
+        let sql = format!(
+            "UPDATE images SET metadata = {} WHERE id = $2",
+            dialect::json_param(self.engine, 1)
+        );
+        sqlx::query(&sql)
+            .bind(metadata.to_string())
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
     }
 
     /// Makes image `id`'s captions `wanted`: a stored caption (of `stored`, which may belong to the image
@@ -392,6 +391,12 @@ mod tests {
         vision_id: "v@1",
     };
 
+    /// `u` applied, with no other write racing it.
+    async fn upserted(store: &Store, collection_id: i64, u: &Upsert<'_>) -> Upserted {
+        let done = store.upsert_image(collection_id, u, PROV).await;
+        done.expect("upsert").expect("not raced")
+    }
+
     fn caps(texts: &[&str]) -> Vec<EmbeddedCaption> {
         texts
             .iter()
@@ -412,11 +417,7 @@ mod tests {
             metadata: &json!({"price": 10}),
             captions: &wanted,
         };
-        let made = store
-            .upsert_image(c.id, &first, PROV)
-            .await
-            .expect("upsert")
-            .expect("not raced");
+        let made = upserted(&store, c.id, &first).await;
         assert!(made.created && made.previous_id.is_none());
         assert_eq!(made.added_captions.len(), 2);
         let state = store.image_state(c.id, "sku-1").await.expect("state");
@@ -444,11 +445,7 @@ mod tests {
             metadata: &json!({"price": 12}),
             captions: &wanted,
         };
-        let kept = store
-            .upsert_image(c.id, &same, PROV)
-            .await
-            .expect("upsert")
-            .expect("not raced");
+        let kept = upserted(&store, c.id, &same).await;
         assert_eq!(
             (kept.id, kept.previous_id, kept.created),
             (made.id, None, false)
@@ -473,11 +470,7 @@ mod tests {
             metadata: &json!({"price": 12}),
             captions: &wanted,
         };
-        let replaced = store
-            .upsert_image(c.id, &new, PROV)
-            .await
-            .expect("upsert")
-            .expect("not raced");
+        let replaced = upserted(&store, c.id, &new).await;
         assert_eq!(replaced.previous_id, Some(made.id));
         assert!(replaced.id > made.id && !replaced.created);
         assert_eq!(replaced.caption_ids, kept.caption_ids);

@@ -1,7 +1,7 @@
 //! The joint vectors of either modality, read as the index and the followers need them (a reindex writes
 //! them through `reindex`).
 
-use sqlx::Row;
+use sqlx::{Row, any::AnyRow};
 
 use super::{Modality, Store, StoreError, codec::blob_to_vector};
 
@@ -20,13 +20,8 @@ impl Store {
         collection_id: i64,
         modality: Modality,
     ) -> Result<Vec<(i64, Vec<f32>)>, StoreError> {
-        let sql = format!(
-            "SELECT id, vector FROM {} WHERE collection_id = $1 ORDER BY id",
-            modality.as_str()
-        );
-        let rows = sqlx::query(&sql)
-            .bind(collection_id)
-            .fetch_all(&self.pool)
+        let rows = self
+            .modality_rows(modality, "id, vector", collection_id)
             .await?;
         Ok(rows
             .iter()
@@ -64,17 +59,29 @@ impl Store {
         collection_id: i64,
         modality: Modality,
     ) -> Result<Vec<(i64, f32)>, StoreError> {
-        let sql = format!(
-            "SELECT id, hub_offset FROM {} WHERE collection_id = $1",
-            modality.as_str()
-        );
-        let rows = sqlx::query(&sql)
-            .bind(collection_id)
-            .fetch_all(&self.pool)
+        let rows = self
+            .modality_rows(modality, "id, hub_offset", collection_id)
             .await?;
         Ok(rows
             .iter()
             .map(|r| (r.get::<i64, _>("id"), r.get::<f64, _>("hub_offset") as f32))
             .collect())
+    }
+
+    /// `columns` of every row of one modality in the collection, in id order.
+    async fn modality_rows(
+        &self,
+        modality: Modality,
+        columns: &str,
+        collection_id: i64,
+    ) -> Result<Vec<AnyRow>, StoreError> {
+        let sql = format!(
+            "SELECT {columns} FROM {} WHERE collection_id = $1 ORDER BY id",
+            modality.as_str()
+        );
+        Ok(sqlx::query(&sql)
+            .bind(collection_id)
+            .fetch_all(&self.pool)
+            .await?)
     }
 }

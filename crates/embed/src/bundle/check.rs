@@ -169,6 +169,17 @@ impl Checker<'_> {
         Ok(Hubness::from_int8(&vectors, &scales, joint, k, alpha))
     }
 
+    /// The tensor `name` of `file`, or the error that it has none.
+    fn named<'d>(
+        &self,
+        file: &str,
+        st: &safetensors::SafeTensors<'d>,
+        name: &str,
+    ) -> Result<safetensors::tensor::TensorView<'d>, BundleError> {
+        st.tensor(name)
+            .map_err(|_| self.invalid(file, format!("has no tensor \"{name}\"")))
+    }
+
     /// Reads an int8 tensor of exactly `shape`.
     pub(super) fn int8_tensor(
         &self,
@@ -177,9 +188,7 @@ impl Checker<'_> {
         name: &str,
         shape: &[usize],
     ) -> Result<Vec<i8>, BundleError> {
-        let t = st
-            .tensor(name)
-            .map_err(|_| self.invalid(file, format!("has no tensor \"{name}\"")))?;
+        let t = self.named(file, st, name)?;
         if t.dtype() != safetensors::Dtype::I8 || t.shape() != shape {
             return Err(self.invalid(
                 file,
@@ -202,9 +211,7 @@ impl Checker<'_> {
         shape: &[usize],
     ) -> Result<Vec<f32>, BundleError> {
         use safetensors::Dtype;
-        let t = st
-            .tensor(name)
-            .map_err(|_| self.invalid(file, format!("has no tensor \"{name}\"")))?;
+        let t = self.named(file, st, name)?;
         if t.shape() != shape {
             return Err(self.invalid(
                 file,
