@@ -7,7 +7,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::{
     AppState,
     error::{ApiError, ApiResult, ErrorBody},
-    extract::{ApiJson, ApiPath, ApiQuery, Caller, CollectionPath},
+    extract::{ApiJson, ApiQuery, Caller, CollectionPath, ItemPath},
 };
 use crate::service::CaptionRow;
 
@@ -117,8 +117,7 @@ pub async fn list(
     responses((status = 204, description = "deleted"), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(s): State<AppState>,
-    ApiPath((_collection, id)): ApiPath<(String, i64)>,
-    CollectionPath(collection): CollectionPath,
+    ItemPath(collection, id): ItemPath<i64>,
 ) -> ApiResult<StatusCode> {
     s.service.delete_caption(&collection, id).await?;
     Ok(StatusCode::NO_CONTENT)

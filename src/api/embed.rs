@@ -14,7 +14,7 @@ use super::{
     AppState,
     error::{ApiError, ApiResult, ErrorBody},
     extract::{ApiJson, Caller},
-    upload::{self, Body},
+    upload::{self, Body, Kind, field},
 };
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -45,6 +45,13 @@ pub struct EmbedImageMultipart {
     #[schema(value_type = String, format = Binary)]
     pub image: Vec<u8>,
 }
+
+/// The embed form: the image file alone.
+const IMAGE_FORM: &[upload::Field] = &[field(&["image"], "image", Kind::File)];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImageOnly {}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct FneCode {
@@ -94,14 +101,13 @@ pub async fn image(
     req: Request,
 ) -> ApiResult<Json<EmbedImageResponse>> {
     caller.charge_rows(1)?;
-    let bytes = match upload::read::<EmbedImageJson>(req).await? {
+    let bytes = match upload::read::<EmbedImageJson, ImageOnly>(req, IMAGE_FORM).await? {
         Body::Json(j) => upload::base64_image("image", &j.image)?,
-        Body::Multipart(parts) => {
-            let mut files: Vec<_> = parts.into_iter().filter(|p| p.name == "image").collect();
+        Body::Form(ImageOnly {}, mut files) => {
             if files.len() != 1 {
                 return Err(ApiError::bad_request("send exactly one `image` file part"));
             }
-            files.remove(0).data
+            files.remove(0)
         }
     };
     let mut e = s.service.embed_images(vec![bytes], ImageUse::Query).await?;

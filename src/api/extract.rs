@@ -42,6 +42,20 @@ impl<S: Send + Sync> FromRequestParts<S> for CollectionPath {
     }
 }
 
+/// The `{collection}` and item segments of `/collections/{collection}/.../{item}` routes, parsed once: the item
+/// as `T` (400 when it does not parse), then the name checked as `CollectionPath` checks it.
+pub struct ItemPath<T>(pub CollectionName, pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ItemPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let ApiPath((name, item)) =
+            ApiPath::<(String, T)>::from_request_parts(parts, state).await?;
+        Ok(ItemPath(CollectionName::parse(&name)?, item))
+    }
+}
+
 /// `Json` whose rejections use the error shape of `ApiError`.
 pub struct ApiJson<T>(pub T);
 

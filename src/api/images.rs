@@ -6,6 +6,7 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -15,8 +16,8 @@ use super::{
     AppState,
     captions::Caption,
     error::{self, ApiError, ApiResult, ErrorBody},
-    extract::{ApiPath, ApiQuery, Caller, CollectionPath},
-    upload::{self, Body},
+    extract::{ApiQuery, Caller, CollectionPath, ItemPath},
+    upload::{self, Body, Kind, field},
 };
 use crate::{
     filter::Filter,
@@ -159,13 +160,33 @@ pub struct ListImagesQuery {
     pub limit: Option<i64>,
 }
 
+/// The upload form: image file parts, and the fields of one image or the `items` of several.
+const FORM: &[upload::Field] = &[
+    field(&["image", "image[]", "images"], "image", Kind::File),
+    field(&["external_id"], "external_id", Kind::Text),
+    field(&["metadata"], "metadata", Kind::Json),
+    field(&["caption", "captions"], "captions", Kind::Texts),
+    field(&["items"], "items", Kind::Json),
+];
+
+/// An upload form's fields: one image's, or `items` (one entry per file part, in order).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImagesForm {
+    external_id: Option<String>,
+    metadata: Option<Value>,
+    #[serde(default)]
+    captions: Vec<String>,
+    items: Option<Vec<ItemFields>>,
+}
+
 /// The images of a request, and whether it is all or nothing for those given by URL.
-fn items_from(body: Body<AddImagesJson>) -> ApiResult<(Vec<ImageItem>, bool)> {
+fn items_from(body: Body<AddImagesJson, ImagesForm>) -> ApiResult<(Vec<ImageItem>, bool)> {
     let j = match body {
         Body::Json(j) => j,
         // Files only: nothing to fetch, so nothing to fail one by one.
-        Body::Multipart(parts) => {
-            let items = inputs_from_parts(parts)?
+        Body::Form(form, files) => {
+            let items = inputs_from_form(form, files)?
                 .into_iter()
                 .map(|i| ImageItem {
                     source: ImageSource::Bytes(i.bytes),
@@ -210,23 +231,13 @@ fn items_from(body: Body<AddImagesJson>) -> ApiResult<(Vec<ImageItem>, bool)> {
     Ok((items, all_or_nothing))
 }
 
-fn inputs_from_parts(parts: Vec<upload::Part>) -> ApiResult<Vec<ImageInput>> {
-    let (mut files, mut external_id, mut metadata, mut captions, mut items) =
-        (vec![], None, None, vec![], None);
-    for p in parts {
-        match p.name.as_str() {
-            "image" | "image[]" | "images" => files.push(p.data),
-            "external_id" => external_id = Some(p.text()?.to_string()),
-            "metadata" => metadata = Some(upload::json_field::<Value>(&p)?),
-            "caption" | "captions" => captions.push(p.text()?.to_string()),
-            "items" => items = Some(upload::json_field::<Vec<ItemFields>>(&p)?),
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "unknown form field \"{other}\"; expected image, external_id, metadata, caption or items"
-                )));
-            }
-        }
-    }
+fn inputs_from_form(form: ImagesForm, mut files: Vec<Bytes>) -> ApiResult<Vec<ImageInput>> {
+    let ImagesForm {
+        external_id,
+        metadata,
+        captions,
+        items,
+    } = form;
     if files.is_empty() {
         return Err(ApiError::bad_request("no `image` file part in the form"));
     }
@@ -294,7 +305,7 @@ pub async fn add(
     caller: Caller,
     req: Request,
 ) -> ApiResult<(StatusCode, Json<AddedImages>)> {
-    let (items, all_or_nothing) = items_from(upload::read::<AddImagesJson>(req).await?)?;
+    let (items, all_or_nothing) = items_from(upload::read(req, FORM).await?)?;
     caller.charge_rows(items.len())?;
     let total = items.len();
     let report = s
@@ -384,8 +395,7 @@ pub async fn list(
     responses((status = 200, body = Image), (status = 404, body = ErrorBody)))]
 pub async fn get(
     State(s): State<AppState>,
-    ApiPath((_collection, id)): ApiPath<(String, i64)>,
-    CollectionPath(collection): CollectionPath,
+    ItemPath(collection, id): ItemPath<i64>,
 ) -> ApiResult<Json<Image>> {
     let (img, caps) = s.service.image(&collection, id).await?;
     let mut img: Image = img.into();
@@ -398,8 +408,7 @@ pub async fn get(
     responses((status = 204, description = "deleted, with its captions"), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(s): State<AppState>,
-    ApiPath((_collection, id)): ApiPath<(String, i64)>,
-    CollectionPath(collection): CollectionPath,
+    ItemPath(collection, id): ItemPath<i64>,
 ) -> ApiResult<StatusCode> {
     s.service.delete_image(&collection, id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -446,8 +455,7 @@ fn none_match(headers: &HeaderMap, etag: &str) -> bool {
         (status = 404, description = "no such collection or image, or the image has none (added with thumbnails off)", body = ErrorBody)))]
 pub async fn thumbnail(
     State(s): State<AppState>,
-    ApiPath((_collection, id)): ApiPath<(String, i64)>,
-    CollectionPath(collection): CollectionPath,
+    ItemPath(collection, id): ItemPath<i64>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let bytes = s.service.thumbnail(&collection, id).await?;

@@ -14,7 +14,7 @@ use super::{
     error::{ApiError, ApiResult, ErrorBody},
     extract::{Caller, CollectionPath},
     images::Image,
-    upload::{self, Body},
+    upload::{self, Body, Kind, field},
 };
 use crate::{
     filter::Filter,
@@ -82,16 +82,21 @@ impl From<SearchMode> for Mode {
     }
 }
 
-/// multipart/form-data search: an `image` file part, optional `k`, `offset` and `filter` (JSON) parts.
+/// multipart/form-data search: the JSON body's fields as form fields (`filter` as JSON text), with the image as
+/// an `image` file part instead of base64.
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct SearchMultipart {
-    #[schema(value_type = String, format = Binary)]
-    pub image: Vec<u8>,
+    #[schema(value_type = Option<String>, format = Binary)]
+    pub image: Option<Vec<u8>>,
+    pub text: Option<String>,
+    pub image_id: Option<i64>,
     pub k: Option<usize>,
     pub offset: Option<usize>,
     pub filter: Option<String>,
     pub min_score: Option<f32>,
+    pub mode: Option<Mode>,
+    pub keyword_weight: Option<f32>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -142,69 +147,40 @@ pub struct CaptionResults {
     pub unknown_words: Vec<String>,
 }
 
+/// The search form: the JSON body's fields, with the image as a file part.
+const FORM: &[upload::Field] = &[
+    field(&["image"], "image", Kind::File),
+    field(&["text"], "text", Kind::Text),
+    field(&["image_id"], "image_id", Kind::Json),
+    field(&["k"], "k", Kind::Json),
+    field(&["offset"], "offset", Kind::Json),
+    field(&["filter"], "filter", Kind::Json),
+    field(&["min_score"], "min_score", Kind::Json),
+    field(&["mode"], "mode", Kind::Text),
+    field(&["keyword_weight"], "keyword_weight", Kind::Json),
+];
+
 async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
-    let mut r = match upload::read::<SearchRequest>(req).await? {
-        Body::Json(r) => r,
-        Body::Multipart(parts) => {
-            let mut r = SearchRequest {
-                text: None,
-                image: None,
-                image_id: None,
-                k: None,
-                offset: None,
-                filter: None,
-                min_score: None,
-                mode: None,
-                keyword_weight: None,
-            };
-            let mut file = None;
-            for p in parts {
-                let num = |p: &upload::Part| -> ApiResult<usize> {
-                    p.text()?.trim().parse().map_err(|_| {
-                        ApiError::bad_request(format!(
-                            "form field \"{}\" must be a whole number",
-                            p.name
-                        ))
-                    })
-                };
-                match p.name.as_str() {
-                    "image" => file = Some(p.data),
-                    "text" => r.text = Some(p.text()?.to_string()),
-                    "k" => r.k = Some(num(&p)?),
-                    "offset" => r.offset = Some(num(&p)?),
-                    "filter" => r.filter = Some(upload::json_field(&p)?),
-                    "min_score" => {
-                        r.min_score = Some(p.text()?.trim().parse().map_err(|_| {
-                            ApiError::bad_request("form field \"min_score\" must be a number")
-                        })?)
-                    }
-                    other => {
-                        return Err(ApiError::bad_request(format!(
-                            "unknown form field \"{other}\"; expected image, k, offset, filter or min_score"
-                        )));
-                    }
-                }
-            }
-            let q = match (file, r.text.take()) {
-                (Some(f), None) => Query::Image(f),
-                (None, Some(t)) => Query::Text(t),
-                _ => {
-                    return Err(ApiError::bad_request(
-                        "send exactly one `image` file part (or a `text` field)",
-                    ));
-                }
-            };
-            return Ok((q, params(&r)?));
-        }
+    let (mut r, files) = match upload::read::<SearchRequest, SearchRequest>(req, FORM).await? {
+        Body::Json(r) => (r, vec![]),
+        Body::Form(r, files) => (r, files),
     };
     let p = params(&r)?;
-    let q = match (r.text.take(), r.image.take(), r.image_id) {
-        (Some(t), None, None) => Query::Text(t),
-        (None, Some(b), None) => Query::Image(upload::base64_image("image", &b)?),
-        (None, None, Some(id)) => Query::ImageId(id),
+    let mut files = files.into_iter();
+    let q = match (
+        r.text.take(),
+        r.image.take(),
+        r.image_id,
+        files.next(),
+        files.next(),
+    ) {
+        (Some(t), None, None, None, None) => Query::Text(t),
+        (None, Some(b), None, None, None) => Query::Image(upload::base64_image("image", &b)?),
+        (None, None, Some(id), None, None) => Query::ImageId(id),
+        (None, None, None, Some(f), None) => Query::Image(f),
         _ => {
             return Err(ApiError::invalid(
-                "give exactly one of `text`, `image` (base64) and `image_id`",
+                "give exactly one of `text`, `image` (base64 in JSON, one file part in a form) and `image_id`",
             ));
         }
     };

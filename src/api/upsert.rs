@@ -14,9 +14,9 @@ use utoipa::ToSchema;
 use super::{
     AppState,
     error::{ApiError, ApiResult, ErrorBody},
-    extract::{ApiJson, ApiPath, Caller, CollectionPath},
+    extract::{ApiJson, Caller, ItemPath},
     images::Image,
-    upload::{self, Body},
+    upload::{self, Body, Kind, field},
 };
 use crate::service::{ImagePatch, UpsertInput, UpsertOutcome};
 
@@ -90,37 +90,44 @@ pub struct UpsertedImage {
     pub caption_ids: Vec<i64>,
 }
 
-fn upsert_input(body: Body<UpsertImageJson>) -> ApiResult<UpsertInput> {
+/// The upsert form: the JSON body's fields, with the image as a file part.
+const FORM: &[upload::Field] = &[
+    field(&["image"], "image", Kind::File),
+    field(&["metadata"], "metadata", Kind::Json),
+    field(&["caption", "captions"], "captions", Kind::Texts),
+];
+
+/// An upsert form's fields (the image is its file part).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpsertForm {
+    metadata: Option<Value>,
+    #[serde(default)]
+    captions: Vec<String>,
+}
+
+fn upsert_input(body: Body<UpsertImageJson, UpsertForm>) -> ApiResult<UpsertInput> {
     match body {
         Body::Json(j) => Ok(UpsertInput {
             bytes: upload::base64_image("data", &j.data)?,
             metadata: j.metadata,
             captions: j.captions,
         }),
-        Body::Multipart(parts) => {
-            let (mut image, mut metadata, mut captions) = (None, None, vec![]);
-            for p in parts {
-                match p.name.as_str() {
-                    "image" if image.is_none() => image = Some(p.data),
-                    "image" => {
-                        return Err(ApiError::invalid(
-                            "one `image` part only: this resource is one image",
-                        ));
-                    }
-                    "metadata" => metadata = Some(upload::json_field::<Value>(&p)?),
-                    "caption" | "captions" => captions.push(p.text()?.to_string()),
-                    other => {
-                        return Err(ApiError::bad_request(format!(
-                            "unknown form field \"{other}\"; expected image, metadata or caption"
-                        )));
-                    }
+        Body::Form(f, files) => {
+            let mut files = files.into_iter();
+            let bytes = match (files.next(), files.next()) {
+                (Some(b), None) => b,
+                (None, _) => return Err(ApiError::bad_request("no `image` file part in the form")),
+                (Some(_), Some(_)) => {
+                    return Err(ApiError::invalid(
+                        "one `image` part only: this resource is one image",
+                    ));
                 }
-            }
+            };
             Ok(UpsertInput {
-                bytes: image
-                    .ok_or_else(|| ApiError::bad_request("no `image` file part in the form"))?,
-                metadata,
-                captions,
+                bytes,
+                metadata: f.metadata,
+                captions: f.captions,
             })
         }
     }
@@ -134,8 +141,7 @@ fn upsert_input(body: Body<UpsertImageJson>) -> ApiResult<UpsertInput> {
               (status = 409, description = "the external id belongs to another image", body = ErrorBody)))]
 pub async fn patch(
     State(s): State<AppState>,
-    ApiPath((_collection, id)): ApiPath<(String, i64)>,
-    CollectionPath(collection): CollectionPath,
+    ItemPath(collection, id): ItemPath<i64>,
     ApiJson(p): ApiJson<ImagePatchJson>,
 ) -> ApiResult<Json<Image>> {
     let patch = ImagePatch {
@@ -163,12 +169,11 @@ pub async fn patch(
               (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn put(
     State(s): State<AppState>,
-    ApiPath((_collection, external_id)): ApiPath<(String, String)>,
-    CollectionPath(collection): CollectionPath,
+    ItemPath(collection, external_id): ItemPath<String>,
     caller: Caller,
     req: Request,
 ) -> ApiResult<(StatusCode, Json<UpsertedImage>)> {
-    let input = upsert_input(upload::read::<UpsertImageJson>(req).await?)?;
+    let input = upsert_input(upload::read(req, FORM).await?)?;
     caller.charge_rows(1)?;
     let u = s
         .service
@@ -200,8 +205,7 @@ pub async fn put(
     responses((status = 200, description = "the image with its captions", body = Image), (status = 404, body = ErrorBody)))]
 pub async fn get(
     State(s): State<AppState>,
-    ApiPath((_collection, external_id)): ApiPath<(String, String)>,
-    CollectionPath(collection): CollectionPath,
+    ItemPath(collection, external_id): ItemPath<String>,
 ) -> ApiResult<Json<Image>> {
     let row = s
         .service
@@ -220,8 +224,7 @@ pub async fn get(
     responses((status = 204, description = "deleted, with its captions"), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(s): State<AppState>,
-    ApiPath((_collection, external_id)): ApiPath<(String, String)>,
-    CollectionPath(collection): CollectionPath,
+    ItemPath(collection, external_id): ItemPath<String>,
 ) -> ApiResult<StatusCode> {
     let row = s
         .service
