@@ -246,7 +246,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             let t = Instant::now();
             let got = idx.search(q, score, 0, 10, None);
             times.push(t.elapsed());
-            let got: HashSet<i64> = got.into_iter().map(|h| h.0).collect();
+            let got: HashSet<i64> = got.into_iter().map(|h| h.id).collect();
             hit += want.iter().filter(|id| got.contains(id)).count();
         }
         let total: usize = exact.iter().map(Vec::len).sum();
@@ -303,7 +303,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             let t = Instant::now();
             let got = idx.search(q, score, 0, 10, Some(&allowed));
             times.push(t.elapsed());
-            let got: HashSet<i64> = got.into_iter().map(|h| h.0).collect();
+            let got: HashSet<i64> = got.into_iter().map(|h| h.id).collect();
             hit += want.iter().filter(|(id, _)| got.contains(id)).count();
             total += want.len();
         }

@@ -3,30 +3,26 @@
 
 use std::collections::HashSet;
 
-use super::Inner;
+use super::{Hit, Inner};
 
 pub(super) fn scan(
     inner: &Inner,
     allowed: Option<&HashSet<i64>>,
-    eval: impl Fn(i64, &[f32]) -> f32,
-) -> Vec<(i64, f32)> {
+    eval: impl Fn(i64, &[f32]) -> Hit,
+) -> Vec<Hit> {
     match allowed {
         Some(a) => a
             .iter()
-            .filter_map(|id| inner.live.get(id).map(|v| (*id, eval(*id, v))))
+            .filter_map(|id| inner.live.get(id).map(|v| eval(*id, v)))
             .collect(),
-        None => inner
-            .live
-            .iter()
-            .map(|(id, v)| (*id, eval(*id, v)))
-            .collect(),
+        None => inner.live.iter().map(|(id, v)| eval(*id, v)).collect(),
     }
 }
 
 /// The best `offset + k` of `hits` by score (ties by id), then skips `offset`.
-pub(super) fn page(mut hits: Vec<(i64, f32)>, offset: usize, k: usize) -> Vec<(i64, f32)> {
+pub(super) fn page(mut hits: Vec<Hit>, offset: usize, k: usize) -> Vec<Hit> {
     let want = offset + k;
-    let cmp = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let cmp = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id));
     if hits.len() > want {
         hits.select_nth_unstable_by(want, cmp);
         hits.truncate(want);

@@ -28,6 +28,15 @@ use std::{
 pub use attributes::Attributes;
 use graph::Graph;
 pub use score::Score;
+
+/// A point found by a search: what the results are ordered by (`score`: the similarity plus the point's
+/// offset when the score takes offsets) and the plain similarity of query and point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit {
+    pub id: i64,
+    pub score: f32,
+    pub similarity: f32,
+}
 pub use snapshot::{NotLoaded, remove_snapshot, snapshot_name};
 
 #[derive(Debug, Clone, Copy)]

@@ -3,14 +3,14 @@
 
 use std::collections::HashSet;
 
-use super::{Inner, Score, VectorIndex, exact};
+use super::{Hit, Inner, Score, VectorIndex, exact};
 
 /// The most a filter may widen the graph search's candidate list (see `search`).
 const MAX_FILTER_WIDENING: usize = 8;
 
 impl VectorIndex {
     /// The best `k` ids after skipping `offset`, by `score` (plus each image's offset when the score takes
-    /// it), among `allowed` ids if given.
+    /// it), among `allowed` ids if given; each with its plain similarity too.
     pub fn search(
         &self,
         q: &[f32],
@@ -18,16 +18,21 @@ impl VectorIndex {
         offset: usize,
         k: usize,
         allowed: Option<&HashSet<i64>>,
-    ) -> Vec<(i64, f32)> {
+    ) -> Vec<Hit> {
         let want = offset + k;
         let inner = self.read();
         let pool = allowed.map_or(inner.live.len(), |a| a.len());
-        let eval = |inner: &Inner, id: i64, v: &[f32]| -> f32 {
-            let s = score.eval(q, v);
-            if score.uses_offsets() {
-                s + inner.offsets.get(&id).copied().unwrap_or(0.0)
+        let eval = |inner: &Inner, id: i64, v: &[f32]| -> Hit {
+            let similarity = score.eval(q, v);
+            let score = if score.uses_offsets() {
+                similarity + inner.offsets.get(&id).copied().unwrap_or(0.0)
             } else {
-                s
+                similarity
+            };
+            Hit {
+                id,
+                score,
+                similarity,
             }
         };
         let scan = |inner: &Inner| exact::scan(inner, allowed, |id, v| eval(inner, id, v));
@@ -60,7 +65,7 @@ impl VectorIndex {
                     Ok(ids) if allowed.is_some() && ids.len() < want => scan(&inner),
                     Ok(ids) => ids
                         .into_iter()
-                        .filter_map(|id| inner.live.get(&id).map(|v| (id, eval(&inner, id, v))))
+                        .filter_map(|id| inner.live.get(&id).map(|v| eval(&inner, id, v)))
                         .collect(),
                     Err(e) => {
                         tracing::warn!(error = %e, "graph search failed; scanning exactly");

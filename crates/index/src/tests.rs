@@ -52,8 +52,8 @@ fn finds_itself_hides_deleted_and_rebuilds() {
     let idx = graph_index(&data);
     for (id, v) in data.iter().step_by(37) {
         let hits = idx.search(v, Score::Cosine, 0, 3, None);
-        assert_eq!(hits[0].0, *id);
-        assert!(hits[0].1 > 0.999);
+        assert_eq!(hits[0].id, *id);
+        assert!(hits[0].score > 0.999);
     }
     // Delete a third: gone from every search at once, and a rebuild drops their holes.
     let mut due = false;
@@ -63,10 +63,7 @@ fn finds_itself_hides_deleted_and_rebuilds() {
     assert!(due, "a rebuild is due past the threshold");
     for (id, v) in data.iter().filter(|(id, _)| id % 3 == 0).step_by(11) {
         let hits = idx.search(v, Score::Cosine, 0, 10, None);
-        assert!(
-            hits.iter().all(|(h, _)| h % 3 != 0),
-            "deleted {id} came back"
-        );
+        assert!(hits.iter().all(|h| h.id % 3 != 0), "deleted {id} came back");
     }
     idx.insert(10_000, data[0].1.clone(), 0.0).expect("insert");
     assert_eq!(idx.deleted(), 200);
@@ -74,19 +71,19 @@ fn finds_itself_hides_deleted_and_rebuilds() {
     assert_eq!(idx.deleted(), 0);
     assert_eq!(idx.len(), 401);
     let hits = idx.search(&data[0].1, Score::Cosine, 0, 2, None);
-    let got: HashSet<i64> = hits.iter().map(|h| h.0).collect();
+    let got: HashSet<i64> = hits.iter().map(|h| h.id).collect();
     assert_eq!(
         got,
         HashSet::from([1, 10_000]),
         "the point added after the build is found"
     );
     let hits = idx.search(&data[1].1, Score::Cosine, 0, 1, None);
-    assert_eq!(hits[0].0, 2);
+    assert_eq!(hits[0].id, 2);
     // Filters and paging.
     let allowed: HashSet<i64> = [5, 7, 11].into_iter().collect();
     let hits = idx.search(&data[6].1, Score::Cosine, 0, 10, Some(&allowed));
     assert_eq!(hits.len(), 3);
-    assert_eq!(hits[0].0, 7);
+    assert_eq!(hits[0].id, 7);
     let all = idx.search(&data[1].1, Score::Cosine, 0, 6, None);
     let page = idx.search(&data[1].1, Score::Cosine, 3, 3, None);
     assert_eq!(&all[3..], &page[..]);
@@ -102,7 +99,7 @@ fn grows_past_its_first_capacity_one_insert_at_a_time() {
     assert_eq!(idx.len(), 2_500);
     for (id, v) in data.iter().step_by(97) {
         let hits = idx.search(v, Score::Cosine, 0, 1, None);
-        assert_eq!(hits[0].0, *id);
+        assert_eq!(hits[0].id, *id);
     }
 }
 
@@ -186,9 +183,9 @@ fn snapshot_roundtrip_and_staleness() {
         .unwrap_or_else(|(why, _)| panic!("loads: {why}"));
     assert_eq!(loaded.len(), 299);
     let hits = loaded.search(&data[4].1, Score::Cosine, 0, 5, None);
-    assert!(hits.iter().all(|(id, _)| *id != 5));
+    assert!(hits.iter().all(|h| h.id != 5));
     let hits = loaded.search(&data[9].1, Score::Cosine, 0, 1, None);
-    assert_eq!(hits[0].0, 10);
+    assert_eq!(hits[0].id, 10);
     // Another generation with the same points (a write that changed no vector): loaded as it is.
     let again = VectorIndex::load(graph_params(), dir.path(), "t", 43, "b@1", live.clone())
         .unwrap_or_else(|(why, _)| panic!("other generation: {why}"));
@@ -234,7 +231,7 @@ fn snapshot_roundtrip_and_staleness() {
     let caught_up = VectorIndex::load(graph_params(), dir.path(), "t", 42, "b@1", swapped)
         .unwrap_or_else(|(why, _)| panic!("other ids: {why}"));
     assert_eq!(
-        caught_up.search(&data[0].1, Score::Cosine, 0, 1, None)[0].0,
+        caught_up.search(&data[0].1, Score::Cosine, 0, 1, None)[0].id,
         9_999
     );
     assert!(caught_up.vector(1).is_none());
@@ -254,10 +251,10 @@ fn a_snapshot_behind_the_database_is_brought_up_to_it_unless_mostly_deleted() {
     for (id, v) in data.iter().step_by(7) {
         let hits = loaded.search(v, Score::Cosine, 0, 3, None);
         if *id > 10 {
-            assert_eq!(hits[0].0, *id, "point {id}");
+            assert_eq!(hits[0].id, *id, "point {id}");
         } else {
             assert!(
-                hits.iter().all(|(h, _)| *h > 10),
+                hits.iter().all(|h| h.id > 10),
                 "deleted {id} found: {hits:?}"
             );
         }
@@ -278,23 +275,28 @@ fn caption_queries_on_images_add_each_images_offset_through_the_graph_too() {
     for exact_below in [0, 1_000_000] {
         let idx = graph_index_with(&data, |p| p.exact_below = exact_below);
         let plain = idx.search(&q, Score::CosineOffset, 0, 5, None);
-        assert_eq!(plain[0].0, 1, "no offsets yet: the point itself");
+        assert_eq!(plain[0].id, 1, "no offsets yet: the point itself");
         // A large offset lifts a point that the cosine alone ranks far down (it is found among the
         // re-ranked candidates) and sinks the query's own point; Cosine ignores the offsets.
-        let far = idx.search(&q, Score::Cosine, 0, 60, None)[50].0;
+        let far = idx.search(&q, Score::Cosine, 0, 60, None)[50].id;
         idx.set_offsets([(far, 0.5), (1, -0.5), (999_999, 1.0)]);
         let hits = idx.search(&q, Score::CosineOffset, 0, 5, None);
-        assert_eq!(hits[0].0, far, "exact_below {exact_below}");
+        assert_eq!(hits[0].id, far, "exact_below {exact_below}");
+        // Each hit carries its plain similarity beside the score it is ranked by.
+        let v_far = &data[(far - 1) as usize].1;
+        assert_eq!(hits[0].similarity, Score::Cosine.eval(&q, v_far));
+        assert_eq!(hits[0].score, hits[0].similarity + 0.5);
+        assert!(hits[1..].iter().all(|h| h.score == h.similarity));
         assert!(
-            hits.iter().all(|h| h.0 != 1),
+            hits.iter().all(|h| h.id != 1),
             "the sunk point stays out of the top 5"
         );
-        assert_eq!(idx.search(&q, Score::Cosine, 0, 1, None)[0].0, 1);
+        assert_eq!(idx.search(&q, Score::Cosine, 0, 1, None)[0].id, 1);
         // A deleted point's offset goes with it; a re-inserted id gets its new one.
         idx.remove(far);
         idx.insert(far, data[(far - 1) as usize].1.clone(), 0.0)
             .expect("insert");
-        assert_ne!(idx.search(&q, Score::CosineOffset, 0, 1, None)[0].0, far);
+        assert_ne!(idx.search(&q, Score::CosineOffset, 0, 1, None)[0].id, far);
     }
 }
 
@@ -323,7 +325,7 @@ fn a_broad_filter_on_the_graph_never_gives_a_short_or_wrong_page() {
     let got: Vec<i64> = idx
         .search(q, Score::Cosine, 0, 10, Some(&far))
         .into_iter()
-        .map(|h| h.0)
+        .map(|h| h.id)
         .collect();
     assert_eq!(got, exact(&far));
     // Half the points spread everywhere: the graph's own walk, every hit allowed.
@@ -334,5 +336,5 @@ fn a_broad_filter_on_the_graph_never_gives_a_short_or_wrong_page() {
         .collect();
     let got = idx.search(q, Score::Cosine, 0, 10, Some(&spread));
     assert_eq!(got.len(), 10);
-    assert!(got.iter().all(|(id, _)| spread.contains(id)));
+    assert!(got.iter().all(|h| spread.contains(&h.id)));
 }

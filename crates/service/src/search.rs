@@ -183,7 +183,11 @@ impl Service {
     ) -> Result<Vec<(i64, f32)>> {
         let idx = self.indexes_of(collection_id)?.get(target).clone();
         let score = self.score(qm, target);
-        Ok(idx.search(q, score, 0, k, None))
+        Ok(idx
+            .search(q, score, 0, k, None)
+            .into_iter()
+            .map(|h| (h.id, h.score))
+            .collect())
     }
 
     /// The images `filter` admits, from the metadata held beside the vectors (src/index/attributes.rs), off
@@ -224,27 +228,20 @@ impl Service {
         let (offset, k, extra) = (p.offset, p.k, usize::from(exclude.is_some()));
         let (vector, min_score) = (q.vector.clone(), p.min_score);
         let hits = tokio::task::spawn_blocking(move || {
-            let page: Vec<(i64, f32)> = match exclude {
+            let page = match exclude {
                 None => idx.search(&vector, score, offset, k, allowed.as_ref()),
                 Some(x) => idx
                     .search(&vector, score, 0, offset + k + extra, allowed.as_ref())
                     .into_iter()
-                    .filter(|(id, _)| *id != x)
+                    .filter(|h| h.id != x)
                     .skip(offset)
                     .take(k)
                     .collect(),
             };
             // Ranked by score, so the cut keeps a prefix of the page.
             page.into_iter()
-                .filter(|(_, s)| min_score.is_none_or(|m| *s >= m))
-                .map(|(id, s)| {
-                    let similarity = if score.uses_offsets() {
-                        s - idx.offset(id)
-                    } else {
-                        s
-                    };
-                    (id, s, similarity)
-                })
+                .filter(|h| min_score.is_none_or(|m| h.score >= m))
+                .map(|h| (h.id, h.score, h.similarity))
                 .collect::<Vec<Ranked>>()
         })
         .await

@@ -43,7 +43,7 @@ impl Service {
             let hits = tokio::task::spawn_blocking(move || images.search(&q, score, 0, 10, None))
                 .await
                 .map_err(|e| super::ServiceError::Unavailable(e.to_string()))?;
-            let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
+            let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
             self.store.images_by_ids(c.id, &ids).await?;
         }
         Ok(t.elapsed())
