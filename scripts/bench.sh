@@ -19,8 +19,9 @@ SIZES=${BENCH_SIZES:-10000,100000}
 SECONDS_PER_RUN=${BENCH_SECONDS:-10}
 PORT=${BENCH_PORT:-28517}
 PY=$PWD/.venv/bin/python
-ORT_DYLIB_PATH=$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)
-export ORT_DYLIB_PATH OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
+source scripts/lib.sh
+ort_dylib
+export OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
 
 cargo build -q --release --locked
 cargo bench -q --locked --bench bench --no-run
@@ -79,10 +80,7 @@ start_server() { # $1: database path, $2: label; records the time to /readyz and
   target/release/jointspace serve --addr "127.0.0.1:$PORT" --bundle "$BUNDLE" --database-url "sqlite://$1" \
     --intra-threads "$THREADS" --snapshot-interval 0 >"$OUT/$2.log" 2>&1 &
   SERVER_PID=$!
-  until curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null; do
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$OUT/$2.log"; echo "server died" >&2; exit 1; }
-    sleep 0.05
-  done
+  wait_ready "http://127.0.0.1:$PORT" 600 kill -0 "$SERVER_PID" || { cat "$OUT/$2.log"; exit 1; }
   t1=$(date +%s.%N)
   local rss
   rss=$(awk '/VmRSS/ {print $2 * 1024}' "/proc/$SERVER_PID/status")

@@ -11,6 +11,7 @@
 # image's environment variables), built here unless POSTGRES_IMAGE names an image that exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 [[ -f /tmp/container-sandbox/env.sh && -z "${CONTAINERS_CONF:-}" ]] && source /tmp/container-sandbox/env.sh
 command -v podman >/dev/null || { echo "compose-smoke: needs podman (bash ../shared/tools/container-sandbox.sh)" >&2; exit 1; }
 DATA=${DATA:-../shared/data/flickr8k}
@@ -54,10 +55,7 @@ t=$SECONDS
 compose up -d >/dev/null 2>&1 || fail "podman-compose up"
 r1=http://127.0.0.1:$JOINTSPACE_PORT_1 r2=http://127.0.0.1:$JOINTSPACE_PORT_2
 for base in "$r1" "$r2"; do
-  until curl -fsS "$base/readyz" >/dev/null 2>&1; do
-    (( SECONDS - t < 300 )) || fail "$base/readyz not ready after 300 s"
-    sleep 2
-  done
+  wait_ready "$base" $(( 300 - (SECONDS - t) )) || fail "a replica did not become ready"
 done
 echo "compose-smoke: Postgres and both replicas up and ready in $((SECONDS - t)) s"
 ps=$(podman ps --filter "label=io.podman.compose.project=$PROJECT" --format '{{.Names}} {{.Status}}')

@@ -8,6 +8,7 @@
 #   SKIP_BUILD=1 scripts/container-smoke.sh    # test an image already built
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 ENGINE=${ENGINE:-$(command -v podman >/dev/null && echo podman || echo docker)}
 IMAGE=${IMAGE:-jointspace:smoke}
 PORT=${PORT:-18080}
@@ -35,11 +36,8 @@ hc=$("$ENGINE" image inspect "$IMAGE" --format '{{json .Config.Healthcheck}}' 2>
   -e JOINTSPACE_ADMIN_KEY="$ADMIN" -e JOINTSPACE_READ_KEY="$READ" "$IMAGE" >/dev/null
 base=http://127.0.0.1:$PORT
 t=$SECONDS
-until curl -fsS "$base/readyz" >/dev/null 2>&1; do
-  (( SECONDS - t < 180 )) || fail "/readyz not ready after 180 s"
-  "$ENGINE" inspect "$NAME" --format '{{.State.Running}}' | grep -q true || fail "the container exited"
-  sleep 1
-done
+running() { "$ENGINE" inspect "$NAME" --format '{{.State.Running}}' | grep -q true; }
+wait_ready "$base" 180 running || fail "the server did not become ready"
 echo "container-smoke: ready in $((SECONDS - t)) s"
 uid=$("$ENGINE" exec "$NAME" id -u)
 [[ "$uid" != 0 ]] || fail "the server runs as root"

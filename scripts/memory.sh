@@ -15,17 +15,14 @@ SOAK=${SOAK:-120}
 DATA=${DATA:-../shared/data/flickr8k}
 BUNDLE=${JOINTSPACE_BUNDLE:-models/flickr8k-vgg16-fne}
 PORT=${PORT:-18124}
-ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)}
-export ORT_DYLIB_PATH
+source scripts/lib.sh
+ort_dylib
 work=$(mktemp -d)
 trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 target/release/jointspace serve --addr "127.0.0.1:$PORT" --bundle "$BUNDLE" --database-url "sqlite://$work/m.db" \
   --snapshot-interval 0 "$@" >"$work/log" 2>&1 &
 pid=$!
-until curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null; do
-  kill -0 "$pid" 2>/dev/null || { cat "$work/log"; echo "server died" >&2; exit 1; }
-  sleep 0.1
-done
+wait_ready "http://127.0.0.1:$PORT" 600 kill -0 "$pid" || { cat "$work/log"; exit 1; }
 mb() { awk "/$1/ {print int(\$2/1024)}" "/proc/$pid/status"; }
 say() { echo "$1: $(mb VmRSS) MB resident (peak $(mb VmHWM) MB)"; }
 say start

@@ -15,8 +15,8 @@ BUNDLE=models/flickr8k-vgg16-fne
 source scripts/browser-env.sh
 scripts/setup-python.sh
 cargo build --locked --release --bin jointspace
-ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)}
-export ORT_DYLIB_PATH
+source scripts/lib.sh
+ort_dylib
 bin=${CARGO_TARGET_DIR:-target}/release/jointspace
 dir=.cache/page-screenshot
 db=$dir/flickr8k-test-$N.db
@@ -33,5 +33,5 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
   >"$dir/server.log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT
-for _ in $(seq 240); do curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.5; done
+wait_ready "http://127.0.0.1:$port" 120 kill -0 "$pid" || { tail -30 "$dir/server.log"; exit 1; }
 "$venv/bin/python" scripts/page_screenshot.py "http://127.0.0.1:$port" flickr8k-test "$QUERY" docs/page.png

@@ -7,8 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-python.sh
 cargo build --locked --release --bin jointspace
-ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)}
-export ORT_DYLIB_PATH
+source scripts/lib.sh
+ort_dylib
 export JOINTSPACE_ADDR=${JOINTSPACE_ADDR:-127.0.0.1:8080}
 # glibc unmaps buffers of 4 MiB and more when freed: an idle server returns to ~210 MB (docs/operations.md, "Memory")
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=4194304}

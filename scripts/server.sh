@@ -2,8 +2,8 @@
 #   start_server BUNDLE [more serve flags]
 # builds the binary, starts it on a free port with a scratch SQLite database, waits for /readyz, and sets
 # `base` (its URL), `pid`, and `work` (a scratch folder with server.log), removed with the server on exit.
-ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)}
-export ORT_DYLIB_PATH
+source scripts/lib.sh
+ort_dylib
 
 start_server() {
   local bundle=$1 port
@@ -17,9 +17,8 @@ start_server() {
   pid=$!
   trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
   base=http://127.0.0.1:$port
-  for _ in $(seq 240); do curl -fsS "$base/readyz" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  wait_ready "$base" 120 kill -0 "$pid" && return 0
   tail -30 "$work/server.log"
-  echo "the server did not become ready" >&2
   return 1
 }
 

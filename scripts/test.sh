@@ -27,8 +27,8 @@ cargo fmt --all --check
 cargo clippy --locked --release --workspace --all-targets -- -D warnings
 # Real camera-size photos for the preparation's parity test (scikit-image's samples, from its wheel by version).
 (cd train && ../.venv/bin/python -m jointspace_train photos --out ../.cache/photos)
-ORT_DYLIB_PATH=$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)
-export ORT_DYLIB_PATH
+source scripts/lib.sh
+ort_dylib
 echo "== server tests (cargo test, ORT_DYLIB_PATH=$ORT_DYLIB_PATH)"
 cargo test --locked --release --workspace
 echo "== API against its spec (schemathesis: no 5xx, every response as openapi.yaml says)"
