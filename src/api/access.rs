@@ -32,36 +32,21 @@ pub struct RouteInfo {
     pub writes: bool,
 }
 
-pub const PUBLIC: RouteInfo = RouteInfo {
-    access: Access::Public,
-    infers: false,
-    writes: false,
-};
-pub const READ: RouteInfo = RouteInfo {
-    access: Access::Read,
-    infers: false,
-    writes: false,
-};
-pub const READ_INFER: RouteInfo = RouteInfo {
-    access: Access::Read,
-    infers: true,
-    writes: false,
-};
-pub const ADMIN: RouteInfo = RouteInfo {
-    access: Access::Admin,
-    infers: false,
-    writes: true,
-};
-pub const WRITE: RouteInfo = RouteInfo {
-    access: Access::Write,
-    infers: false,
-    writes: true,
-};
-pub const WRITE_INFER: RouteInfo = RouteInfo {
-    access: Access::Write,
-    infers: true,
-    writes: true,
-};
+/// The kinds of route below, as one table: (access, infers, writes).
+const fn route(access: Access, infers: bool, writes: bool) -> RouteInfo {
+    RouteInfo {
+        access,
+        infers,
+        writes,
+    }
+}
+
+pub const PUBLIC: RouteInfo = route(Access::Public, false, false);
+pub const READ: RouteInfo = route(Access::Read, false, false);
+pub const READ_INFER: RouteInfo = route(Access::Read, true, false);
+pub const ADMIN: RouteInfo = route(Access::Admin, false, true);
+pub const WRITE: RouteInfo = route(Access::Write, false, true);
+pub const WRITE_INFER: RouteInfo = route(Access::Write, true, true);
 
 /// The table by (method, path template), for the middleware.
 #[derive(Debug, Clone, Default)]

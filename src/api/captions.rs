@@ -6,8 +6,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::{
     AppState,
-    error::{ApiError, ApiResult, ErrorBody},
-    extract::{ApiJson, ApiQuery, Caller, CollectionPath, ItemPath},
+    error::{ApiResult, ErrorBody},
+    extract::{ApiJson, ApiQuery, Caller, CollectionPath, ItemPath, page},
 };
 use crate::service::CaptionRow;
 
@@ -96,12 +96,7 @@ pub async fn list(
     CollectionPath(collection): CollectionPath,
     ApiQuery(q): ApiQuery<ListCaptionsQuery>,
 ) -> ApiResult<Json<CaptionList>> {
-    let (offset, limit) = (q.offset.unwrap_or(0), q.limit.unwrap_or(100));
-    if offset < 0 || !(1..=1000).contains(&limit) {
-        return Err(ApiError::invalid(
-            "offset must be >= 0 and limit between 1 and 1000",
-        ));
-    }
+    let (offset, limit) = page(q.offset, q.limit)?;
     let (rows, total) = s
         .service
         .list_captions(&collection, q.image_id, offset, limit)

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use super::{
     AppState,
-    error::{ApiError, BodyLimit, body_too_large},
+    error::{ApiError, ApiResult, BodyLimit, body_too_large},
     keys::{Key, KeyFound},
     middleware::auth::too_many,
 };
@@ -72,34 +72,40 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     }
 }
 
-/// `Path` whose rejections use the error shape of `ApiError`.
-pub struct ApiPath<T>(pub T);
+/// An axum extractor of `T` whose rejections use the error shape of `ApiError`.
+macro_rules! api_extractor {
+    ($(#[$doc:meta])* $name:ident wraps $inner:ty) => {
+        $(#[$doc])*
+        pub struct $name<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
-    type Rejection = ApiError;
+        impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for $name<T> {
+            type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Ok(ApiPath(
-            axum::extract::Path::<T>::from_request_parts(parts, state)
-                .await?
-                .0,
-        ))
-    }
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+                Ok($name(<$inner>::from_request_parts(parts, state).await?.0))
+            }
+        }
+    };
 }
 
-/// `Query` whose rejections use the error shape of `ApiError`.
-pub struct ApiQuery<T>(pub T);
+api_extractor!(
+    /// `Path` whose rejections use the error shape of `ApiError`.
+    ApiPath wraps axum::extract::Path<T>
+);
+api_extractor!(
+    /// `Query` whose rejections use the error shape of `ApiError`.
+    ApiQuery wraps axum::extract::Query<T>
+);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Ok(ApiQuery(
-            axum::extract::Query::<T>::from_request_parts(parts, state)
-                .await?
-                .0,
-        ))
+/// The `offset` and `limit` of a list query, defaulted (0, 100) and checked.
+pub fn page(offset: Option<i64>, limit: Option<i64>) -> ApiResult<(i64, i64)> {
+    let (offset, limit) = (offset.unwrap_or(0), limit.unwrap_or(100));
+    if offset < 0 || !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid(
+            "offset must be >= 0 and limit between 1 and 1000",
+        ));
     }
+    Ok((offset, limit))
 }
 
 /// Who is calling: the key the key check found (none on an open API), with the metrics its refusals count in.

@@ -16,7 +16,7 @@ use super::{
     AppState,
     captions::Caption,
     error::{self, ApiError, ApiResult, ErrorBody},
-    extract::{ApiQuery, Caller, CollectionPath, ItemPath},
+    extract::{ApiQuery, Caller, CollectionPath, ItemPath, page},
     upload::{self, Body, Kind, field},
 };
 use crate::{
@@ -374,12 +374,7 @@ pub async fn list(
         }));
     }
     let filter = parse_filter(q.filter.as_deref())?;
-    let (offset, limit) = (q.offset.unwrap_or(0), q.limit.unwrap_or(100));
-    if offset < 0 || !(1..=1000).contains(&limit) {
-        return Err(ApiError::invalid(
-            "offset must be >= 0 and limit between 1 and 1000",
-        ));
-    }
+    let (offset, limit) = page(q.offset, q.limit)?;
     let (rows, total) = s
         .service
         .list_images(&collection, &filter, offset, limit)

@@ -182,25 +182,12 @@ impl ApiKeys {
         read: Option<&str>,
         file: Option<&Path>,
     ) -> anyhow::Result<ApiKeys> {
-        let mut keys = vec![];
-        if let Some(a) = admin {
-            keys.push(Key::plain(
-                "admin",
-                digest(a),
-                Role::Admin,
-                None,
-                Limits::default(),
-            ));
-        }
-        if let Some(r) = read {
-            keys.push(Key::plain(
-                "read",
-                digest(r),
-                Role::Read,
-                None,
-                Limits::default(),
-            ));
-        }
+        let mut keys: Vec<Key> = [("admin", admin, Role::Admin), ("read", read, Role::Read)]
+            .into_iter()
+            .filter_map(|(name, secret, role)| {
+                secret.map(|s| Key::plain(name, digest(s), role, None, Limits::default()))
+            })
+            .collect();
         if let Some(f) = file {
             let text = std::fs::read_to_string(f)
                 .with_context(|| format!("cannot read the keys file {}", f.display()))?;
@@ -364,22 +351,14 @@ mod tests {
         ))
         .expect("valid");
         let name = |s: &str| k.find(s).map(|k| (k.name.clone(), k.role));
-        assert_eq!(
-            name("admin-key-0123456789"),
-            Some(("admin".into(), Role::Admin))
-        );
-        assert_eq!(
-            name("read-key-0123456789"),
-            Some(("read".into(), Role::Read))
-        );
-        assert_eq!(
-            name("shop-a-secret-0123"),
-            Some(("shop-a".into(), Role::Write))
-        );
-        assert_eq!(
-            name("viewer-secret-0123"),
-            Some(("viewer".into(), Role::Read))
-        );
+        for (secret, key, role) in [
+            ("admin-key-0123456789", "admin", Role::Admin),
+            ("read-key-0123456789", "read", Role::Read),
+            ("shop-a-secret-0123", "shop-a", Role::Write),
+            ("viewer-secret-0123", "viewer", Role::Read),
+        ] {
+            assert_eq!(name(secret), Some((key.into(), role)), "{secret}");
+        }
         assert_eq!(name("viewer-secret-012"), None);
         let shop = k.find("shop-a-secret-0123").expect("shop");
         assert!(shop.may_touch("a") && !shop.may_touch("b"));

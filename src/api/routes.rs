@@ -216,28 +216,12 @@ mod tests {
         };
         // No MatchedPath: a POST under /v1/ that no route serves (say a future /v1/embed/... path) is
         // admin-only, not readable by the read key because of how its path looks.
-        assert_eq!(
-            infos.of_request(&req(Method::POST, "/v1/embed/new")).access,
-            Access::Admin
-        );
-        assert_eq!(
-            infos.of_request(&req(Method::GET, "/v1/nothing")).access,
-            Access::Read
-        );
-        assert_eq!(
-            infos.of_request(&req(Method::HEAD, "/v1/nothing")).access,
-            Access::Read
-        );
-        assert_eq!(
-            infos.of_request(&req(Method::GET, "/nothing")).access,
-            Access::Public
-        );
-        assert_eq!(
-            infos
-                .of_request(&req(Method::OPTIONS, "/v1/collections"))
-                .access,
-            Access::Public
-        );
+        let access = |m: Method, p: &str| infos.of_request(&req(m, p)).access;
+        assert_eq!(access(Method::POST, "/v1/embed/new"), Access::Admin);
+        assert_eq!(access(Method::GET, "/v1/nothing"), Access::Read);
+        assert_eq!(access(Method::HEAD, "/v1/nothing"), Access::Read);
+        assert_eq!(access(Method::GET, "/nothing"), Access::Public);
+        assert_eq!(access(Method::OPTIONS, "/v1/collections"), Access::Public);
     }
 
     #[test]

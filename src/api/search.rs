@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     filter::Filter,
-    service::{Query, SearchMode, SearchParams},
+    service::{CaptionHit, ImageHit, Query, SearchMode, SearchParams},
 };
 
 /// Exactly one of `text`, `image` and `image_id`.
@@ -115,6 +115,16 @@ pub struct ImageResult {
     pub image: Image,
 }
 
+impl From<ImageHit> for ImageResult {
+    fn from(h: ImageHit) -> Self {
+        ImageResult {
+            score: h.score,
+            similarity: h.similarity,
+            image: h.image.into(),
+        }
+    }
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ImageResults {
     pub results: Vec<ImageResult>,
@@ -138,6 +148,16 @@ pub struct CaptionResult {
     /// The bundle's similarity of query and caption (cosine, order score or negative squared distance).
     pub similarity: f32,
     pub caption: Caption,
+}
+
+impl From<CaptionHit> for CaptionResult {
+    fn from(h: CaptionHit) -> Self {
+        CaptionResult {
+            score: h.score,
+            similarity: h.similarity,
+            caption: h.caption.into(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -223,15 +243,7 @@ pub async fn images(
     caller.charge_rows(1)?;
     let found = s.service.search_images(&collection, q, p).await?;
     Ok(Json(ImageResults {
-        results: found
-            .hits
-            .into_iter()
-            .map(|h| ImageResult {
-                score: h.score,
-                similarity: h.similarity,
-                image: h.image.into(),
-            })
-            .collect(),
+        results: found.hits.into_iter().map(Into::into).collect(),
         matches: found.matches,
         mode: found.mode.unwrap_or(SearchMode::Vector).into(),
         unknown_words: found.unknown_words,
@@ -254,15 +266,7 @@ pub async fn captions(
     caller.charge_rows(1)?;
     let found = s.service.search_captions(&collection, q, p).await?;
     Ok(Json(CaptionResults {
-        results: found
-            .hits
-            .into_iter()
-            .map(|h| CaptionResult {
-                score: h.score,
-                similarity: h.similarity,
-                caption: h.caption.into(),
-            })
-            .collect(),
+        results: found.hits.into_iter().map(Into::into).collect(),
         unknown_words: found.unknown_words,
     }))
 }

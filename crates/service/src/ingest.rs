@@ -207,12 +207,23 @@ impl Service {
             .store
             .insert_captions(c.id, &rows, &self.pipeline.bundle.id)
             .await?;
-        let idx = self.indexes_of(c.id)?;
-        for (row, id) in rows.into_iter().zip(&ids) {
+        self.index_added_captions(c.id, rows, &ids)?;
+        Ok(ids)
+    }
+
+    /// Committed captions (`ids` as the store gave them) made searchable.
+    pub(super) fn index_added_captions(
+        &self,
+        collection_id: i64,
+        rows: Vec<NewCaption>,
+        ids: &[i64],
+    ) -> Result<()> {
+        let idx = self.indexes_of(collection_id)?;
+        for (row, id) in rows.into_iter().zip(ids) {
             idx.captions
                 .insert(*id, row.caption.vector, row.caption.offset)?;
         }
         self.update_gauges();
-        Ok(ids)
+        Ok(())
     }
 }

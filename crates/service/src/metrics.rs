@@ -7,7 +7,7 @@ use crate::{batch::BatchStats, runtime::Provider};
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
-    registry::Registry,
+    registry::{Metric, Registry},
 };
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -68,6 +68,16 @@ fn latency() -> Histogram {
     ])
 }
 
+/// Registers `metric` and hands it back: a metric is a shared handle, so the copy kept is the one registered.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+fn latency_family<L: Clone + std::hash::Hash + Eq>() -> Family<L, Histogram> {
+    Family::new_with_constructor(latency)
+}
+
 pub struct Metrics {
     registry: Registry,
     http_requests: Family<HttpLabels, Counter>,
@@ -97,134 +107,114 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("jointspace");
-        let http_requests = Family::<HttpLabels, Counter>::default();
-        let http_seconds =
-            Family::<HttpLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
-        let embed_seconds =
-            Family::<KindLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
-        let embed_items = Family::<KindLabels, Counter>::default();
-        let search_seconds =
-            Family::<KindLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
-        let (index_images, index_captions) = (Gauge::default(), Gauge::default());
-        registry.register(
-            "http_requests",
-            "HTTP requests by route and status",
-            http_requests.clone(),
-        );
-        registry.register(
-            "http_request_duration_seconds",
-            "HTTP request latency",
-            http_seconds.clone(),
-        );
-        registry.register(
-            "embed_duration_seconds",
-            "Time to embed one request's images or texts",
-            embed_seconds.clone(),
-        );
-        registry.register(
-            "embedded_items",
-            "Images and texts embedded",
-            embed_items.clone(),
-        );
-        registry.register(
-            "search_duration_seconds",
-            "Search latency including the query embedding",
-            search_seconds.clone(),
-        );
-        registry.register(
-            "index_images",
-            "Live image vectors in all indexes",
-            index_images.clone(),
-        );
-        registry.register(
-            "index_captions",
-            "Live caption vectors in all indexes",
-            index_captions.clone(),
-        );
-        let http_in_flight = Gauge::default();
-        registry.register(
-            "http_requests_in_flight",
-            "HTTP requests being served",
-            http_in_flight.clone(),
-        );
-        let queue_depth = Family::<ModelLabels, Gauge>::default();
-        registry.register(
-            "inference_queue_depth",
-            "Crops (vision) or sentences (text) waiting for the inference worker",
-            queue_depth.clone(),
-        );
-        let batch_rows =
-            Family::<ModelLabels, Histogram>::new_with_constructor(batch_rows as fn() -> Histogram);
-        registry.register(
-            "inference_batch_rows",
-            "Rows (crops or sentences) in each runtime call; above 1 when concurrent requests are batched",
-            batch_rows.clone(),
-        );
-        let rejected = Family::<ModelLabels, Counter>::default();
-        registry.register(
-            "inference_rejected",
-            "Requests refused because the inference queue was full (429)",
-            rejected.clone(),
-        );
-        let db_seconds =
-            Family::<OpLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
-        registry.register(
-            "db_duration_seconds",
-            "Database call latency by operation",
-            db_seconds.clone(),
-        );
-        let provider = Family::<ProviderLabels, Gauge>::default();
-        registry.register(
-            "execution_provider",
-            "1 for the ONNX Runtime execution provider that runs the graphs (cpu, cuda)",
-            provider.clone(),
-        );
-        let index_loads = Family::<SourceLabels, Counter>::default();
-        registry.register(
-            "index_loads",
-            "Indexes loaded at start or reload: source=snapshot (a snapshot, brought up to the database) or \
-             database (built from every stored vector)",
-            index_loads.clone(),
-        );
-        let key_requests = Family::<KeyLabels, Counter>::default();
-        registry.register(
-            "key_requests",
-            "Requests by API key name (keys are never shown, only their names)",
-            key_requests.clone(),
-        );
-        let rate_limited = Family::<LimitLabels, Counter>::default();
-        registry.register(
-            "rate_limited",
-            "Requests refused (429) by an API key's rate: limit=requests or rows",
-            rate_limited.clone(),
-        );
-        let url_fetches = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "url_fetches",
-            "Images fetched for URL ingest, by outcome: ok, or why not (forbidden, timeout, too_large, not_image, \
-             status, redirects, unreachable, invalid_url, off)",
-            url_fetches.clone(),
-        );
+        let mut r = Registry::with_prefix("jointspace");
+        // Fields in registration order: the text exposition lists metrics in that order.
         Metrics {
-            registry,
-            url_fetches,
-            provider,
-            index_loads,
-            key_requests,
-            rate_limited,
-            http_in_flight,
-            queue_depth,
-            batch_rows,
-            rejected,
-            db_seconds,
-            http_requests,
-            http_seconds,
-            embed_seconds,
-            embed_items,
-            search_seconds,
-            index_images,
-            index_captions,
+            http_requests: registered(
+                &mut r,
+                "http_requests",
+                "HTTP requests by route and status",
+                Family::default(),
+            ),
+            http_seconds: registered(
+                &mut r,
+                "http_request_duration_seconds",
+                "HTTP request latency",
+                latency_family(),
+            ),
+            embed_seconds: registered(
+                &mut r,
+                "embed_duration_seconds",
+                "Time to embed one request's images or texts",
+                latency_family(),
+            ),
+            embed_items: registered(
+                &mut r,
+                "embedded_items",
+                "Images and texts embedded",
+                Family::default(),
+            ),
+            search_seconds: registered(
+                &mut r,
+                "search_duration_seconds",
+                "Search latency including the query embedding",
+                latency_family(),
+            ),
+            index_images: registered(
+                &mut r,
+                "index_images",
+                "Live image vectors in all indexes",
+                Gauge::default(),
+            ),
+            index_captions: registered(
+                &mut r,
+                "index_captions",
+                "Live caption vectors in all indexes",
+                Gauge::default(),
+            ),
+            http_in_flight: registered(
+                &mut r,
+                "http_requests_in_flight",
+                "HTTP requests being served",
+                Gauge::default(),
+            ),
+            queue_depth: registered(
+                &mut r,
+                "inference_queue_depth",
+                "Crops (vision) or sentences (text) waiting for the inference worker",
+                Family::default(),
+            ),
+            batch_rows: registered(
+                &mut r,
+                "inference_batch_rows",
+                "Rows (crops or sentences) in each runtime call; above 1 when concurrent requests are batched",
+                Family::new_with_constructor(batch_rows as fn() -> Histogram),
+            ),
+            rejected: registered(
+                &mut r,
+                "inference_rejected",
+                "Requests refused because the inference queue was full (429)",
+                Family::default(),
+            ),
+            db_seconds: registered(
+                &mut r,
+                "db_duration_seconds",
+                "Database call latency by operation",
+                latency_family(),
+            ),
+            provider: registered(
+                &mut r,
+                "execution_provider",
+                "1 for the ONNX Runtime execution provider that runs the graphs (cpu, cuda)",
+                Family::default(),
+            ),
+            index_loads: registered(
+                &mut r,
+                "index_loads",
+                "Indexes loaded at start or reload: source=snapshot (a snapshot, brought up to the database) or \
+                 database (built from every stored vector)",
+                Family::default(),
+            ),
+            key_requests: registered(
+                &mut r,
+                "key_requests",
+                "Requests by API key name (keys are never shown, only their names)",
+                Family::default(),
+            ),
+            rate_limited: registered(
+                &mut r,
+                "rate_limited",
+                "Requests refused (429) by an API key's rate: limit=requests or rows",
+                Family::default(),
+            ),
+            url_fetches: registered(
+                &mut r,
+                "url_fetches",
+                "Images fetched for URL ingest, by outcome: ok, or why not (forbidden, timeout, too_large, not_image, \
+                 status, redirects, unreachable, invalid_url, off)",
+                Family::default(),
+            ),
+            registry: r,
         }
     }
 

@@ -314,12 +314,7 @@ impl Service {
             .store
             .insert_captions_marked(c.id, &rows, &self.pipeline.bundle.id, Some(mark))
             .await?;
-        let idx = self.indexes_of(c.id)?;
-        for (row, id) in rows.into_iter().zip(&ids) {
-            idx.captions
-                .insert(*id, row.caption.vector, row.caption.offset)?;
-        }
-        self.update_gauges();
+        self.index_added_captions(c.id, rows, &ids)?;
         Ok(ids)
     }
 
