@@ -3,31 +3,22 @@
 //! database before it becomes searchable. The service is the only way up to the store: callers above it
 //! (api, cli) see rows and hits, never the store itself.
 //!
-//! One file per area: `collections`, `ingest` (adding images and captions), `items` (reading and deleting
-//! them), `updates` (PATCH and the upsert by external id), `transfer` (export and import), `search` (with `hybrid`, its keyword and fused modes), `reindex`, `follow` (other replicas' writes), `idempotency` (answers kept for retried POSTs), `readiness` (whether to send this process
-//! traffic); `registry` holds the indexes.
-//! `url_ingest`: images given by URL, fetched (`fetch`) and failing one by one. `metrics` is the Prometheus
-//! registry the service and the HTTP layer record into.
+//! One module per area a reader can name: `collections`; `items` (adding, reading, changing, deleting, export
+//! and import); `search` (by vector, keyword or both); `admin` (reindex, following other replicas, readiness,
+//! warm-up, idempotency keys). Beside them: `registry` (the only holder of the index map's lock), `database`
+//! (the opaque handle to the store), `fetch` (images by URL, behind an address guard), `metrics` (the
+//! Prometheus registry the service and the HTTP layer record into) and `error`.
 
 pub mod fetch;
 pub mod metrics;
 
+mod admin;
 mod collections;
 mod database;
 mod error;
-mod follow;
-mod hybrid;
-mod idempotency;
-mod ingest;
 mod items;
-mod readiness;
 mod registry;
-mod reindex;
 mod search;
-mod transfer;
-mod updates;
-mod url_ingest;
-mod warm;
 
 use std::{
     path::PathBuf,
@@ -49,19 +40,19 @@ pub use crate::index::IndexParams;
 pub use crate::store::{
     CaptionRow, Claim, CollectionRow, IDEMPOTENCY_HEARTBEAT, ImagePatch, ImageRow, ImportMark,
 };
+pub use admin::follow::{CHANGE_RETENTION, FollowReport};
+pub use admin::readiness::{ReadinessReport, ReadyOptions};
+pub use admin::reindex::{REINDEX_PAGE_ROWS, Reindexed};
 pub use collections::{CollectionName, validate_collection_name};
 pub use database::Database;
 pub use error::{Result, ServiceError};
-pub use follow::{CHANGE_RETENTION, FollowReport};
-pub use ingest::{AddedImage, ImageInput};
-pub use readiness::{ReadinessReport, ReadyOptions};
-pub use reindex::{REINDEX_PAGE_ROWS, Reindexed};
-pub use search::{CaptionHit, Hits, ImageHit, Query, SearchMode, SearchParams};
-pub use transfer::{
+pub use items::ingest::{AddedImage, ImageInput};
+pub use items::transfer::{
     CaptionLine, EXPORT_FORMAT, EndLine, ExportHeader, ExportLine, ImageLine, export_collection,
 };
-pub use updates::{UpsertInput, UpsertOutcome, UpsertedImage, content_hash};
-pub use url_ingest::{AddReport, ImageItem, ImageSource, ItemFailure};
+pub use items::updates::{UpsertInput, UpsertOutcome, UpsertedImage, content_hash};
+pub use items::url_ingest::{AddReport, ImageItem, ImageSource, ItemFailure};
+pub use search::{CaptionHit, Hits, ImageHit, Query, SearchMode, SearchParams};
 
 use crate::{
     index::{Attributes, VectorIndex, snapshot_name},
@@ -114,12 +105,12 @@ pub struct Service {
     opts: ServiceOptions,
     indexes: IndexRegistry,
     /// Where this process stands in the database's change sequence (src/service/follow.rs).
-    follow: tokio::sync::Mutex<follow::FollowState>,
+    follow: tokio::sync::Mutex<admin::follow::FollowState>,
     /// When this service opened; `followed_at_ms` counts from it.
     started: Instant,
     /// When the indexes last held everything committed (the open, then each follow step that succeeded).
     followed_at_ms: AtomicU64,
-    probes: readiness::ProbeCache,
+    probes: admin::readiness::ProbeCache,
 }
 
 impl Service {
@@ -139,7 +130,7 @@ impl Service {
             metrics,
             opts,
             indexes: IndexRegistry::default(),
-            follow: tokio::sync::Mutex::new(follow::FollowState::new(cursor)),
+            follow: tokio::sync::Mutex::new(admin::follow::FollowState::new(cursor)),
             started,
             followed_at_ms: AtomicU64::new(0),
             probes: Default::default(),

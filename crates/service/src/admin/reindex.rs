@@ -3,7 +3,7 @@
 //! (`store::reindex`), then every index rebuilt, here and, through the change sequence, on the other
 //! replicas. Killed part-way, the database keeps the old vectors; run again, it resumes from what was staged.
 
-use super::{Result, Service, ServiceError};
+use crate::{Result, Service, ServiceError};
 use crate::{
     fne::TernaryCode,
     modality::Modality,

@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{
+use crate::{
     CollectionName, Result, Service, ServiceError,
-    updates::{check_external_id, content_hash},
+    items::updates::{check_external_id, content_hash},
 };
 use crate::{
     pipeline::ImageUse,
@@ -32,7 +32,7 @@ pub struct AddedImage {
 
 impl Service {
     /// The request's shape, before anything is read or embedded: counts, external ids, metadata.
-    pub(super) fn check_images(&self, inputs: &[ImageInput]) -> Result<()> {
+    pub(crate) fn check_images(&self, inputs: &[ImageInput]) -> Result<()> {
         if inputs.is_empty() {
             return Err(ServiceError::Invalid("no images in the request".into()));
         }
@@ -62,7 +62,7 @@ impl Service {
         Ok(())
     }
 
-    pub(super) fn check_caption_count(&self, n: usize) -> Result<()> {
+    pub(crate) fn check_caption_count(&self, n: usize) -> Result<()> {
         if n > self.opts.max_batch * 10 {
             return Err(ServiceError::Invalid(format!(
                 "{n} captions in one request; the limit is {}",
@@ -159,7 +159,7 @@ impl Service {
     }
 
     /// Committed images (with their captions, `ids` as the store gave them) made searchable.
-    pub(super) fn index_added(
+    pub(crate) fn index_added(
         &self,
         collection_id: i64,
         rows: Vec<NewImage>,
@@ -212,7 +212,7 @@ impl Service {
     }
 
     /// Committed captions (`ids` as the store gave them) made searchable.
-    pub(super) fn index_added_captions(
+    pub(crate) fn index_added_captions(
         &self,
         collection_id: i64,
         rows: Vec<NewCaption>,

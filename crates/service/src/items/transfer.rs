@@ -11,7 +11,7 @@ use futures::{Stream, stream};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{CollectionName, Result, Service, ServiceError};
+use crate::{CollectionName, Result, Service, ServiceError};
 use crate::{
     fne::TernaryCode,
     store::{

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::Service;
+use crate::Service;
 use crate::runtime::Provider;
 
 /// How long a probe verdict is reused, and how recent a successful run must be to stand in for a probe.
@@ -54,7 +54,7 @@ impl ReadinessReport {
 }
 
 /// The inference workers' last verdicts and when they were reached.
-pub(super) type ProbeCache = tokio::sync::Mutex<Option<(Instant, [Result<(), String>; 2])>>;
+pub(crate) type ProbeCache = tokio::sync::Mutex<Option<(Instant, [Result<(), String>; 2])>>;
 
 impl Service {
     pub async fn readiness(&self, opts: ReadyOptions) -> ReadinessReport {
@@ -73,7 +73,7 @@ impl Service {
     }
 
     /// Notes that the indexes hold everything committed before `read_at` (a follow step succeeded).
-    pub(super) fn mark_followed(&self, read_at: Instant) {
+    pub(crate) fn mark_followed(&self, read_at: Instant) {
         let ms = read_at.saturating_duration_since(self.started).as_millis() as u64;
         self.followed_at_ms.fetch_max(ms, Ordering::AcqRel);
     }

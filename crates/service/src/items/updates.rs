@@ -6,7 +6,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{CollectionName, Result, Service, ServiceError, items::hide};
+use crate::{CollectionName, Result, Service, ServiceError, items::hide};
 use crate::{
     pipeline::ImageUse,
     store::{EmbeddedCaption, ImagePatch, ImageRow, NewImage, Photo, Provenance, Upsert},
@@ -18,7 +18,7 @@ pub fn content_hash(bytes: &[u8]) -> String {
 }
 
 /// An external id as the API accepts it.
-pub(super) fn check_external_id(e: &str, at: &str) -> Result<()> {
+pub(crate) fn check_external_id(e: &str, at: &str) -> Result<()> {
     if e.is_empty() || e.len() > 256 {
         return Err(ServiceError::Invalid(format!(
             "{at}external_id must be 1-256 characters"

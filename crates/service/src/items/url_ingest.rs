@@ -6,8 +6,8 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{AddedImage, CollectionName, ImageInput, ImportMark, Result, Service, ServiceError};
 use crate::fetch::{FetchError, redacted};
+use crate::{AddedImage, CollectionName, ImageInput, ImportMark, Result, Service, ServiceError};
 
 pub enum ImageSource {
     Bytes(Bytes),

@@ -1,8 +1,8 @@
 //! The answers kept for retried POSTs (`Idempotency-Key`), handed to the HTTP layer's middleware, which is
 //! the only user: the service is the only way up to the store.
 
-use super::{Result, Service};
 use crate::store::Claim;
+use crate::{Result, Service};
 
 impl Service {
     pub async fn claim_idempotency(

@@ -5,8 +5,8 @@
 
 use std::time::Instant;
 
-use super::{Result, Service};
 use crate::modality::Modality;
+use crate::{Result, Service};
 
 /// Sentences of one to twenty words (the lengths most queries have), cut from one caption-like text.
 fn sentences() -> Vec<String> {
@@ -42,7 +42,7 @@ impl Service {
             let q = query.clone();
             let hits = tokio::task::spawn_blocking(move || images.search(&q, score, 0, 10, None))
                 .await
-                .map_err(|e| super::ServiceError::Unavailable(e.to_string()))?;
+                .map_err(|e| crate::ServiceError::Unavailable(e.to_string()))?;
             let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
             self.store.images_by_ids(c.id, &ids).await?;
         }

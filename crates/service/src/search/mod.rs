@@ -1,5 +1,8 @@
 //! Search: a query (sentence, photo, or stored photo) becomes a vector, the collection's index of the
-//! target modality ranks its points, and the hits come back with their rows. One path for both targets.
+//! target modality ranks its points, and the hits come back with their rows. One path for both targets;
+//! `hybrid` adds the keyword ranking and fuses the two.
+
+mod hybrid;
 
 use std::collections::{HashMap, HashSet};
 

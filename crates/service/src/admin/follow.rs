@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Result, Service, items::hide};
+use crate::{Result, Service, items::hide};
 use crate::{
     modality::Modality,
     store::{Change, ChangeKind, Cursor},
@@ -19,14 +19,14 @@ use crate::{
 /// from the database instead of trusting the sequence.
 pub const CHANGE_RETENTION: Duration = Duration::from_secs(3600);
 
-pub(super) struct FollowState {
+pub(crate) struct FollowState {
     cursor: Cursor,
     last_ok: Instant,
     last_prune: Option<Instant>,
 }
 
 impl FollowState {
-    pub(super) fn new(cursor: Cursor) -> FollowState {
+    pub(crate) fn new(cursor: Cursor) -> FollowState {
         FollowState {
             cursor,
             last_ok: Instant::now(),

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::{
+use crate::{
     CollectionRef, Result, Service, ServiceError,
     search::{Query, QueryVector, Ranked, SearchMode, SearchParams},
 };
@@ -18,7 +18,7 @@ const RRF_K: f32 = 60.0;
 impl Service {
     /// The mode a search runs in: as asked (keyword and hybrid need a sentence), or by default hybrid for a
     /// sentence in a collection created with `text_fields`, vector otherwise.
-    pub(super) fn resolve_mode(
+    pub(crate) fn resolve_mode(
         &self,
         c: &CollectionRef,
         q: &Query,
@@ -38,7 +38,7 @@ impl Service {
 
     /// The page of a keyword or hybrid search, ranked by the fused score (keyword: the engine's relevance),
     /// each hit with its vector similarity; and how many images the filter admits.
-    pub(super) async fn fused(
+    pub(crate) async fn fused(
         &self,
         c: &CollectionRef,
         qv: &QueryVector,
