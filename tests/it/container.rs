@@ -73,24 +73,62 @@ fn glob(pat: &str, path: &str) -> bool {
     }
 }
 
-/// The files the release binary was built from, relative to the workspace root.
+/// `..` and `.` resolved by name (the files exist, but the path need not be canonical).
+fn normalised(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The files the release binary was built from, relative to the workspace root: the union of rustc's dep-info
+/// for the workspace's crates in this build (`deps/{lib,}jointspace*.d`, one per crate and target, each listing
+/// that crate's sources, migrations and embedded files), and cargo's own for the binary where a `cargo build`
+/// wrote one. Paths that no longer exist (an older build's) are left out.
 fn binary_inputs() -> Vec<String> {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_jointspace"));
-    let dep_info = bin.with_extension("d");
-    let text = std::fs::read_to_string(&dep_info)
-        .unwrap_or_else(|e| panic!("cargo's dep-info {}: {e}", dep_info.display()));
-    let (_, deps) = text.split_once(": ").expect("dep-info is `target: inputs`");
-    let root = Path::new(ROOT);
-    let mut files: Vec<String> = deps
-        .replace("\\ ", "\u{0}")
-        .split_whitespace()
-        .map(|f| PathBuf::from(f.replace('\u{0}', " ")))
-        .filter_map(|f| {
-            f.strip_prefix(root)
-                .ok()
-                .map(|r| r.to_string_lossy().into_owned())
+    let dir = bin.parent().expect("the binary's folder");
+    let mut dep_infos: Vec<PathBuf> = std::fs::read_dir(dir.join("deps"))
+        .expect("the build's deps folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            (name.starts_with("jointspace") || name.starts_with("libjointspace"))
+                && name.ends_with(".d")
         })
         .collect();
+    dep_infos.push(bin.with_extension("d"));
+    let root = Path::new(ROOT);
+    let mut files = std::collections::BTreeSet::new();
+    for d in dep_infos {
+        let Ok(text) = std::fs::read_to_string(&d) else {
+            continue;
+        };
+        // Make-style: `target: input input ...` lines (spaces in names escaped), then one `input:` line each.
+        for line in text.lines() {
+            let Some((_, deps)) = line.split_once(": ") else {
+                continue;
+            };
+            for f in deps.replace("\\ ", "\u{0}").split_whitespace() {
+                // rustc names a workspace crate's files relative to the workspace root (cargo runs it there), and
+                // an embedded file as its `include_bytes!` wrote it (`src/api/../../web/...`).
+                let f = normalised(&root.join(f.replace('\u{0}', " ")));
+                if let Ok(rel) = f.strip_prefix(root)
+                    && f.exists()
+                {
+                    files.insert(rel.to_string_lossy().into_owned());
+                }
+            }
+        }
+    }
+    let mut files: Vec<String> = files.into_iter().collect();
     // The manifests: dep-info lists sources, and cargo needs every member's Cargo.toml to build.
     let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
     let members = manifest
