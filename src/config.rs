@@ -297,13 +297,10 @@ pub struct IngestArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
-    /// Dataset folder (Flickr8k layout: images/, Flickr8k.token.txt, Flickr_8k.<split>Images.txt).
-    #[arg(
-        long,
-        env = "JOINTSPACE_EVAL_DATA",
-        default_value = "/work/shared/data/flickr8k"
-    )]
-    pub data: PathBuf,
+    /// Dataset folder (Flickr8k layout: images/, Flickr8k.token.txt, Flickr_8k.<split>Images.txt). No default:
+    /// no path is the same on every machine.
+    #[arg(long, env = "JOINTSPACE_EVAL_DATA")]
+    pub data: Option<PathBuf>,
     /// train, dev or test.
     #[arg(long, env = "JOINTSPACE_EVAL_SPLIT", default_value = "test")]
     pub split: String,

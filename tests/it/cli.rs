@@ -147,3 +147,29 @@ fn ingest_eval_inspect_and_reindex() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("bundle.json"));
 }
+
+#[test]
+fn eval_asks_for_its_dataset_instead_of_guessing_a_path() {
+    let out = jointspace()
+        .env_remove("JOINTSPACE_EVAL_DATA")
+        .args(["eval", "--split", "test"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "eval without --data must fail");
+    assert!(
+        stderr.contains("--data (or JOINTSPACE_EVAL_DATA)"),
+        "{stderr}"
+    );
+    let out = jointspace()
+        .env("JOINTSPACE_EVAL_DATA", "/nonexistent/flickr8k")
+        .args(["eval", "--split", "test"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("/nonexistent/flickr8k: no such folder"),
+        "{stderr}"
+    );
+}

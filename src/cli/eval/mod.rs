@@ -29,7 +29,19 @@ use crate::{
 };
 
 pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
-    let split = dataset::read_split(&args.data, &args.split, args.limit)?;
+    let Some(data) = &args.data else {
+        anyhow::bail!(
+            "which dataset? give --data (or JOINTSPACE_EVAL_DATA) the Flickr8k folder: images/, \
+             Flickr8k.token.txt and Flickr_8k.<split>Images.txt (in this project's layout, ../shared/data/flickr8k)"
+        );
+    };
+    if !data.is_dir() {
+        anyhow::bail!(
+            "--data {}: no such folder (the Flickr8k folder: images/, Flickr8k.token.txt, ...)",
+            data.display()
+        );
+    }
+    let split = dataset::read_split(data, &args.split, args.limit)?;
     let pipeline = offline_pipeline(&args.model)?;
     let store_args = StoreArgs {
         database_url: args.database_url.clone(),
