@@ -1,10 +1,10 @@
 //! `jointspace import`: a collection restored from an export without the CNN (codes projected by the loaded
 //! bundle, as in a reindex), or a JSONL catalogue of photos on disk or at URLs added through the API's own
-//! path (URLs fetched by URL ingest's guarded fetcher, src/fetch.rs).
+//! path (URLs fetched by URL ingest's guarded fetcher, the service's fetch.rs).
 //!
 //! The whole file is read and checked first (an export must end with its `end` line and counts, a catalogue's
 //! every line must parse), so a bad file is refused before anything is written. Each batch then commits with
-//! a mark of how many lines are in (src/store/transfer.rs), so a rerun after a crash starts after the last
+//! a mark of how many lines are in (the store's transfer.rs), so a rerun after a crash starts after the last
 //! batch that committed and never adds one twice.
 
 use std::{

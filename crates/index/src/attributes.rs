@@ -1,7 +1,7 @@
 //! Each image's metadata, held in memory beside its vector, so that a filtered search finds the ids a filter
 //! admits without the database: reading and parsing every row's JSON there costs 75-130 ms at 100k images on
 //! SQLite (docs/benchmarks.md, "Filtered search at 100k"), whatever the filter keeps. Kept in step by the
-//! same writes and the same change sequence as the vectors (src/service/follow.rs).
+//! same writes and the same change sequence as the vectors (jointspace-service, admin/follow.rs).
 //!
 //! A filter is evaluated a column at a time: the values of each field it reads, for every image, are pulled
 //! out of the JSON the first time a filter reads that field and kept in step by every write after, so a

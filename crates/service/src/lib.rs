@@ -104,7 +104,7 @@ pub struct Service {
     metrics: Arc<Metrics>,
     opts: ServiceOptions,
     indexes: IndexRegistry,
-    /// Where this process stands in the database's change sequence (src/service/follow.rs).
+    /// Where this process stands in the database's change sequence (jointspace-service, admin/follow.rs).
     follow: tokio::sync::Mutex<admin::follow::FollowState>,
     /// When this service opened; `followed_at_ms` counts from it.
     started: Instant,

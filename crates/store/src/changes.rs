@@ -1,5 +1,5 @@
 //! The change sequence: every write appends what it touched in its own transaction, and replicas follow
-//! it to keep their in-memory indexes in step (src/service/follow.rs).
+//! it to keep their in-memory indexes in step (jointspace-service, admin/follow.rs).
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Changing stored images: PATCH (a metadata merge and the external id) and the upsert by external id
 //! (PUT). An upsert runs the CNN only when the photo's bytes differ from the stored photo's (by their sha256),
-//! and a replaced photo gets a new id (src/store/upsert.rs says why).
+//! and a replaced photo gets a new id (the store's upsert.rs says why).
 
 use bytes::Bytes;
 use serde_json::Value;

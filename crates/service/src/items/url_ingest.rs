@@ -1,5 +1,5 @@
 //! Adding images given by URL beside (or instead of) bytes: check the request, fetch the URLs
-//! (src/fetch.rs, bounded per server), then add what came through `add_images`. The caller does not control
+//! (`crate::fetch`, bounded per server), then add what came through `add_images`. The caller does not control
 //! what a URL serves, so an image given by URL fails alone: it is reported and the others are stored, unless
 //! the caller asks for all or nothing. An image given as bytes fails the request, as it always has.
 

@@ -1,5 +1,5 @@
 //! Keyword and hybrid image search for a sentence. The keyword ranking comes from the database's full-text
-//! index over each image's captions, external id and declared metadata fields (src/store/keywords.rs); the
+//! index over each image's captions, external id and declared metadata fields (the store's keywords.rs); the
 //! vector ranking from the index as in vector mode; hybrid fuses the two by reciprocal rank (RRF, k = 60),
 //! each weighted, so a product word the text model has never seen ("espadrille", "sku-4411") still finds its
 //! product, and a paraphrase with no word in common still finds it by vector.

@@ -193,7 +193,7 @@ impl Service {
             .collect())
     }
 
-    /// The images `filter` admits, from the metadata held beside the vectors (src/index/attributes.rs), off
+    /// The images `filter` admits, from the metadata held beside the vectors (the index's attributes.rs), off
     /// the async threads as the search itself.
     pub(super) async fn allowed_images(
         &self,
