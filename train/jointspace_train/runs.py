@@ -9,6 +9,20 @@ from pathlib import Path
 from .inputs import Prepared
 
 
+def open_run(run_dir):
+    """The run's folder (made if missing), and `say`: print a line and append it to the run's log.txt."""
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    log = open(run / "log.txt", "a")
+
+    def say(msg):
+        print(msg, flush=True)
+        log.write(msg + "\n")
+        log.flush()
+
+    return run, say
+
+
 def finished_run(run: Path):
     """A finished run's Result and model state (model.pt)."""
     import torch

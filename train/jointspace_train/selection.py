@@ -28,6 +28,7 @@ import numpy as np
 
 from . import closed, evaluate, textfeat, textgraph
 from .inputs import Extraction, Features, Prepared, prepare
+from .runs import open_run
 from .weights import VisionWeights, graph_file
 
 METHODS = ("linreg", "cca", "ncca", "sae")
@@ -199,14 +200,7 @@ def run_fit(s: Fit) -> None:
     t0 = time.time()
     d = prepare(s.source, s.extraction, s.feats, 1)
     v = views(s, d)
-    run = Path(s.run_dir)
-    run.mkdir(parents=True, exist_ok=True)
-    log = open(run / "log.txt", "a")
-
-    def say(msg):
-        print(msg, flush=True)
-        log.write(msg + "\n")
-        log.flush()
+    run, say = open_run(s.run_dir)
 
     say(f"fit {s.method} {s.text} on {s.feats}: views in {time.time() - t0:.0f} s")
     best, grid = None, []

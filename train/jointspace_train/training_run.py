@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from . import images
 from .inputs import Extraction, Features, prepare
 from .packs import from_pack, packed_features
+from .runs import open_run
 from .trained_bundle import BundleTarget, write_bundle
 from .weights import VisionWeights
 
@@ -55,14 +56,7 @@ def run_training(s: Train) -> None:
     settings = replace(settings, image_input=feats.input)
     enc = {sp: Encoded(d.inputs[sp], d.splits[sp].captions, d.tok, settings.max_tokens,
                        crops=d.train_crops if sp == "train" else None) for sp in d.splits}
-    run = Path(s.run_dir)
-    run.mkdir(parents=True, exist_ok=True)
-    log = open(run / "log.txt", "a")
-
-    def say(msg):
-        print(msg, flush=True)
-        log.write(msg + "\n")
-        log.flush()
+    run, say = open_run(s.run_dir)
 
     say(f"train {feats.input} {feats.tap_point} {feats.crop}: {json.dumps(asdict(settings.resolved()))}")
     init = None
