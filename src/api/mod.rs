@@ -30,6 +30,7 @@ use axum::{
     middleware::from_fn_with_state,
     response::IntoResponse,
 };
+use bytes::Bytes;
 use tower_http::{
     catch_panic::CatchPanicLayer,
     cors::{AllowOrigin, CorsLayer},
@@ -57,7 +58,7 @@ pub struct AppState {
     /// What `/readyz` demands.
     pub ready: ReadyOptions,
     /// The served API description, made once.
-    pub openapi: Arc<str>,
+    pub openapi: Bytes,
 }
 
 /// What the HTTP layer enforces around the handlers.

@@ -132,7 +132,7 @@ pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
 pub async fn openapi(State(s): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/yaml")],
-        s.openapi.to_string(),
+        s.openapi.clone(),
     )
 }
 
