@@ -129,21 +129,29 @@ fn binary_inputs() -> Vec<String> {
         }
     }
     let mut files: Vec<String> = files.into_iter().collect();
-    // The manifests: dep-info lists sources, and cargo needs every member's Cargo.toml to build.
+    // The manifests and build scripts: dep-info lists sources, and cargo needs every member's Cargo.toml (and
+    // build.rs, where one has it) to build.
     let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
     let members = manifest
         .split("members = [")
         .nth(1)
         .and_then(|m| m.split(']').next())
         .expect("Cargo.toml lists the workspace's members");
-    files.extend(["Cargo.toml".to_string(), "Cargo.lock".to_string()]);
-    files.extend(
+    files.push("Cargo.lock".to_string());
+    let dirs = std::iter::once(".").chain(
         members
             .split(',')
             .map(|m| m.trim().trim_matches('"'))
-            .filter(|m| !m.is_empty())
-            .map(|m| format!("{m}/Cargo.toml")),
+            .filter(|m| !m.is_empty()),
     );
+    for dir in dirs {
+        for file in ["Cargo.toml", "build.rs"] {
+            let rel = Path::new(dir).join(file);
+            if root.join(&rel).exists() {
+                files.push(normalised(&rel).to_string_lossy().into_owned());
+            }
+        }
+    }
     files
 }
 
