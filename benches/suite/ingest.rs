@@ -224,6 +224,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                     bundle_id: &bundle.id,
                     vision_id: &bundle.vision_id,
                 },
+                None,
             )
             .await?;
         st[6] += t.elapsed().as_secs_f64();

@@ -91,7 +91,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                     }
                 })
                 .collect();
-            store.insert_images(c.id, &rows, prov.clone()).await?;
+            store.insert_images(c.id, &rows, prov.clone(), None).await?;
             let cap_vectors: Vec<Vec<f32>> = (start..(start + 1000).min(n))
                 .map(|i| caps.sample(i))
                 .collect();
@@ -108,7 +108,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                     },
                 })
                 .collect();
-            store.insert_captions(c.id, &cap_rows, &b.id).await?;
+            store.insert_captions(c.id, &cap_rows, &b.id, None).await?;
         }
         out.push(json!({"collection": name, "images": n, "captions": n, "seeded_s": round(t.elapsed().as_secs_f64(), 1)}));
     }

@@ -120,7 +120,7 @@ impl From<ImageHit> for ImageResult {
         ImageResult {
             score: h.score,
             similarity: h.similarity,
-            image: h.image.into(),
+            image: h.row.into(),
         }
     }
 }
@@ -155,7 +155,7 @@ impl From<CaptionHit> for CaptionResult {
         CaptionResult {
             score: h.score,
             similarity: h.similarity,
-            caption: h.caption.into(),
+            caption: h.row.into(),
         }
     }
 }

@@ -328,24 +328,20 @@ impl Job<'_> {
             source: self.source.clone(),
             lines: self.last as i64,
         };
+        let (svc, at) = (self.svc, self.last);
+        let batch = || format!("the batch ending at line {at}");
         if !self.images.is_empty() {
             let images = std::mem::take(&mut self.images);
             let caps: u64 = images.iter().map(|i| i.captions.len() as u64).sum();
-            let ids = self
-                .svc
-                .restore_images(self.collection, images, &mark)
-                .await
-                .with_context(|| format!("the batch ending at line {}", self.last))?;
+            let done = svc.restore_images(self.collection, images, &mark).await;
+            let ids = done.with_context(batch)?;
             self.added.0 += ids.len() as u64;
             self.added.1 += caps;
         }
         if !self.captions.is_empty() {
             let texts = std::mem::take(&mut self.captions);
-            let ids = self
-                .svc
-                .restore_captions(self.collection, texts, &mark)
-                .await
-                .with_context(|| format!("the batch ending at line {}", self.last))?;
+            let done = svc.restore_captions(self.collection, texts, &mark).await;
+            let ids = done.with_context(batch)?;
             self.added.1 += ids.len() as u64;
         }
         if !self.items.is_empty() {
@@ -376,7 +372,7 @@ impl Job<'_> {
                 .svc
                 .add_image_items(self.collection, inputs, !self.skip_failed, Some(&mark))
                 .await
-                .with_context(|| format!("the batch ending at line {}", self.last))?;
+                .with_context(batch)?;
             let failures: Vec<String> = report
                 .failed
                 .iter()

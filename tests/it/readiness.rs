@@ -42,13 +42,7 @@ impl Backend for Faulty {
         self.inner.vision(crops, n, side)
     }
 
-    fn text(
-        &self,
-        ids: &[i64],
-        lengths: &[i64],
-        n: usize,
-        t: usize,
-    ) -> Result<Vec<f32>, RuntimeError> {
+    fn text(&self, ids: &[i64], lengths: &[i64]) -> Result<Vec<f32>, RuntimeError> {
         let (lock, changed) = &*self.mode;
         let mut mode = lock.lock().unwrap();
         while *mode == Mode::Wedged {
@@ -57,7 +51,7 @@ impl Backend for Faulty {
         let dead = *mode == Mode::Dead;
         drop(mode);
         assert!(!dead, "the text worker dies here (a test's fault)");
-        self.inner.text(ids, lengths, n, t)
+        self.inner.text(ids, lengths)
     }
 }
 

@@ -170,6 +170,7 @@ async fn a_late_commit_with_an_earlier_sequence_number_is_not_skipped() {
                 },
             }],
             "b",
+            None,
         )
         .await
         .expect("insert");

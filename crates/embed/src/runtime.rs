@@ -91,14 +91,9 @@ pub trait Backend: Send + Sync {
     fn provider(&self) -> Provider;
     /// `crops`: `[n, 3, side, side]` NCHW float32 -> `[n, raw_dim]`.
     fn vision(&self, crops: &[f32], n: usize, side: usize) -> Result<Vec<f32>, RuntimeError>;
-    /// `ids`: `[n, t]` right-padded, `lengths`: `[n]` -> `[n, joint_dim]`.
-    fn text(
-        &self,
-        ids: &[i64],
-        lengths: &[i64],
-        n: usize,
-        t: usize,
-    ) -> Result<Vec<f32>, RuntimeError>;
+    /// `ids`: `[n, t]` right-padded, `lengths`: `[n]` -> `[n, joint_dim]` (n and t follow from the two
+    /// lengths, so they cannot disagree with the data).
+    fn text(&self, ids: &[i64], lengths: &[i64]) -> Result<Vec<f32>, RuntimeError>;
 }
 
 /// Finds the ONNX Runtime library: the flag / ORT_DYLIB_PATH first, then the project's virtualenv.
@@ -373,13 +368,9 @@ impl Backend for OrtBackend {
         )
     }
 
-    fn text(
-        &self,
-        ids: &[i64],
-        lengths: &[i64],
-        n: usize,
-        t: usize,
-    ) -> Result<Vec<f32>, RuntimeError> {
+    fn text(&self, ids: &[i64], lengths: &[i64]) -> Result<Vec<f32>, RuntimeError> {
+        let n = lengths.len();
+        let t = ids.len().checked_div(n).unwrap_or(0);
         let ids = TensorRef::from_array_view(([n, t], ids)).map_err(run_err)?;
         let lengths = TensorRef::from_array_view(([n], lengths)).map_err(run_err)?;
         let mut session = self.text.lock().unwrap_or_else(|p| p.into_inner());

@@ -46,8 +46,8 @@ impl TextEncoder {
                     .iter()
                     .flat_map(|j| j.input.iter().map(Vec::as_slice))
                     .collect();
-                let (ids, lengths, t) = pad(&seqs, pad_id);
-                backend.text(&ids, &lengths, seqs.len(), t)
+                let (ids, lengths) = pad(&seqs, pad_id);
+                backend.text(&ids, &lengths)
             },
         );
         TextEncoder { batcher, joint_dim }

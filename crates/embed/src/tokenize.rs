@@ -116,8 +116,8 @@ impl TextTokenizer {
     }
 }
 
-/// Right-pads a batch: `(ids [n, t], lengths [n], t)`.
-pub fn pad(batch: &[&[i64]], pad_id: i64) -> (Vec<i64>, Vec<i64>, usize) {
+/// Right-pads a batch: `(ids [n, t], lengths [n])`, t the longest sentence's length.
+pub fn pad(batch: &[&[i64]], pad_id: i64) -> (Vec<i64>, Vec<i64>) {
     let t = batch.iter().map(|s| s.len()).max().unwrap_or(1).max(1);
     let mut ids = Vec::with_capacity(batch.len() * t);
     let mut lengths = Vec::with_capacity(batch.len());
@@ -126,7 +126,7 @@ pub fn pad(batch: &[&[i64]], pad_id: i64) -> (Vec<i64>, Vec<i64>, usize) {
         ids.extend(std::iter::repeat_n(pad_id, t - s.len()));
         lengths.push(s.len() as i64);
     }
-    (ids, lengths, t)
+    (ids, lengths)
 }
 
 #[cfg(test)]

@@ -59,18 +59,9 @@ fn caption_row(r: &AnyRow) -> CaptionRow {
 }
 
 impl Store {
+    /// Stores new captions in one transaction, recording in it how far an import has got (`mark`, an
+    /// import's; None otherwise).
     pub async fn insert_captions(
-        &self,
-        collection_id: i64,
-        caps: &[NewCaption],
-        bundle_id: &str,
-    ) -> Result<Vec<i64>, StoreError> {
-        self.insert_captions_marked(collection_id, caps, bundle_id, None)
-            .await
-    }
-
-    /// `insert_captions`, recording in the same transaction how far an import has got (`mark`).
-    pub async fn insert_captions_marked(
         &self,
         collection_id: i64,
         caps: &[NewCaption],

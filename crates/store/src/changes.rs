@@ -190,7 +190,7 @@ mod tests {
         let c = store.create_collection("c", "").await.expect("create");
         let caps = [free_caption("a", vec![1.0]), free_caption("b", vec![1.0])];
         let ids = store
-            .insert_captions(c.id, &caps, "b@1")
+            .insert_captions(c.id, &caps, "b@1", None)
             .await
             .expect("captions");
         let (changes, after) = store.changes_since(start).await.expect("changes");

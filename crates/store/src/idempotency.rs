@@ -17,6 +17,14 @@ pub const IDEMPOTENCY_HEARTBEAT: Duration = Duration::from_secs(5);
 /// delays a beat, it does not drop six).
 pub const IDEMPOTENCY_LEASE: Duration = Duration::from_secs(30);
 
+/// A client's `Idempotency-Key` within its scope (the caller's key name and the path): the same key in
+/// another scope is another key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey {
+    pub scope: String,
+    pub key: String,
+}
+
 /// What a request with an idempotency key is to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -34,18 +42,17 @@ pub enum Claim {
 }
 
 impl Store {
-    /// Claims `key` in `scope` for a request with digest `fingerprint`, in one transaction: a key seen
-    /// within the retention period answers what it answered, any other is taken for this request.
+    /// Claims `k` for a request with digest `fingerprint`, in one transaction: a key seen within the
+    /// retention period answers what it answered, any other is taken for this request.
     pub async fn claim_idempotency(
         &self,
-        scope: &str,
-        key: &str,
+        k: &IdempotencyKey,
         fingerprint: &str,
     ) -> Result<Claim, StoreError> {
         let mut tx = self.write_tx().await?;
         sqlx::query("DELETE FROM idempotency WHERE scope = $1 AND key = $2 AND created_at < $3")
-            .bind(scope)
-            .bind(key)
+            .bind(&k.scope)
+            .bind(&k.key)
             .bind(codec::rfc3339_ago(IDEMPOTENCY_RETENTION))
             .execute(&mut *tx)
             .await?;
@@ -53,8 +60,8 @@ impl Store {
             "INSERT INTO idempotency (scope, key, fingerprint, created_at, heartbeat_at) \
              VALUES ($1, $2, $3, $4, $4) ON CONFLICT (scope, key) DO NOTHING",
         )
-        .bind(scope)
-        .bind(key)
+        .bind(&k.scope)
+        .bind(&k.key)
         .bind(fingerprint)
         .bind(codec::now_rfc3339())
         .execute(&mut *tx)
@@ -67,8 +74,8 @@ impl Store {
                 "SELECT fingerprint, status, body, COALESCE(heartbeat_at, created_at) AS beat \
                  FROM idempotency WHERE scope = $1 AND key = $2",
             )
-            .bind(scope)
-            .bind(key)
+            .bind(&k.scope)
+            .bind(&k.key)
             .fetch_one(&mut *tx)
             .await?;
             let (fp, status, body, beat): (String, Option<i64>, Option<Vec<u8>>, String) = (
@@ -94,42 +101,41 @@ impl Store {
         Ok(claim)
     }
 
-    /// Says that the request that claimed `key` is still running (`IDEMPOTENCY_HEARTBEAT`).
-    pub async fn beat_idempotency(&self, scope: &str, key: &str) -> Result<(), StoreError> {
+    /// Says that the request that claimed `k` is still running (`IDEMPOTENCY_HEARTBEAT`).
+    pub async fn beat_idempotency(&self, k: &IdempotencyKey) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE idempotency SET heartbeat_at = $1 WHERE scope = $2 AND key = $3 AND status IS NULL",
         )
         .bind(codec::now_rfc3339())
-        .bind(scope)
-        .bind(key)
+        .bind(&k.scope)
+        .bind(&k.key)
         .execute(&self.pool)
         .await?;
         Ok(())
     }
 
-    /// Keeps the successful answer to the request that claimed `key`.
+    /// Keeps the successful answer to the request that claimed `k`.
     pub async fn finish_idempotency(
         &self,
-        scope: &str,
-        key: &str,
+        k: &IdempotencyKey,
         status: u16,
         body: &[u8],
     ) -> Result<(), StoreError> {
         sqlx::query("UPDATE idempotency SET status = $1, body = $2 WHERE scope = $3 AND key = $4")
             .bind(i64::from(status))
             .bind(body)
-            .bind(scope)
-            .bind(key)
+            .bind(&k.scope)
+            .bind(&k.key)
             .execute(&self.pool)
             .await?;
         Ok(())
     }
 
-    /// Gives `key` up after its request failed (a failed request wrote nothing): a retry runs again.
-    pub async fn release_idempotency(&self, scope: &str, key: &str) -> Result<(), StoreError> {
+    /// Gives `k` up after its request failed (a failed request wrote nothing): a retry runs again.
+    pub async fn release_idempotency(&self, k: &IdempotencyKey) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM idempotency WHERE scope = $1 AND key = $2 AND status IS NULL")
-            .bind(scope)
-            .bind(key)
+            .bind(&k.scope)
+            .bind(&k.key)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -149,29 +155,35 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_runs_once_then_replays_and_refuses_another_request() {
-        const SCOPE: &str = "k POST /x";
+        let key = |scope: &str, key: &str| IdempotencyKey {
+            scope: scope.into(),
+            key: key.into(),
+        };
+        let k = |name: &str| key("k POST /x", name);
         let store = memory().await;
-        let claim = |key: &'static str, fp: &'static str| {
+        let claim = |name: &'static str, fp: &'static str| {
             let store = store.clone();
-            async move {
-                store
-                    .claim_idempotency(SCOPE, key, fp)
-                    .await
-                    .expect("claim")
-            }
+            async move { store.claim_idempotency(&k(name), fp).await.expect("claim") }
         };
-        let finish = |key: &'static str, body: &'static [u8]| {
-            store.finish_idempotency(SCOPE, key, 201, body)
+        let finish = |name: &'static str, body: &'static [u8]| {
+            let store = store.clone();
+            async move { store.finish_idempotency(&k(name), 201, body).await }
         };
-        let release = |key: &'static str| store.release_idempotency(SCOPE, key);
-        let beat = |key: &'static str| store.beat_idempotency(SCOPE, key);
+        let release = |name: &'static str| {
+            let store = store.clone();
+            async move { store.release_idempotency(&k(name)).await }
+        };
+        let beat = |name: &'static str| {
+            let store = store.clone();
+            async move { store.beat_idempotency(&k(name)).await }
+        };
         assert_eq!(claim("k1", "f1").await, Claim::Run);
         assert_eq!(claim("k1", "f1").await, Claim::InFlight);
         assert_eq!(claim("k1", "f2").await, Claim::Mismatch);
         // The same key in another scope is another key.
         assert_eq!(
             store
-                .claim_idempotency("other POST /x", "k1", "f1")
+                .claim_idempotency(&key("other POST /x", "k1"), "f1")
                 .await
                 .expect("claim"),
             Claim::Run

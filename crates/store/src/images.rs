@@ -78,20 +78,9 @@ pub(super) fn no_image(id: i64) -> StoreError {
 }
 
 impl Store {
-    /// Inserts images (and their captions) in one transaction. Returns the new image ids and, per image,
-    /// the new caption ids.
+    /// Inserts images (and their captions) in one transaction, recording in it how far an import has got
+    /// (`mark`; None outside an import). Returns the new image ids and, per image, the new caption ids.
     pub async fn insert_images(
-        &self,
-        collection_id: i64,
-        images: &[NewImage],
-        prov: Provenance<'_>,
-    ) -> Result<Vec<(i64, Vec<i64>)>, StoreError> {
-        self.insert_images_marked(collection_id, images, prov, None)
-            .await
-    }
-
-    /// `insert_images`, recording in the same transaction how far an import has got (`mark`).
-    pub async fn insert_images_marked(
         &self,
         collection_id: i64,
         images: &[NewImage],
@@ -454,7 +443,7 @@ mod tests {
             })
             .collect();
         let ids = store
-            .insert_images(c.id, &rows, PROV)
+            .insert_images(c.id, &rows, PROV, None)
             .await
             .expect("insert");
         assert_eq!(ids.len(), 1_200);
@@ -486,7 +475,7 @@ mod tests {
         let mut with = image("with", json!({}), 0.0);
         with.thumbnail = Some(vec![0xFF, 0xD8, 1, 2, 3]);
         let ids = store
-            .insert_images(c.id, &[with, image("without", json!({}), 0.0)], PROV)
+            .insert_images(c.id, &[with, image("without", json!({}), 0.0)], PROV, None)
             .await
             .expect("insert");
         let (a, b) = (ids[0].0, ids[1].0);
@@ -517,7 +506,7 @@ mod tests {
         let store = memory().await;
         let c = store.create_collection("shop", "").await.expect("create");
         let ids = store
-            .insert_images(c.id, &[image("a", json!({}), 0.0)], PROV)
+            .insert_images(c.id, &[image("a", json!({}), 0.0)], PROV, None)
             .await
             .expect("insert");
         let id = ids[0].0;
@@ -535,7 +524,7 @@ mod tests {
             .expect("codes");
         assert_eq!((page[0].id, page[0].vision_id.as_str()), (id, "v@1"));
         let e = store
-            .insert_images(c.id, &[image("a", json!({}), 0.0)], PROV)
+            .insert_images(c.id, &[image("a", json!({}), 0.0)], PROV, None)
             .await
             .expect_err("same external id");
         assert!(matches!(e, StoreError::Conflict(_)), "{e}");

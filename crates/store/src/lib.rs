@@ -35,7 +35,7 @@ pub use self::{
     captions::{CaptionRow, EmbeddedCaption, NewCaption},
     changes::{Change, ChangeKind, Cursor},
     collections::CollectionRow,
-    idempotency::{Claim, IDEMPOTENCY_HEARTBEAT, IDEMPOTENCY_RETENTION},
+    idempotency::{Claim, IDEMPOTENCY_HEARTBEAT, IDEMPOTENCY_RETENTION, IdempotencyKey},
     images::{ImageRow, NewImage, Provenance, StoredCode},
     keywords::KeywordQuery,
     reindex::Switch,

@@ -241,12 +241,12 @@ mod tests {
             vision_id: "v",
         };
         let id = store
-            .insert_images(c.id, &[bare_image()], prov)
+            .insert_images(c.id, &[bare_image()], prov, None)
             .await
             .expect("insert")[0]
             .0;
         let cap = store
-            .insert_captions(c.id, &[free_caption("x", vec![0.0, 1.0])], "old")
+            .insert_captions(c.id, &[free_caption("x", vec![0.0, 1.0])], "old", None)
             .await
             .expect("caption")[0];
         (c.id, id, cap)

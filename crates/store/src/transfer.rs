@@ -235,11 +235,11 @@ mod tests {
             })
             .collect();
         store
-            .insert_images(c.id, &rows, prov.clone())
+            .insert_images(c.id, &rows, prov.clone(), None)
             .await
             .expect("insert");
         store
-            .insert_captions(c.id, &[free_caption("free", vec![1.0, 0.0])], "b")
+            .insert_captions(c.id, &[free_caption("free", vec![1.0, 0.0])], "b", None)
             .await
             .expect("caption");
         let mut snap = store.read_snapshot().await.expect("snapshot");
@@ -251,7 +251,7 @@ mod tests {
             ..bare_image()
         };
         store
-            .insert_images(c.id, &[img], prov)
+            .insert_images(c.id, &[img], prov, None)
             .await
             .expect("the late write commits");
         let rest = snap
@@ -290,7 +290,7 @@ mod tests {
             lines: 7,
         };
         store
-            .insert_captions_marked(c.id, &caps, "b", Some(&mark))
+            .insert_captions(c.id, &caps, "b", Some(&mark))
             .await
             .expect("insert");
         assert_eq!(store.import_progress(c.id, "f").await.expect("progress"), 7);
@@ -304,7 +304,7 @@ mod tests {
         };
         assert!(
             store
-                .insert_captions_marked(c.id, &bad, "b", Some(&again))
+                .insert_captions(c.id, &bad, "b", Some(&again))
                 .await
                 .is_err()
         );

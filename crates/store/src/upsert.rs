@@ -535,7 +535,7 @@ mod tests {
         let mut b = photo(2);
         b.external_id = Some("b".into());
         let ids = store
-            .insert_images(c.id, &[a, b], PROV)
+            .insert_images(c.id, &[a, b], PROV, None)
             .await
             .expect("insert");
         let id = ids[0].0;

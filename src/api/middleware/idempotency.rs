@@ -35,7 +35,7 @@ use crate::{
         error::{ApiError, BodyLimit, body_too_large},
         keys::KeyFound,
     },
-    service::{Claim, IDEMPOTENCY_HEARTBEAT, Service},
+    service::{Claim, IDEMPOTENCY_HEARTBEAT, IdempotencyKey, Service},
 };
 
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -46,31 +46,30 @@ pub struct Idempotency {
     pub service: Arc<Service>,
     pub routes: RouteInfos,
     pub max_request_bytes: usize,
-    /// The claims (scope and key) this process is running now.
-    pub running: Arc<Mutex<HashSet<(String, String)>>>,
+    /// The claims this process is running now.
+    pub running: Arc<Mutex<HashSet<IdempotencyKey>>>,
 }
 
 /// A claim this process runs: listed in `running` and kept alive by a heartbeat until dropped.
 struct Running {
-    running: Arc<Mutex<HashSet<(String, String)>>>,
-    claim: (String, String),
+    running: Arc<Mutex<HashSet<IdempotencyKey>>>,
+    claim: IdempotencyKey,
     heartbeat: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
-    fn start(st: &Idempotency, scope: &str, key: &str) -> Running {
-        let claim = (scope.to_string(), key.to_string());
+    fn start(st: &Idempotency, claim: IdempotencyKey) -> Running {
         st.running
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(claim.clone());
-        let (service, (scope, key)) = (st.service.clone(), claim.clone());
+        let (service, key) = (st.service.clone(), claim.clone());
         let heartbeat = tokio::spawn(async move {
             let mut every = tokio::time::interval(IDEMPOTENCY_HEARTBEAT);
             every.tick().await; // the claim itself was the first sign of life
             loop {
                 every.tick().await;
-                if let Err(e) = service.beat_idempotency(&scope, &key).await {
+                if let Err(e) = service.beat_idempotency(&key).await {
                     tracing::warn!(error = %e, "refreshing an idempotency claim failed");
                 }
             }
@@ -169,7 +168,10 @@ pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next
         .get::<KeyFound>()
         .and_then(|c| c.0.as_ref().map(|k| k.name.clone()))
         .unwrap_or_else(|| "-".into());
-    let scope = format!("{caller} POST {}", req.uri().path());
+    let claim = IdempotencyKey {
+        scope: format!("{caller} POST {}", req.uri().path()),
+        key,
+    };
     let (parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, st.max_request_bytes).await {
         Ok(b) => b,
@@ -185,7 +187,7 @@ pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next
         }
     };
     let fp = fingerprint(&parts.headers, &bytes);
-    match st.service.claim_idempotency(&scope, &key, &fp).await {
+    match st.service.claim_idempotency(&claim, &fp).await {
         Err(e) => return ApiError::from(e).into_response(),
         Ok(Claim::Run) => {}
         Ok(Claim::Replay { status, body }) => return replay(status, body),
@@ -195,7 +197,7 @@ pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next
                 .running
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .contains(&(scope.clone(), key.clone())) =>
+                .contains(&claim) =>
         {
             return in_flight();
         }
@@ -221,12 +223,12 @@ pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next
             .into_response();
         }
     }
-    let _running = Running::start(&st, &scope, &key);
+    let _running = Running::start(&st, claim.clone());
     let res = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
     if !res.status().is_success() {
-        if let Err(e) = st.service.release_idempotency(&scope, &key).await {
+        if let Err(e) = st.service.release_idempotency(&claim).await {
             tracing::warn!(error = %e, "releasing an idempotency key failed; its retries answer 409 for 24 h");
         }
         return res;
@@ -246,7 +248,7 @@ pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next
     };
     if let Err(e) = st
         .service
-        .finish_idempotency(&scope, &key, parts.status.as_u16(), &body)
+        .finish_idempotency(&claim, parts.status.as_u16(), &body)
         .await
     {
         tracing::warn!(error = %e, "keeping the answer of an idempotent request failed; its retries answer 409");

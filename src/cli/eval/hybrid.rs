@@ -80,7 +80,7 @@ pub(super) async fn measure(
                 ranks.push(
                     hits.hits
                         .iter()
-                        .position(|h| h.image.external_id.as_deref() == Some(name.as_str()))
+                        .position(|h| h.row.external_id.as_deref() == Some(name.as_str()))
                         .map(|p| p + 1),
                 );
             }

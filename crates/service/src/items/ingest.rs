@@ -132,7 +132,7 @@ impl Service {
         let ids = self
             .timed_db(
                 "insert_images",
-                self.store.insert_images_marked(
+                self.store.insert_images(
                     c.id,
                     &rows,
                     Provenance {
@@ -205,7 +205,7 @@ impl Service {
             .collect();
         let ids = self
             .store
-            .insert_captions(c.id, &rows, &self.pipeline.bundle.id)
+            .insert_captions(c.id, &rows, &self.pipeline.bundle.id, None)
             .await?;
         self.index_added_captions(c.id, rows, &ids)?;
         Ok(ids)

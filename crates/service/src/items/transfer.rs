@@ -287,7 +287,7 @@ impl Service {
         };
         let ids = self
             .store
-            .insert_images_marked(c.id, &rows, prov, Some(mark))
+            .insert_images(c.id, &rows, prov, Some(mark))
             .await?;
         self.index_added(c.id, rows, &ids)?;
         Ok(ids.into_iter().map(|(id, _)| id).collect())
@@ -312,7 +312,7 @@ impl Service {
             .collect();
         let ids = self
             .store
-            .insert_captions_marked(c.id, &rows, &self.pipeline.bundle.id, Some(mark))
+            .insert_captions(c.id, &rows, &self.pipeline.bundle.id, Some(mark))
             .await?;
         self.index_added_captions(c.id, rows, &ids)?;
         Ok(ids)

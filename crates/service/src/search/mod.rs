@@ -14,7 +14,7 @@ use crate::{
     index::Score,
     modality::Modality,
     pipeline::ImageUse,
-    store::{CaptionRow, ImageRow},
+    store::{CaptionRow, ImageRow, Store, StoreError},
 };
 
 /// A search query: a sentence, an uploaded image, or an image already stored in the collection.
@@ -78,19 +78,17 @@ pub struct Hits<H> {
     pub unknown_words: Vec<String>,
 }
 
-/// `score` orders the results; `similarity` is the bundle's similarity alone: the same, except for a
-/// query from the other modality on points with hubness offsets, where `score` adds the point's offset.
-pub struct ImageHit {
+/// A found row. `score` orders the results; `similarity` is the bundle's similarity alone: the same,
+/// except for a query from the other modality on points with hubness offsets, where `score` adds the
+/// point's offset.
+pub struct Scored<R> {
     pub score: f32,
     pub similarity: f32,
-    pub image: ImageRow,
+    pub row: R,
 }
 
-pub struct CaptionHit {
-    pub score: f32,
-    pub similarity: f32,
-    pub caption: CaptionRow,
-}
+pub type ImageHit = Scored<ImageRow>;
+pub type CaptionHit = Scored<CaptionRow>;
 
 /// A ranked point: (id, score, similarity).
 pub(super) type Ranked = (i64, f32, f32);
@@ -266,33 +264,14 @@ impl Service {
             Query::Text(t) => Some(t.clone()),
             _ => None,
         };
-        let mut qv = self.query_vector(&c, q).await?;
-        let (hits, matches) = match (mode, text) {
+        let qv = self.query_vector(&c, q).await?;
+        let found = match (mode, text) {
             (SearchMode::Keyword | SearchMode::Hybrid, Some(text)) => {
                 self.fused(&c, &qv, &text, mode, &p).await?
             }
             _ => self.search_ids(&c, Modality::Images, &qv, &p).await?,
         };
-        let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
-        let rows = self
-            .timed_db("fetch_hits", self.store.images_by_ids(c.id, &ids))
-            .await?;
-        self.metrics.observe_search("images", t.elapsed());
-        Ok(Hits {
-            hits: join(
-                hits,
-                rows,
-                |r| r.id,
-                |score, similarity, image| ImageHit {
-                    score,
-                    similarity,
-                    image,
-                },
-            ),
-            matches,
-            mode: Some(mode),
-            unknown_words: std::mem::take(&mut qv.unknown_words),
-        })
+        self.answer(t, &c, found, Some(mode), qv).await
     }
 
     pub async fn search_captions(
@@ -314,40 +293,80 @@ impl Service {
             ));
         }
         let c = self.collection_ref(collection).await?;
-        let mut qv = self.query_vector(&c, q).await?;
-        let (hits, matches) = self.search_ids(&c, Modality::Captions, &qv, &p).await?;
+        let qv = self.query_vector(&c, q).await?;
+        let found = self.search_ids(&c, Modality::Captions, &qv, &p).await?;
+        self.answer(t, &c, found, None, qv).await
+    }
+
+    /// The page: the ranked points' rows fetched and joined in rank order, the search's time observed.
+    async fn answer<R: Found>(
+        &self,
+        t: std::time::Instant,
+        c: &CollectionRef,
+        (hits, matches): (Vec<Ranked>, Option<usize>),
+        mode: Option<SearchMode>,
+        qv: QueryVector,
+    ) -> Result<Hits<Scored<R>>> {
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         let rows = self
-            .timed_db("fetch_hits", self.store.captions_by_ids(c.id, &ids))
+            .timed_db("fetch_hits", R::fetch(&self.store, c.id, &ids))
             .await?;
-        self.metrics.observe_search("captions", t.elapsed());
+        self.metrics.observe_search(R::WHAT, t.elapsed());
         Ok(Hits {
-            hits: join(
-                hits,
-                rows,
-                |r| r.id,
-                |score, similarity, caption| CaptionHit {
-                    score,
-                    similarity,
-                    caption,
-                },
-            ),
+            hits: join(hits, rows),
             matches,
-            mode: None,
-            unknown_words: std::mem::take(&mut qv.unknown_words),
+            mode,
+            unknown_words: qv.unknown_words,
         })
     }
 }
 
+type Rows<R> = std::result::Result<Vec<R>, StoreError>;
+
+/// A kind of row a search finds.
+trait Found: Sized {
+    /// The metrics' label.
+    const WHAT: &'static str;
+    fn id(&self) -> i64;
+    fn fetch(
+        store: &Store,
+        collection: i64,
+        ids: &[i64],
+    ) -> impl Future<Output = Rows<Self>> + Send;
+}
+
+/// Images and captions: their label and the store's fetch by ids.
+macro_rules! found {
+    ($row:ty, $what:literal, $fetch:ident) => {
+        impl Found for $row {
+            const WHAT: &'static str = $what;
+            fn id(&self) -> i64 {
+                self.id
+            }
+            fn fetch(
+                store: &Store,
+                collection: i64,
+                ids: &[i64],
+            ) -> impl Future<Output = Rows<Self>> + Send {
+                store.$fetch(collection, ids)
+            }
+        }
+    };
+}
+found!(ImageRow, "images", images_by_ids);
+found!(CaptionRow, "captions", captions_by_ids);
+
 /// Hits in rank order with their rows; an id deleted between the index read and the row fetch drops out.
-fn join<R, H>(
-    hits: Vec<Ranked>,
-    rows: Vec<R>,
-    id: impl Fn(&R) -> i64,
-    hit: impl Fn(f32, f32, R) -> H,
-) -> Vec<H> {
-    let mut rows: HashMap<i64, R> = rows.into_iter().map(|r| (id(&r), r)).collect();
+fn join<R: Found>(hits: Vec<Ranked>, rows: Vec<R>) -> Vec<Scored<R>> {
+    let mut rows: HashMap<i64, R> = rows.into_iter().map(|r| (r.id(), r)).collect();
     hits.into_iter()
-        .filter_map(|(i, score, sim)| rows.remove(&i).map(|r| hit(score, sim, r)))
+        .filter_map(|(i, score, similarity)| {
+            let row = rows.remove(&i)?;
+            Some(Scored {
+                score,
+                similarity,
+                row,
+            })
+        })
         .collect()
 }
