@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The TypeScript client (clients/typescript) against the real server: npm ci from the lock file, the check
-# that src/schema.ts is what openapi-typescript makes of openapi.yaml, the tsc build, then node's test runner
+# that src/schema.ts is what openapi-typescript makes of openapi.yaml, the tsc build, the TypeScript examples
+# of docs/api.md compiled against it, then node's test runner
 # on the built tests, each file starting $JOINTSPACE_BIN (default target/release/jointspace) with the fixture
 # bundle on a scratch SQLite database.
 #
@@ -19,6 +20,7 @@ fi
 npm ci --no-audit --no-fund --loglevel=error
 npm run --silent check-types
 npm run --silent build
+npm run --silent check-docs
 npm run --silent build-tests
 echo "== the TypeScript client against $JOINTSPACE_BIN"
 node --test --test-concurrency=1 --test-reporter=spec dist/test/*.test.js
