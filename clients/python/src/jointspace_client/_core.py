@@ -57,7 +57,8 @@ class RetryPolicy:
     """When a request is sent again.
 
     Retried: 429 (the server refused it before doing anything, so always safe) and 503 (timed out, or the
-    database was unavailable) after the `Retry-After` the server asked for; 409 `idempotency_in_flight` (the
+    database or an index was unavailable; on a POST write only the request timeout's 503) after the
+    `Retry-After` the server asked for (or the backoff when it names none); 409 `idempotency_in_flight` (the
     first request with the same key is still running); and failed connections, with exponential backoff and
     jitter. A 503 or a connection lost after the request was sent is retried only where that cannot apply a
     write twice: reads, searches, PUT/PATCH/DELETE, and POST writes carrying an Idempotency-Key (the clients
@@ -169,9 +170,13 @@ class Core:
                 if call.stream:
                     outcome.read()
                 error = error_from(outcome, attempt)
+                # A 503 on a POST write is retried only when it is the request timeout's (`timeout`: the server
+                # keeps the write's answer for the same key). Another 503 on a write may come after the rows
+                # were committed, with the key released (clients/python/README.md, "Retries"), so sending it
+                # again could store the photos twice.
                 retryable = (
                     outcome.status_code == 429
-                    or (outcome.status_code == 503 and safe)
+                    or (outcome.status_code == 503 and safe and (not call.write or error.code == "timeout"))
                     or error.code == "idempotency_in_flight"
                 )
                 asked = retry_after(outcome)
