@@ -6,11 +6,11 @@ import base64
 import uuid
 
 import pytest
-from conftest import PHOTOS
 
+from conftest import PHOTOS
 from jointspace_client import (
-    Client,
     UNSET,
+    Client,
     Conflict,
     InvalidRequest,
     NewImage,
@@ -98,7 +98,11 @@ def test_batches_multipart_json_and_url_failures(admin: Client, collection: str,
 
 def test_get_list_and_page_images(admin: Client, collection: str) -> None:
     added = admin.add_images(
-        collection, [NewImage(p, external_id=f"shoes/{n}", metadata={"n": n, "even": n % 2 == 0}) for n, p in enumerate(PHOTOS[:5])]
+        collection,
+        [
+            NewImage(p, external_id=f"shoes/{n}", metadata={"n": n, "even": n % 2 == 0})
+            for n, p in enumerate(PHOTOS[:5])
+        ],
     )
     ids = [i["id"] for i in added["images"]]
     # An external id with a slash is percent-encoded in the path.
@@ -147,7 +151,10 @@ def test_patch_upsert_and_delete(admin: Client, collection: str) -> None:
 
     admin.delete_image(collection, other["id"])
     admin.delete_image_by_external_id(collection, "up/1")
-    for gone in (lambda: admin.get_image(collection, other["id"]), lambda: admin.get_image_by_external_id(collection, "up/1")):
+    for gone in (
+        lambda: admin.get_image(collection, other["id"]),
+        lambda: admin.get_image_by_external_id(collection, "up/1"),
+    ):
         with pytest.raises(NotFound):
             gone()
     with pytest.raises(NotFound):
@@ -158,7 +165,9 @@ def test_patch_upsert_and_delete(admin: Client, collection: str) -> None:
 def test_captions_add_list_page_delete(admin: Client, collection: str) -> None:
     image = admin.add_image(collection, PHOTOS[0], captions=["a dog on the beach"])
     ids = admin.add_captions(collection, ["a brown dog", "sand and sea"], image_id=image["id"])["ids"]
-    loose = admin.add_captions(collection, ["a standalone sentence", {"text": "another", "image_id": image["id"]}])["ids"]
+    loose = admin.add_captions(collection, ["a standalone sentence", {"text": "another", "image_id": image["id"]}])[
+        "ids"
+    ]
     assert len(ids) == 2 and len(loose) == 2
     mine = admin.list_captions(collection, image_id=image["id"])
     assert mine["total"] == 4

@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from conftest import PHOTOS
-
 from jointspace_client import Client, InvalidRequest, NewImage, NotFound, image_base64
-
 
 CAPTIONS = [
     "a red circle",
@@ -144,7 +143,9 @@ def test_import_a_catalogue_and_run_it_again(admin: Client, collection: str, tmp
     lines = []
     for n, p in enumerate(PHOTOS[:5]):
         (folder / p.name).write_bytes(p.read_bytes())
-        lines.append({"path": f"photos/{p.name}", "external_id": f"cat-{n}", "metadata": {"n": n}, "captions": [f"c{n}"]})
+        lines.append(
+            {"path": f"photos/{p.name}", "external_id": f"cat-{n}", "metadata": {"n": n}, "captions": [f"c{n}"]}
+        )
     lines.append({"url": f"{photo_host}/missing.png", "external_id": "cat-5"})
     lines.append({"url": f"{photo_host}/{PHOTOS[5].name}", "external_id": "cat-6"})
     catalogue = tmp_path / "catalogue.jsonl"
