@@ -35,7 +35,8 @@ echo "== API against its spec (schemathesis: no 5xx, every response as openapi.y
 MAX_TIME=${SCHEMATHESIS_SECONDS:-120} scripts/schemathesis.sh
 echo "== the search page in a real browser (chromium + Selenium: upload, search, open, more like this)"
 scripts/browser-test.sh
-echo "== clients"
+echo "== clients (Python and TypeScript, against a live server: every operation and the failure paths)"
+clients/python/test.sh
 clients/typescript/test.sh
 echo "== the container image (podman: the CPU target built from this checkout, started, ingest and search with keys,"
 echo "   clean stop; then deploy/compose.yaml: a photo ingested on one replica found on the other)"

@@ -1,0 +1,212 @@
+"""The wire types, as openapi.yaml's `components/schemas` describe them (same names, same keys).
+
+Answers are plain dicts typed as TypedDicts: what the server sends, key for key, so nothing is lost when the
+server adds a field. Keys the contract marks optional (or sends only sometimes) are `NotRequired`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+Mode = Literal["vector", "keyword", "hybrid"]
+Outcome = Literal["created", "replaced", "updated"]
+Similarity = Literal["cosine", "order", "euclidean"]
+JsonObject = dict[str, Any]
+
+
+class ErrorDetail(TypedDict):
+    status: int
+    code: str
+    message: str
+
+
+class ErrorBody(TypedDict):
+    error: ErrorDetail
+
+
+class Collection(TypedDict):
+    name: str
+    description: str
+    created_at: str
+    images: int
+    captions: int
+    text_fields: NotRequired[list[str] | None]
+
+
+class CollectionList(TypedDict):
+    collections: list[Collection]
+
+
+class Caption(TypedDict):
+    id: int
+    text: str
+    created_at: str
+    image_id: NotRequired[int | None]
+
+
+class CaptionList(TypedDict):
+    captions: list[Caption]
+    total: int
+
+
+class Image(TypedDict):
+    id: int
+    metadata: JsonObject
+    width: int
+    height: int
+    bundle_id: str
+    created_at: str
+    external_id: NotRequired[str | None]
+    captions: NotRequired[list[Caption] | None]
+
+
+class ImageList(TypedDict):
+    images: list[Image]
+    total: int
+
+
+class AddedImage(TypedDict):
+    index: int
+    id: int
+    width: int
+    height: int
+    caption_ids: list[int]
+    external_id: NotRequired[str | None]
+
+
+class ItemError(TypedDict):
+    index: int
+    url: str
+    code: str
+    message: str
+
+
+class AddedImages(TypedDict):
+    images: list[AddedImage]
+    errors: NotRequired[list[ItemError]]
+
+
+class AddedCaptions(TypedDict):
+    ids: list[int]
+
+
+class NewCaption(TypedDict):
+    text: str
+    image_id: NotRequired[int | None]
+
+
+class UpsertedImage(TypedDict):
+    id: int
+    external_id: str
+    outcome: Outcome
+    width: int
+    height: int
+    caption_ids: list[int]
+    previous_id: NotRequired[int | None]
+
+
+class ImageResult(TypedDict):
+    score: float
+    similarity: float
+    image: Image
+
+
+class ImageResults(TypedDict):
+    results: list[ImageResult]
+    mode: Mode
+    unknown_words: list[str]
+    matches: NotRequired[int | None]
+
+
+class CaptionResult(TypedDict):
+    score: float
+    similarity: float
+    caption: Caption
+
+
+class CaptionResults(TypedDict):
+    results: list[CaptionResult]
+    unknown_words: list[str]
+
+
+class EmbedTextResponse(TypedDict):
+    dim: int
+    embeddings: list[list[float]]
+
+
+class FneCode(TypedDict):
+    dim: int
+    packed: str
+    plus: int
+    minus: int
+
+
+class EmbedImageResponse(TypedDict):
+    dim: int
+    embedding: list[float]
+    code: FneCode
+    width: int
+    height: int
+
+
+class BundleInfo(TypedDict):
+    id: str
+    name: str
+    created: str
+    similarity: Similarity
+    joint_dim: int
+    fne_dim: int
+    crop_mode: str
+    provider: str
+    training: JsonObject
+
+
+class Check(TypedDict):
+    ok: bool
+    reason: NotRequired[str | None]
+
+
+class ReadyChecks(TypedDict):
+    vision: Check
+    text: Check
+    database: Check
+    index: Check
+
+
+class Readiness(TypedDict):
+    ready: bool
+    bundle: bool
+    database: bool
+    index: bool
+    execution_provider: str
+    checks: ReadyChecks
+    message: NotRequired[str | None]
+
+
+class Health(TypedDict):
+    status: str
+
+
+class ReindexReport(TypedDict):
+    images: int
+    captions: int
+    resumed: int
+
+
+class SnapshotReport(TypedDict):
+    indexes: int
+
+
+class ImportReport(TypedDict):
+    """What `import_catalogue` did (a client-side summary, not a wire type)."""
+
+    images: int
+    captions: int
+    batches: int
+    replayed_batches: int
+    errors: list[ItemError]
+
+
+# One line of an export (`GET /v1/collections/{c}/export`, application/x-ndjson): one key naming its kind,
+# `header`, `image`, `caption` or `end` (docs/api.md, "Export and import").
+ExportLine = dict[str, JsonObject]
