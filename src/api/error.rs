@@ -267,9 +267,12 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotFound(m) => ApiError::not_found(m),
             ServiceError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             ServiceError::Invalid(m) => ApiError::invalid(m),
-            ServiceError::Unavailable(m) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m)
-            }
+            // Transient by definition (an index still loading, the database restarting): say when to retry,
+            // as openapi.yaml's 503 promises.
+            ServiceError::Unavailable(m) => ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m)
+            },
             ServiceError::Internal(m) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m)
             }

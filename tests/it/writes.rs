@@ -469,3 +469,45 @@ async fn retries_with_an_idempotency_key_on_postgres() {
     let url = pg.create_db("idempotency").await;
     retries_with_an_idempotency_key(&url).await;
 }
+
+/// A replica that has not loaded a collection's index yet (here: one that follows nothing) refuses a write to
+/// it before storing anything, with a Retry-After: a write stored and then refused would release its
+/// idempotency key, and the client's retry would store the photo twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_to_a_collection_whose_index_is_not_loaded_stores_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("r.db").display());
+    let a = TestApp::start_url(BUNDLE, &url, &[]).await;
+    let b = TestApp::start_url(BUNDLE, &url, &["--follow-interval-ms", "0"]).await;
+    a.create_collection("shop").await;
+    let images = "/v1/collections/shop/images";
+    let body = json!({"images": [{"data": b64(&fixture_image(0)), "captions": ["a dog"]}]});
+    for key in ["k-1", "k-1"] {
+        let r = b
+            .client
+            .post(b.url(images))
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(r.status().as_u16(), 503);
+        assert_eq!(
+            r.headers().get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"1"[..]),
+            "a 503 says when to retry"
+        );
+        let e: Value = r.json().await.expect("json");
+        assert_eq!(e["error"]["code"], "unavailable", "{e}");
+    }
+    let caption = json!({"captions": [{"text": "a free caption"}]});
+    let (s, e) = b.post_json("/v1/collections/shop/captions", caption).await;
+    assert_eq!(s, 503, "{e}");
+    assert_eq!(
+        total(&a).await,
+        0,
+        "nothing was stored by the refused writes"
+    );
+    let (_, caps) = a.get_json("/v1/collections/shop/captions?limit=1").await;
+    assert_eq!(caps["total"], 0, "{caps}");
+}

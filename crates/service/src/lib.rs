@@ -250,6 +250,15 @@ impl Service {
         })
     }
 
+    /// `collection_ref` for a write: also requires the collection's index loaded here, before anything is
+    /// stored. A write committed and then refused for want of an index would release its idempotency key
+    /// (a failed request wrote nothing), so its retry would store it twice.
+    async fn writable_ref(&self, name: &CollectionName) -> Result<CollectionRef> {
+        let c = self.collection_ref(name).await?;
+        self.indexes_of(c.id)?;
+        Ok(c)
+    }
+
     fn indexes_of(&self, collection_id: i64) -> Result<CollectionIndexes> {
         self.indexes.get(collection_id).ok_or_else(|| {
             ServiceError::Unavailable(

@@ -87,7 +87,7 @@ impl Service {
         inputs: Vec<ImageInput>,
         mark: Option<&ImportMark>,
     ) -> Result<Vec<AddedImage>> {
-        let c = self.collection_ref(collection).await?;
+        let c = self.writable_ref(collection).await?;
         self.check_images(&inputs)?;
         let texts: Vec<&String> = inputs.iter().flat_map(|i| &i.captions).collect();
         self.check_caption_count(texts.len())?;
@@ -186,7 +186,7 @@ impl Service {
         collection: &CollectionName,
         caps: Vec<(Option<i64>, String)>,
     ) -> Result<Vec<i64>> {
-        let c = self.collection_ref(collection).await?;
+        let c = self.writable_ref(collection).await?;
         if caps.is_empty() {
             return Err(ServiceError::Invalid("no captions in the request".into()));
         }

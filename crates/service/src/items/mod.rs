@@ -61,7 +61,7 @@ impl Service {
     }
 
     pub async fn delete_image(&self, collection: &CollectionName, id: i64) -> Result<()> {
-        let c = self.collection_ref(collection).await?;
+        let c = self.writable_ref(collection).await?;
         let caps = self.store.delete_image(c.id, id).await?;
         let idx = self.indexes_of(c.id)?;
         hide(&idx.images, id);
@@ -105,7 +105,7 @@ impl Service {
     }
 
     pub async fn delete_caption(&self, collection: &CollectionName, id: i64) -> Result<()> {
-        let c = self.collection_ref(collection).await?;
+        let c = self.writable_ref(collection).await?;
         self.store.delete_caption(c.id, id).await?;
         let idx = self.indexes_of(c.id)?;
         hide(&idx.captions, id);

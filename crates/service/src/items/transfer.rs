@@ -217,7 +217,7 @@ impl Service {
         images: Vec<ImageLine>,
         mark: &ImportMark,
     ) -> Result<Vec<i64>> {
-        let c = self.collection_ref(collection).await?;
+        let c = self.writable_ref(collection).await?;
         let b = self.pipeline.bundle.clone();
         let dim = self.pipeline.projection().fne_dim();
         let mut codes = Vec::with_capacity(images.len());
@@ -300,7 +300,7 @@ impl Service {
         texts: Vec<String>,
         mark: &ImportMark,
     ) -> Result<Vec<i64>> {
-        let c = self.collection_ref(collection).await?;
+        let c = self.writable_ref(collection).await?;
         let vecs = self.embed_captions(&texts).await?;
         let rows: Vec<NewCaption> = texts
             .into_iter()

@@ -65,7 +65,7 @@ impl Service {
         id: i64,
         patch: ImagePatch,
     ) -> Result<ImageRow> {
-        let c = self.collection_ref(collection).await?;
+        let c = self.writable_ref(collection).await?;
         if let Some(Some(e)) = &patch.external_id {
             check_external_id(e, "")?;
         }
@@ -88,7 +88,7 @@ impl Service {
         external_id: &str,
         input: UpsertInput,
     ) -> Result<UpsertedImage> {
-        let c = self.collection_ref(collection).await?;
+        let c = self.writable_ref(collection).await?;
         check_external_id(external_id, "")?;
         let metadata = match input.metadata {
             None => Value::Object(Default::default()),
