@@ -65,6 +65,8 @@ def finish(directory: str | Path, manifest: dict) -> dict:
     manifest = {"format": FORMAT, "created": manifest.get("created") or now(), **manifest}
     named = [manifest["vision"]["onnx"], manifest["fne"]["stats"], manifest["projection"]["weights"],
              manifest["text"]["onnx"], manifest["text"]["tokenizer"]]
+    if "ranges" in manifest["vision"].get("quantization", {}):
+        named.append(manifest["vision"]["quantization"]["ranges"])
     if "hubness" in manifest:
         named.append(manifest["hubness"]["bank"])
         if "annotation" in manifest["hubness"]:

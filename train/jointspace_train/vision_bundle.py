@@ -26,11 +26,22 @@ def rebuild_vision(s: RebuildVision) -> None:
     m = json.loads((d / "bundle.json").read_text())
     v = m["vision"]
     source = recorded_weights(d, v, s.cache, s.wheel)
-    if v.get("quantization"):
-        sys.exit(f"{d}: an int8 vision graph; make it again with quantize-vision from its float bundle")
+    q = v.get("quantization")
+    if q and "ranges" not in q:
+        sys.exit(f"{d}: an int8 vision graph without its calibration ranges; make it again with quantize-vision "
+                 "from its float bundle")
     w = load_weights(source)
     out = d / v["onnx"]
-    backbones.save(vision_graph(w, v), out)
+    if q:
+        # The float graph first, then its convolutions in int8 from the ranges the bundle keeps.
+        from .vision_int8 import int8_graph
+
+        float_graph = out.with_suffix(".float.onnx")
+        backbones.save(vision_graph(w, v), float_graph)
+        int8_graph(float_graph, out, d / q["ranges"])
+        float_graph.unlink()
+    else:
+        backbones.save(vision_graph(w, v), out)
     got, want = features.sha256_file(out), m["files"][v["onnx"]]
     if got != want:
         out.unlink()

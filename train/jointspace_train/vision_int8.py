@@ -25,16 +25,14 @@ def calibration_photos(data: str | Path, n: int, seed: int = 0) -> list[Path]:
     return [d / "images" / name for name in np.random.default_rng(seed).choice(names, n, replace=False)]
 
 
+#: The calibration's per-tensor ranges, kept in the bundle: with them the int8 graph is rebuilt from the float
+#: graph alone (rebuild-vision), byte for byte, on a machine without the calibration photos.
+RANGES = "vision-calibration.json"
+
+
 def quantize(src: str | Path, out: str | Path, photos: list[Path], source: str) -> dict:
     """Writes `out`: `src` with its vision graph's convolutions in int8, calibrated on `photos`."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    from onnxruntime.quantization import CalibrationDataReader
 
     src, out = Path(src), Path(out)
     m = json.loads((src / "bundle.json").read_text())
@@ -52,16 +50,27 @@ def quantize(src: str | Path, out: str | Path, photos: list[Path], source: str) 
             p = next(self.left, None)
             return None if p is None else {v["input_name"]: images.preprocess(str(p), v)}
 
-    pre = out / "vision.pre.onnx"
-    quant_pre_process(str(src / v["onnx"]), str(pre), skip_symbolic_shape=True)
-    quantize_static(str(pre), str(out / v["onnx"]), Photos(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=["Conv"])
-    pre.unlink()
+    (out / RANGES).unlink(missing_ok=True)
+    int8_graph(src / v["onnx"], out / v["onnx"], out / RANGES, Photos())
     v["quantization"] = {"convolutions": "int8 weights per output channel, uint8 activations per tensor (QDQ)",
-                         "calibration": f"min/max over {len(photos)} photos: {source}"}
+                         "calibration": f"min/max over {len(photos)} photos: {source}", "ranges": RANGES}
     m["name"] = f"{m['name']}-int8"
     return bundle.finish(out, m)
+
+
+def int8_graph(float_graph: Path, out: Path, ranges: Path, photos=None) -> None:
+    """`float_graph` with int8 convolutions at `out`: calibrated on `photos` (which writes `ranges`), or, without
+    them, from the `ranges` an earlier calibration wrote."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = out.with_suffix(".pre.onnx")
+    quant_pre_process(str(float_graph), str(pre), skip_symbolic_shape=True)
+    quantize_static(str(pre), str(out), photos, quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=["Conv"],
+                    calibration_cache_path=str(ranges))
+    pre.unlink()
 
 
 def compare(float_dir: str | Path, int8_dir: str | Path, photos: list[Path]) -> dict:
