@@ -64,7 +64,7 @@ say() { echo "gpu-check [$(date -u +%T) +${SECONDS}s]: $*"; }
 if [[ $MODE == gpu ]]; then
   BUDGET=${GPU_BUDGET_S:-450} PY=python3 DEVICE=cuda PROVIDER=cuda
   PARITY_N=0 WARM_S=2 TIMED_S=6 PER_REQUEST=8 MAX_C=32
-  SEARCH_N=${GPU_SEARCH_N:-100000} RATES=(200 1000) SEARCH_S=10
+  SEARCH_N=${GPU_SEARCH_N:-10000} RATES=(200 1000) SEARCH_S=10
 else
   BUDGET=${GPU_BUDGET_S:-1500} PY=$ROOT/.venv/bin/python DEVICE=cpu PROVIDER=cpu
   PARITY_N=4 WARM_S=1 TIMED_S=3 PER_REQUEST=1 MAX_C=2
@@ -163,7 +163,7 @@ else
 fi
 say "ORT_DYLIB_PATH=$ORT_DYLIB_PATH"
 say "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
-smi=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 || echo "no nvidia-smi / no GPU")
+smi=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>/dev/null || echo "no nvidia-smi: no GPU")
 nvidia-smi 2>/dev/null | head -n 12 || true
 unresolved=$(LD_LIBRARY_PATH=$G/ort:${LD_LIBRARY_PATH:-} ldd "$G/ort/libonnxruntime_providers_cuda.so" 2>&1 | grep 'not found' | awk '{ print $1 }' | paste -sd' ' - || true)
 say "the CUDA provider's libraries not found: ${unresolved:-none}"

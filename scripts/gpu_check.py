@@ -124,8 +124,8 @@ def cmd_parity(args: argparse.Namespace) -> None:
     if b.get("id") != ref["bundle"].get("id"):
         sys.exit(f"bundle {b.get('id')} served, the reference is of {ref['bundle'].get('id')}")
     r = compare(ref["photos"], got)
-    r.update({"bundle": b.get("id"), "provider": b.get("execution_provider"),
-              "reference_provider": ref["bundle"].get("execution_provider"),
+    r.update({"bundle": b.get("id"), "provider": b.get("provider"),
+              "reference_provider": ref["bundle"].get("provider"),
               "ms_per_photo_one_at_a_time": round(1000 * seconds / len(photos), 2)})
     print(json.dumps(r))
 
