@@ -1,6 +1,7 @@
 # jointspace container images. Two targets:
 #   cpu  (default, the last stage): Debian slim + ONNX Runtime (CPU) from the onnxruntime wheel
-#   cuda: NVIDIA's CUDA 13 + cuDNN 9 runtime + onnxruntime-gpu, JOINTSPACE_DEVICE=cuda
+#   cuda: Debian slim + CUDA 13.0's runtime libraries and cuDNN 9 from NVIDIA's PyPI wheels + onnxruntime-gpu,
+#         JOINTSPACE_DEVICE=cuda (no CUDA base image needed: scripts/cuda-image-smoke.sh builds and starts it)
 #
 #   podman build --format docker -t jointspace:cpu .                 # or: docker build -t jointspace:cpu .
 #   podman build --format docker --target cuda -t jointspace:cuda .
@@ -13,9 +14,6 @@
 
 ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG DEBIAN_IMAGE=docker.io/library/debian:bookworm-slim
-# onnxruntime-gpu 1.31.1's CUDA provider links libcudart.so.13, libcublas.so.13 and libcublasLt.so.13 (readelf -d
-# on libonnxruntime_providers_cuda.so from the wheel) and loads cuDNN 9: a CUDA 12 image cannot run it.
-ARG CUDA_IMAGE=docker.io/nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 ARG ORT_VERSION=1.31.1
 
 # ---- build: the release binary (cache mounts keep the registry and target/ between builds) ----
@@ -62,20 +60,56 @@ RUN python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2
  && mkdir -p /opt/onnxruntime/lib && cp -a x/onnxruntime/capi/libonnxruntime*.so* /opt/onnxruntime/lib/ \
  && ln -s "libonnxruntime.so.${ORT_VERSION}" /opt/onnxruntime/lib/libonnxruntime.so && rm -rf x *.whl
 
+# ---- CUDA 13.0 and cuDNN 9 runtime libraries, from NVIDIA's PyPI wheels by exact version and sha256 ----
+# onnxruntime-gpu 1.31.1 is built for CUDA 13.0 (its build_and_package_info.py); its CUDA provider links
+# libcudart.so.13, libcublas.so.13, libcublasLt.so.13 and libcurand.so.10 (readelf -d) and loads cuDNN 9, whose
+# runtime-compiled engines load NVRTC. The versions are CUDA 13.0 update 2's (PyPI cuda-toolkit==13.0.2) and the
+# cuDNN that PyTorch 2.11 (cu130) pins, the set the GPU machines of scripts/gpu-check.sh carry. Left out: cuFFT
+# (the provider does not link it; no FFT in these graphs), the wheels' Python files and headers, and
+# libcuda.so.1, which is the host driver's: the NVIDIA container runtime mounts it (`docker run --gpus all`).
+FROM wheels AS cuda-libs
+RUN python3 -m pip download --no-deps --only-binary=:all: --python-version 3.11 \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux2014_x86_64 --platform manylinux_2_12_x86_64 --platform manylinux2010_x86_64 -d . \
+      nvidia-cuda-runtime==13.0.96 nvidia-cublas==13.1.0.3 nvidia-curand==10.4.0.35 nvidia-cuda-nvrtc==13.0.88 \
+      nvidia-cudnn-cu13==9.19.0.56 \
+ && printf '%s  %s\n' \
+      7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548 \
+      nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl \
+      ee8722c1f0145ab246bccb9e452153b5e0515fd094c3678df50b2a0888b8b171 \
+      nvidia_cublas-13.1.0.3-py3-none-manylinux_2_27_x86_64.whl \
+      1aee33a5da6e1db083fe2b90082def8915f30f3248d5896bcec36a579d941bfc \
+      nvidia_curand-10.4.0.35-py3-none-manylinux_2_27_x86_64.whl \
+      ad9b6d2ead2435f11cbb6868809d2adeeee302e9bb94bcf0539c7a40d80e8575 \
+      nvidia_cuda_nvrtc-13.0.88-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl \
+      d20e1734305e9d68889a96e3f35094d733ff1f83932ebe462753973e53a572bf \
+      nvidia_cudnn_cu13-9.19.0.56-py3-none-manylinux_2_27_x86_64.whl \
+    | sha256sum -c - \
+ && for w in *.whl; do python3 -m zipfile -e "$w" x; done \
+ && mkdir -p /opt/cuda/lib \
+ && cd x/nvidia/cu13/lib \
+ && cp libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libnvrtc.so.13 libnvrtc-builtins.so.13.0 \
+      ../../cudnn/lib/libcudnn*.so.9 /opt/cuda/lib/ \
+ && cd /wheels && rm -rf x ./*.whl
+
 # The two final stages repeat their last lines on purpose: one stage on a base picked by an ARG
 # (FROM base-${VARIANT}) would be shorter, but buildah 1.28 does not resolve a stage name through an ARG.
-# ---- cuda: unbuilt on the project's machines (no CUDA base image there); same binary, CUDA provider ----
+# ---- cuda: the CPU image's Debian base, the CUDA libraries above, onnxruntime-gpu; same binary ----
 # JOINTSPACE_DEVICE=cuda: without a usable GPU the server exits at start saying why (no silent CPU fallback);
-# JOINTSPACE_DEVICE=auto accepts the CPU, with a warning.
-FROM ${CUDA_IMAGE} AS cuda
+# JOINTSPACE_DEVICE=auto accepts the CPU, with a warning. NVIDIA_* tell the NVIDIA container runtime to mount
+# the driver's compute libraries, as NVIDIA's own CUDA images do.
+FROM ${DEBIAN_IMAGE} AS cuda
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/jointspace --create-home jointspace
 COPY --from=ort-cuda /opt/onnxruntime /opt/onnxruntime
+COPY --from=cuda-libs /opt/cuda /opt/cuda
 COPY --from=build /usr/local/bin/jointspace /usr/local/bin/jointspace
 COPY models/flickr8k-vgg16-fne /opt/jointspace/models/flickr8k-vgg16-fne
 ENV ORT_DYLIB_PATH=/opt/onnxruntime/lib/libonnxruntime.so \
-    LD_LIBRARY_PATH=/opt/onnxruntime/lib \
+    LD_LIBRARY_PATH=/opt/onnxruntime/lib:/opt/cuda/lib \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     JOINTSPACE_DEVICE=cuda \
     JOINTSPACE_ADDR=0.0.0.0:8080 \
     GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304 \
