@@ -71,8 +71,14 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     svc.close().await;
     println!(
         "{} images in collection \"{}\"",
-        added.len(),
+        added.ids.len(),
         args.collection
     );
+    if !added.skipped.is_empty() {
+        println!("{} photos skipped:", added.skipped.len());
+        for (name, why) in &added.skipped {
+            println!("  {name}: {why}");
+        }
+    }
     Ok(())
 }

@@ -106,6 +106,26 @@ fn ingest_eval_inspect_and_reindex() {
         .arg(&stored)
         .args(["--collection", "flickr", "--database-url", &url]));
     assert!(out.contains("8 images"), "{out}");
+    // A photo that does not decode leaves its batch and is reported; the rest of the batch is stored.
+    let mixed = dir.path().join("mixed");
+    std::fs::create_dir_all(&mixed).expect("dir");
+    for i in 0..3 {
+        std::fs::write(mixed.join(format!("m{i}.png")), common::fixture_image(i)).expect("write");
+    }
+    std::fs::write(mixed.join("bad.jpg"), b"not an image").expect("write");
+    let out = run(jointspace().args(["ingest", "--images"]).arg(&mixed).args([
+        "--collection",
+        "mixed",
+        "--batch",
+        "4",
+        "--database-url",
+        &url,
+    ]));
+    assert!(out.contains("3 images in collection \"mixed\""), "{out}");
+    assert!(
+        out.contains("1 photos skipped:") && out.contains("  bad.jpg: "),
+        "{out}"
+    );
 
     let out = run(jointspace()
         .args(["eval", "--split", "test", "--json", "--data"])

@@ -88,6 +88,15 @@ impl ServiceError {
         )
     }
 
+    /// Whether a photo of the request cannot be used (it does not decode, or is too large or too small), and
+    /// which when the request had several: the other photos of a batch can go without it.
+    pub fn bad_photo(&self) -> Option<Option<usize>> {
+        match self {
+            ServiceError::Decode { index, .. } => Some(*index),
+            _ => None,
+        }
+    }
+
     /// A pipeline error, with the position of the failing item when the request had several.
     pub(super) fn embed(index: Option<usize>, e: EmbedError) -> ServiceError {
         match e {

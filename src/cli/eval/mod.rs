@@ -67,7 +67,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         dir: &split.images_dir,
         captions: &split.captions,
     };
-    let ids = add_all(
+    let added = add_all(
         &svc,
         &collection,
         folder,
@@ -76,6 +76,13 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         args.concurrency,
     )
     .await?;
+    if let Some((name, why)) = added.skipped.first() {
+        anyhow::bail!(
+            "{} photos of the split could not be added (the first: {name}: {why}); an evaluation needs them all",
+            added.skipped.len()
+        );
+    }
+    let ids = added.ids;
     let ingest_seconds = t.elapsed().as_secs_f64();
     let image_ids: Vec<i64> = split.names.iter().map(|n| ids[n]).collect();
     let ranks = rank_split(&svc, cid, &image_ids).await?;

@@ -15,6 +15,7 @@ use crate::{
     store::{EmbeddedCaption, ImportMark, NewCaption, NewImage, Provenance},
 };
 
+#[derive(Clone)]
 pub struct ImageInput {
     pub bytes: Bytes,
     pub external_id: Option<String>,
