@@ -133,6 +133,10 @@ pub struct ImageResults {
     pub matches: Option<usize>,
     /// The mode the search ran in.
     pub mode: Mode,
+    /// Hybrid: the keyword ranking's share of the fused score, as asked, or by default 0.5 raised towards 1 by
+    /// the share of the sentence's words the text model does not know (`unknown_words`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keyword_weight: Option<f32>,
     /// The words of a `text` query the text model does not know (it reads each as "unknown"): the vector
     /// ranking ignores them; keyword and hybrid modes still match them in the images' text.
     pub unknown_words: Vec<String>,
@@ -246,6 +250,7 @@ pub async fn images(
         results: found.hits.into_iter().map(Into::into).collect(),
         matches: found.matches,
         mode: found.mode.unwrap_or(SearchMode::Vector).into(),
+        keyword_weight: found.keyword_weight,
         unknown_words: found.unknown_words,
     }))
 }

@@ -223,9 +223,21 @@ async fn products(url: &str) {
             .is_empty()
     );
 
-    // A collection created without text_fields searches by vector unless asked; captions and external ids
-    // are keyword-searchable in it all the same.
+    // A collection created without text_fields and without captions has no words to match: a sentence
+    // searches it by vector.
     app.create_collection("plain").await;
+    let (s, _) = app
+        .post_json(
+            "/v1/collections/plain/images",
+            json!({"images": [{"data": b64(&fixture_image(2)), "external_id": "x-0"}]}),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let (_, r) = search(&app, "plain", json!({"text": "espadrille"})).await;
+    assert_eq!(r["mode"], "vector", "{r}");
+    assert!(r.get("keyword_weight").is_none(), "{r}");
+    // Once it holds captions, a sentence searches it in hybrid mode by default, leaning on the keywords as
+    // far as the model does not know the sentence's words: all of them unknown, the keywords alone rank.
     let (s, _) = app
         .post_json(
             "/v1/collections/plain/images",
@@ -235,7 +247,32 @@ async fn products(url: &str) {
         .await;
     assert_eq!(s, 201);
     let (_, r) = search(&app, "plain", json!({"text": "espadrille"})).await;
-    assert_eq!(r["mode"], "vector");
+    assert_eq!(r["mode"], "hybrid", "{r}");
+    assert_eq!(r["keyword_weight"], 1.0, "{r}");
+    assert_eq!(r["results"][0]["image"]["external_id"], "x-1", "{r}");
+    let weight = |r: &Value| r["keyword_weight"].as_f64().expect("keyword_weight");
+    let (_, r) = search(&app, "plain", json!({"text": "a red espadrille"})).await;
+    assert!((weight(&r) - (0.5 + 0.5 / 3.0)).abs() < 1e-6, "{r}");
+    let (_, r) = search(&app, "plain", json!({"text": "a dog runs"})).await;
+    assert_eq!(
+        (r["mode"].as_str(), weight(&r)),
+        (Some("hybrid"), 0.5),
+        "{r}"
+    );
+    let (_, r) = search(
+        &app,
+        "plain",
+        json!({"text": "espadrille", "keyword_weight": 0.25}),
+    )
+    .await;
+    assert_eq!(weight(&r), 0.25, "an asked weight is kept: {r}");
+    let (_, r) = search(
+        &app,
+        "plain",
+        json!({"text": "espadrille", "mode": "vector"}),
+    )
+    .await;
+    assert_eq!(r["mode"], "vector", "{r}");
     assert_eq!(
         found(
             &app,

@@ -596,6 +596,12 @@ export interface components {
             similarity: number;
         };
         ImageResults: {
+            /**
+             * Format: float
+             * @description Hybrid: the keyword ranking's share of the fused score, as asked, or by default 0.5 raised towards 1 by
+             *     the share of the sentence's words the text model does not know (`unknown_words`).
+             */
+            keyword_weight?: number | null;
             /** @description With a filter: how many images of the collection it admits (all of them, not only this page). */
             matches?: number | null;
             /** @description The mode the search ran in. */

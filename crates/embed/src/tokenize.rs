@@ -82,16 +82,24 @@ impl TextTokenizer {
             return Err(TextError::NoTokens(text.to_string()));
         }
         let unknown_words = self.unknown_in(text, &enc);
-        Ok(Sentence { ids, unknown_words })
+        let unk = self.tokenizer.token_to_id("<unk>").map(i64::from);
+        let unknown = ids.iter().filter(|&&i| Some(i) == unk).count();
+        Ok(Sentence {
+            unknown_share: unknown as f32 / ids.len() as f32,
+            ids,
+            unknown_words,
+        })
     }
 }
 
 /// A sentence as the text graph reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Sentence {
     pub ids: Vec<i64>,
     /// The words read as the unknown token, as written, in order, once each.
     pub unknown_words: Vec<String>,
+    /// The share of the tokens read as the unknown token: how little of the sentence its vector knows.
+    pub unknown_share: f32,
 }
 
 impl TextTokenizer {

@@ -15,9 +15,24 @@ use crate::{modality::Modality, store::KeywordQuery};
 /// RRF's constant: a result's share is weight / (60 + rank), as in Cormack et al. (2009).
 const RRF_K: f32 = 60.0;
 
+/// The keyword ranking's share of a hybrid score: as asked, or by default 0.5 leaning towards the keywords as
+/// far as the sentence's vector is blind: a sentence all of whose words the text model does not know has a
+/// vector that says nothing, and ranks by its words alone (1.0).
+pub(super) fn keyword_weight(p: &SearchParams, qv: &QueryVector) -> Result<f32> {
+    let w = p
+        .keyword_weight
+        .unwrap_or(0.5 + 0.5 * qv.unknown_share.clamp(0.0, 1.0));
+    if !(0.0..=1.0).contains(&w) {
+        return Err(ServiceError::Invalid(format!(
+            "keyword_weight is {w}; it must be between 0 and 1"
+        )));
+    }
+    Ok(w)
+}
+
 impl Service {
     /// The mode a search runs in: as asked (keyword and hybrid need a sentence), or by default hybrid for a
-    /// sentence in a collection created with `text_fields`, vector otherwise.
+    /// sentence in a collection with words to match (`text_fields`, or captions), vector otherwise.
     pub(crate) fn resolve_mode(
         &self,
         c: &CollectionRef,
@@ -32,6 +47,9 @@ impl Service {
                 m.as_str()
             ))),
             (None, Query::Text(_)) if c.text_fields.is_some() => Ok(SearchMode::Hybrid),
+            (None, Query::Text(_)) if !self.indexes_of(c.id)?.captions.is_empty() => {
+                Ok(SearchMode::Hybrid)
+            }
             (None, _) => Ok(SearchMode::Vector),
         }
     }
@@ -44,14 +62,9 @@ impl Service {
         qv: &QueryVector,
         text: &str,
         mode: SearchMode,
+        w: f32,
         p: &SearchParams,
     ) -> Result<(Vec<Ranked>, Option<usize>)> {
-        let w = p.keyword_weight.unwrap_or(0.5);
-        if !(0.0..=1.0).contains(&w) {
-            return Err(ServiceError::Invalid(format!(
-                "keyword_weight is {w}; it must be between 0 and 1"
-            )));
-        }
         // Deep enough that a result ranked low by one side and high by the other is seen by both.
         let depth = ((p.offset + p.k) * 2).clamp(100, self.opts.max_k.max(100));
         let query = KeywordQuery::parse(text);

@@ -75,6 +75,8 @@ pub struct Hits<H> {
     pub hits: Vec<H>,
     pub matches: Option<usize>,
     pub mode: Option<SearchMode>,
+    /// Hybrid: the keyword ranking's share of the fused score this search used.
+    pub keyword_weight: Option<f32>,
     pub unknown_words: Vec<String>,
 }
 
@@ -101,6 +103,8 @@ pub(super) struct QueryVector {
     pub exclude: Option<i64>,
     /// A sentence's words the text model does not know (read in the same pass as its tokens).
     pub unknown_words: Vec<String>,
+    /// The share of its tokens they are (0 for an image).
+    pub unknown_share: f32,
 }
 
 impl Service {
@@ -136,6 +140,7 @@ impl Service {
                     modality: Modality::Captions,
                     exclude: None,
                     unknown_words: sentence.unknown_words,
+                    unknown_share: sentence.unknown_share,
                 }
             }
             Query::Image(b) => QueryVector {
@@ -147,6 +152,7 @@ impl Service {
                 modality: Modality::Images,
                 exclude: None,
                 unknown_words: vec![],
+                unknown_share: 0.0,
             },
             Query::ImageId(id) => {
                 let vector = match self.indexes_of(c.id)?.images.vector(id) {
@@ -158,6 +164,7 @@ impl Service {
                     modality: Modality::Images,
                     exclude: Some(id),
                     unknown_words: vec![],
+                    unknown_share: 0.0,
                 }
             }
         })
@@ -265,13 +272,16 @@ impl Service {
             _ => None,
         };
         let qv = self.query_vector(&c, q).await?;
+        let weight = hybrid::keyword_weight(&p, &qv)?;
         let found = match (mode, text) {
             (SearchMode::Keyword | SearchMode::Hybrid, Some(text)) => {
-                self.fused(&c, &qv, &text, mode, &p).await?
+                self.fused(&c, &qv, &text, mode, weight, &p).await?
             }
             _ => self.search_ids(&c, Modality::Images, &qv, &p).await?,
         };
-        self.answer(t, &c, found, Some(mode), qv).await
+        let mut hits = self.answer(t, &c, found, Some(mode), qv).await?;
+        hits.keyword_weight = (mode == SearchMode::Hybrid).then_some(weight);
+        Ok(hits)
     }
 
     pub async fn search_captions(
@@ -316,6 +326,7 @@ impl Service {
             hits: join(hits, rows),
             matches,
             mode,
+            keyword_weight: None,
             unknown_words: qv.unknown_words,
         })
     }
