@@ -37,27 +37,32 @@ def stocked(admin: Client, collection: str) -> tuple[str, list[int]]:
 
 def test_search_by_sentence_with_filter_mode_and_paging(admin: Client, stocked: tuple[str, list[int]]) -> None:
     collection, ids = stocked
-    whole = admin.search_images(collection, text="a dog running on the beach", k=6)
-    assert whole["mode"] == "vector" and len(whole["results"]) == 6
+    # A collection with captions searches a sentence in hybrid mode by default, leaning on the keywords by the
+    # share of its six words the model does not know.
+    default = admin.search_images(collection, text="a dog running on the beach", k=6)
+    assert default["mode"] == "hybrid" and len(default["results"]) == 6
+    assert abs(default["keyword_weight"] - (0.5 + 0.5 * len(default["unknown_words"]) / 6)) < 1e-6
+    whole = admin.search_images(collection, text="a dog running on the beach", k=6, mode="vector")
     order = [r["image"]["id"] for r in whole["results"]]
     assert sorted(order) == sorted(ids)
     scores = [r["score"] for r in whole["results"]]
     assert scores == sorted(scores, reverse=True)
-    second = admin.search_images(collection, text="a dog running on the beach", k=2, offset=2)
+    second = admin.search_images(collection, text="a dog running on the beach", k=2, offset=2, mode="vector")
     assert [r["image"]["id"] for r in second["results"]] == order[2:4]
     # The iterator pages by k and offset, and gives what one big page gives, in the same order.
     assert [r["image"]["id"] for r in admin.iter_search_images(collection, text="a dog running on the beach",
-                                                                 page_size=4)] == order  # fmt: skip
+                                                                 mode="vector", page_size=4)] == order  # fmt: skip
     assert len(list(admin.iter_search_images(collection, text="a dog", page_size=2, limit=3))) == 3
     shoes = admin.search_images(collection, text="a dog", filter={"kind": "shoe"}, k=10)
     assert shoes.get("matches") == 3 and {r["image"]["id"] for r in shoes["results"]} == set(ids[:3])
     bags = list(admin.iter_search_images(collection, text="a dog", filter={"kind": {"$in": ["bag"]}}, page_size=1))
     assert {r["image"]["id"] for r in bags} == set(ids[3:])
     cut = scores[2]
-    high = admin.search_images(collection, text="a dog running on the beach", k=6, min_score=cut)
+    high = admin.search_images(collection, text="a dog running on the beach", k=6, min_score=cut, mode="vector")
     assert [r["image"]["id"] for r in high["results"]] == order[:3]
-    assert [r["image"]["id"] for r in admin.iter_search_images(collection, text="a dog running on the beach",
-                                                                 min_score=cut, page_size=2)] == order[:3]  # fmt: skip
+    cut_pages = admin.iter_search_images(collection, text="a dog running on the beach", mode="vector", min_score=cut,
+                                         page_size=2)  # fmt: skip
+    assert [r["image"]["id"] for r in cut_pages] == order[:3]
     words = admin.search_images(collection, text="sku-4", mode="keyword", k=3)
     assert words["mode"] == "keyword" and words["results"][0]["image"]["id"] == ids[4]
     hybrid = admin.search_images(collection, text="sofa", mode="hybrid", keyword_weight=1.0, k=1)

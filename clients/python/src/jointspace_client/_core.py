@@ -57,7 +57,7 @@ class RetryPolicy:
     """When a request is sent again.
 
     Retried: 429 (the server refused it before doing anything, so always safe) and 503 (timed out, or the
-    database or an index was unavailable; on a POST write only the request timeout's 503) after the
+    database or an index was unavailable; on a POST write only with its idempotency key) after the
     `Retry-After` the server asked for (or the backoff when it names none); 409 `idempotency_in_flight` (the
     first request with the same key is still running); and failed connections, with exponential backoff and
     jitter. A 503 or a connection lost after the request was sent is retried only where that cannot apply a
@@ -170,13 +170,11 @@ class Core:
                 if call.stream:
                     outcome.read()
                 error = error_from(outcome, attempt)
-                # A 503 on a POST write is retried only when it is the request timeout's (`timeout`: the server
-                # keeps the write's answer for the same key). Another 503 on a write may come after the rows
-                # were committed, with the key released (clients/python/README.md, "Retries"), so sending it
-                # again could store the photos twice.
+                # A 503 on a keyed POST write is safe to send again: the request timeout's keeps the write's
+                # answer for the same key, and any other (`unavailable`) comes before anything is stored.
                 retryable = (
                     outcome.status_code == 429
-                    or (outcome.status_code == 503 and safe and (not call.write or error.code == "timeout"))
+                    or (outcome.status_code == 503 and safe)
                     or error.code == "idempotency_in_flight"
                 )
                 asked = retry_after(outcome)

@@ -116,6 +116,8 @@ class ImageResults(TypedDict):
     mode: Mode
     unknown_words: list[str]
     matches: NotRequired[int | None]
+    #: Hybrid: the keyword ranking's share of the fused score the search used.
+    keyword_weight: NotRequired[float]
 
 
 class CaptionResult(TypedDict):
