@@ -404,7 +404,12 @@ pub struct SyncArgs {
     /// which become the image's metadata.
     #[arg(long, env = "JOINTSPACE_SYNC_FEED")]
     pub feed: PathBuf,
-    #[arg(long, env = "JOINTSPACE_SYNC_FORMAT", value_enum, default_value = "auto")]
+    #[arg(
+        long,
+        env = "JOINTSPACE_SYNC_FORMAT",
+        value_enum,
+        default_value = "auto"
+    )]
     pub format: FeedFormat,
     /// The field holding the product's id (the image's external id).
     #[arg(long, env = "JOINTSPACE_SYNC_ID_FIELD", default_value = "id")]
@@ -413,7 +418,11 @@ pub struct SyncArgs {
     #[arg(long, env = "JOINTSPACE_SYNC_IMAGE_FIELD", default_value = "image")]
     pub image_field: String,
     /// The field holding captions: a JSON array of strings (or one string), in CSV separated by `|`.
-    #[arg(long, env = "JOINTSPACE_SYNC_CAPTIONS_FIELD", default_value = "captions")]
+    #[arg(
+        long,
+        env = "JOINTSPACE_SYNC_CAPTIONS_FIELD",
+        default_value = "captions"
+    )]
     pub captions_field: String,
     /// Fields whose text is also a caption (e.g. `title`), embedded by the text model; they stay in metadata.
     #[arg(long, env = "JOINTSPACE_SYNC_CAPTION_FIELDS", value_delimiter = ',')]

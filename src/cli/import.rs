@@ -80,7 +80,9 @@ fn identity(file: &Path) -> anyhow::Result<String> {
     Ok(format!("{len}:{}", hex::encode(Sha256::digest(&head))))
 }
 
-pub(super) fn lines(file: &Path) -> anyhow::Result<impl Iterator<Item = (usize, anyhow::Result<String>)>> {
+pub(super) fn lines(
+    file: &Path,
+) -> anyhow::Result<impl Iterator<Item = (usize, anyhow::Result<String>)>> {
     let f = std::fs::File::open(file).with_context(|| format!("cannot read {}", file.display()))?;
     Ok(BufReader::new(f)
         .lines()
@@ -180,7 +182,11 @@ fn survey(file: &Path) -> anyhow::Result<Kind> {
 }
 
 /// Refuses a file that gives photos by URL unless URL ingest is on (`urls`: whether it does).
-pub(super) fn check_url_ingest(file: &Path, urls: bool, args: &UrlIngestArgs) -> anyhow::Result<()> {
+pub(super) fn check_url_ingest(
+    file: &Path,
+    urls: bool,
+    args: &UrlIngestArgs,
+) -> anyhow::Result<()> {
     if urls && !args.url_ingest {
         bail!(
             "{} gives photos by `url`: pass --url-ingest to let the command fetch them (loopback and \

@@ -76,7 +76,10 @@ impl Mapping<'_> {
             // Shops' ids are often numbers; the external id is their text.
             Some(Value::Number(n)) => n.to_string(),
             Some(Value::Null | Value::String(_)) | None => {
-                bail!("no `{}` (the product's id; --id-field names another field)", self.id)
+                bail!(
+                    "no `{}` (the product's id; --id-field names another field)",
+                    self.id
+                )
             }
             Some(v) => bail!("`{}` is {v}: an id is a string or a number", self.id),
         };
@@ -100,7 +103,10 @@ impl Mapping<'_> {
                     other => bail!("`{}` holds {other}: captions are strings", self.captions),
                 })
                 .collect::<anyhow::Result<_>>()?,
-            Some(v) => bail!("`{}` is {v}: captions are an array of strings", self.captions),
+            Some(v) => bail!(
+                "`{}` is {v}: captions are an array of strings",
+                self.captions
+            ),
         };
         for f in self.caption_fields {
             match fields.get(f) {
@@ -245,7 +251,10 @@ fn read_feed(args: &SyncArgs) -> anyhow::Result<Vec<FeedItem>> {
                 match rec {
                     Ok(rec) => {
                         let line = rec.position().map_or(0, |p| p.line() as usize);
-                        match map.csv_fields(&header, &rec).and_then(|f| map.item(line, f)) {
+                        match map
+                            .csv_fields(&header, &rec)
+                            .and_then(|f| map.item(line, f))
+                        {
                             Ok(it) => items.push(it),
                             Err(e) => bad.push(line, e),
                         }
@@ -529,7 +538,12 @@ async fn run(
     let stop = &AtomicBool::new(false);
     let mut done = futures::stream::iter(items)
         .take_while(|_| std::future::ready(!stop.load(Ordering::Relaxed)))
-        .map(|it| async move { (it, apply(svc, collection, catalogue, it, args.dry_run).await) })
+        .map(|it| async move {
+            (
+                it,
+                apply(svc, collection, catalogue, it, args.dry_run).await,
+            )
+        })
         .buffer_unordered(args.concurrency.max(1));
     let mut stopped = None;
     while let Some((it, r)) = done.next().await {
@@ -627,9 +641,8 @@ mod tests {
         let numbers = ["price".to_string()];
         let titles = ["title".to_string()];
         let m = mapping(dir, &numbers, &titles);
-        let header = csv::StringRecord::from(vec![
-            "id", "title", "image", "price", "captions", "note",
-        ]);
+        let header =
+            csv::StringRecord::from(vec!["id", "title", "image", "price", "captions", "note"]);
         let rec = csv::StringRecord::from(vec![
             "sku-1",
             "Red shoe",
@@ -667,7 +680,11 @@ mod tests {
             let Value::Object(f) = v else { unreachable!() };
             m.item(1, f).map_err(|e| e.to_string())
         };
-        assert!(item(json!({"image": "a.jpg"})).unwrap_err().contains("no `id`"));
+        assert!(
+            item(json!({"image": "a.jpg"}))
+                .unwrap_err()
+                .contains("no `id`")
+        );
         assert!(item(json!({"id": 7})).unwrap_err().contains("no `image`"));
         assert!(
             item(json!({"id": 7, "image": "ftp://x/a.jpg"}))
@@ -687,6 +704,9 @@ mod tests {
         let header = csv::StringRecord::from(vec!["id", "image", "price"]);
         let rec = csv::StringRecord::from(vec!["1", "a.jpg", "cheap"]);
         let e = m.csv_fields(&header, &rec).expect_err("not a number");
-        assert!(e.to_string().contains("`price` is \"cheap\", not a number"), "{e}");
+        assert!(
+            e.to_string().contains("`price` is \"cheap\", not a number"),
+            "{e}"
+        );
     }
 }

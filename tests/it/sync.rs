@@ -119,7 +119,12 @@ async fn feed_life(db: &str) {
     let csv = ["--number-fields", "price"];
 
     // A dry run against a collection --create would make: every item would be added, nothing is.
-    let (ok, out, r) = sync(db, d, "feed1.csv", &[&csv[..], &["--create", "--dry-run"]].concat());
+    let (ok, out, r) = sync(
+        db,
+        d,
+        "feed1.csv",
+        &[&csv[..], &["--create", "--dry-run"]].concat(),
+    );
     assert!(ok, "{out}");
     assert_eq!(counts(&r), [5, 0, 0, 0, 0, 0, 0], "{r}");
     assert_eq!(r["dry_run"], true);
@@ -182,7 +187,10 @@ async fn feed_life(db: &str) {
         "{out}"
     );
     assert!(out.contains("--max-delete-share 0.40 or more"), "{out}");
-    assert!(r["refused"].as_str().is_some_and(|s| s.contains("40.0%")), "{r}");
+    assert!(
+        r["refused"].as_str().is_some_and(|s| s.contains("40.0%")),
+        "{r}"
+    );
     assert_eq!(state(db).await, second);
 
     // Its dry run with the share raised: what it would do, and nothing done.
@@ -291,7 +299,12 @@ async fn feed_life(db: &str) {
         "{out}"
     );
     assert_eq!(r["failed"][0]["line"], 6, "{r}");
-    let (ok, out, r) = sync(db, d, "broken.jsonl", &[&fetch[..], &["--skip-failed"]].concat());
+    let (ok, out, r) = sync(
+        db,
+        d,
+        "broken.jsonl",
+        &[&fetch[..], &["--skip-failed"]].concat(),
+    );
     assert!(ok, "{out}");
     assert_eq!(counts(&r), [0, 0, 0, 5, 0, 1, 0], "{r}");
     assert_eq!(r["failed"][0]["external_id"], "sku-8");

@@ -145,7 +145,12 @@ impl ReadSnapshot {
             .await?;
         let mut out: Vec<ExportedImage> = rows.iter().map(exported).collect();
         let ids: Vec<i64> = out.iter().map(|i| i.id).collect();
-        for (k, caps) in self.captions_of(collection_id, &ids).await?.into_iter().enumerate() {
+        for (k, caps) in self
+            .captions_of(collection_id, &ids)
+            .await?
+            .into_iter()
+            .enumerate()
+        {
             out[k].captions = caps;
         }
         Ok(out)
