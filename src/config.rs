@@ -42,6 +42,10 @@ pub enum Command {
     /// Restore a collection from an export (no CNN: codes are projected by the loaded bundle), or add a JSONL
     /// catalogue of `{path, external_id, metadata, captions}` items (embedded); resumable.
     Import(ImportArgs),
+    /// Make a collection equal to a shop's catalogue feed (CSV or JSON lines): new items added, changed
+    /// photos embedded again, changed text or attributes written without the CNN, items gone from the feed
+    /// deleted (up to --max-delete-share); a rerun changes nothing.
+    Sync(SyncArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -374,6 +378,89 @@ pub struct ImportArgs {
     pub store: StoreArgs,
     /// Catalogue photos given by `url` are fetched as the server's URL ingest fetches them (--url-ingest,
     /// the same address guard, allow-list and limits).
+    #[command(flatten)]
+    pub url_ingest: UrlIngestArgs,
+}
+
+/// How a feed file is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FeedFormat {
+    /// By the file's extension (`.csv`; `.jsonl`, `.ndjson`, `.json`), else by its first character (`{`:
+    /// JSON lines).
+    Auto,
+    /// A header row naming the columns, then one product per record (RFC 4180 quoting).
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SyncArgs {
+    /// The collection the feed describes.
+    #[arg(long, env = "JOINTSPACE_COLLECTION")]
+    pub collection: String,
+    /// The feed: one product per CSV record or JSON line, with its id, its photo (a path relative to the
+    /// feed's folder, or an http(s) URL fetched with --url-ingest), optional captions, and any other fields,
+    /// which become the image's metadata.
+    #[arg(long, env = "JOINTSPACE_SYNC_FEED")]
+    pub feed: PathBuf,
+    #[arg(
+        long,
+        env = "JOINTSPACE_SYNC_FORMAT",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub format: FeedFormat,
+    /// The field holding the product's id (the image's external id).
+    #[arg(long, env = "JOINTSPACE_SYNC_ID_FIELD", default_value = "id")]
+    pub id_field: String,
+    /// The field holding the photo's path or URL.
+    #[arg(long, env = "JOINTSPACE_SYNC_IMAGE_FIELD", default_value = "image")]
+    pub image_field: String,
+    /// The field holding captions: a JSON array of strings (or one string), in CSV separated by `|`.
+    #[arg(
+        long,
+        env = "JOINTSPACE_SYNC_CAPTIONS_FIELD",
+        default_value = "captions"
+    )]
+    pub captions_field: String,
+    /// Fields whose text is also a caption (e.g. `title`), embedded by the text model; they stay in metadata.
+    #[arg(long, env = "JOINTSPACE_SYNC_CAPTION_FIELDS", value_delimiter = ',')]
+    pub caption_fields: Vec<String>,
+    /// CSV columns read as numbers (e.g. `price,stock`), so that filters can compare them; other CSV cells
+    /// are strings. JSON lines keep their own types.
+    #[arg(long, env = "JOINTSPACE_SYNC_NUMBER_FIELDS", value_delimiter = ',')]
+    pub number_fields: Vec<String>,
+    /// Print what the sync would do and write nothing (photos are still read, to tell a new photo from an
+    /// unchanged one).
+    #[arg(long, env = "JOINTSPACE_SYNC_DRY_RUN", value_parser = clap::builder::FalseyValueParser::new())]
+    pub dry_run: bool,
+    /// The largest share (0 to 1) of the collection's items with an external id that a feed may withdraw;
+    /// past it the sync refuses before writing anything, so a feed cut short cannot wipe a catalogue.
+    #[arg(long, env = "JOINTSPACE_SYNC_MAX_DELETE_SHARE", default_value_t = 0.2)]
+    pub max_delete_share: f64,
+    /// Create the collection when it does not exist (without it, a missing collection is an error).
+    #[arg(long, env = "JOINTSPACE_SYNC_CREATE", value_parser = clap::builder::FalseyValueParser::new())]
+    pub create: bool,
+    /// With --create: the new collection's keyword fields for hybrid search (e.g. `title,description`).
+    #[arg(long, env = "JOINTSPACE_SYNC_TEXT_FIELDS", value_delimiter = ',')]
+    pub text_fields: Vec<String>,
+    /// An item whose photo cannot be read, fetched or decoded is reported and left as it is stored, and the
+    /// sync goes on; without it the sync stops at that item (what came before it is in; run again).
+    #[arg(long, env = "JOINTSPACE_SYNC_SKIP_FAILED", value_parser = clap::builder::FalseyValueParser::new())]
+    pub skip_failed: bool,
+    /// Also write the report as JSON to this file.
+    #[arg(long, env = "JOINTSPACE_SYNC_REPORT")]
+    pub report: Option<PathBuf>,
+    /// Items read and written at once (their photos are embedded in shared batches).
+    #[arg(long, env = "JOINTSPACE_SYNC_CONCURRENCY", default_value_t = 4)]
+    pub concurrency: usize,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Photos given by URL are fetched as the server's URL ingest fetches them (--url-ingest, the same
+    /// address guard, allow-list and limits).
     #[command(flatten)]
     pub url_ingest: UrlIngestArgs,
 }

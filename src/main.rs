@@ -34,6 +34,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Reindex(a) => cli::reindex(a).await?,
         Command::Export(a) => cli::export(a).await?,
         Command::Import(a) => cli::import(a).await?,
+        Command::Sync(a) => cli::sync(a).await?,
     }
     Ok(())
 }

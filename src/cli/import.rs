@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use super::{offline_pipeline, progress};
 use crate::{
     app::{open_service, url_fetcher},
-    config::ImportArgs,
+    config::{ImportArgs, ModelArgs, StoreArgs, UrlIngestArgs},
     metrics::Metrics,
     service::{
         CollectionName, EXPORT_FORMAT, ExportLine, ImageItem, ImageLine, ImageSource, ImportMark,
@@ -80,7 +80,9 @@ fn identity(file: &Path) -> anyhow::Result<String> {
     Ok(format!("{len}:{}", hex::encode(Sha256::digest(&head))))
 }
 
-fn lines(file: &Path) -> anyhow::Result<impl Iterator<Item = (usize, anyhow::Result<String>)>> {
+pub(super) fn lines(
+    file: &Path,
+) -> anyhow::Result<impl Iterator<Item = (usize, anyhow::Result<String>)>> {
     let f = std::fs::File::open(file).with_context(|| format!("cannot read {}", file.display()))?;
     Ok(BufReader::new(f)
         .lines()
@@ -179,25 +181,41 @@ fn survey(file: &Path) -> anyhow::Result<Kind> {
     }
 }
 
-pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
-    let kind = survey(&args.file)?;
-    if matches!(kind, Kind::Catalogue { urls: true, .. }) && !args.url_ingest.url_ingest {
+/// Refuses a file that gives photos by URL unless URL ingest is on (`urls`: whether it does).
+pub(super) fn check_url_ingest(
+    file: &Path,
+    urls: bool,
+    args: &UrlIngestArgs,
+) -> anyhow::Result<()> {
+    if urls && !args.url_ingest {
         bail!(
-            "{} gives photos by `url`: pass --url-ingest to let import fetch them (loopback and private \
-             addresses need --url-ingest-allow)",
-            args.file.display()
+            "{} gives photos by `url`: pass --url-ingest to let the command fetch them (loopback and \
+             private addresses need --url-ingest-allow)",
+            file.display()
         );
     }
-    let fetcher = url_fetcher(&args.url_ingest, args.model.max_image_bytes)?;
-    let source = identity(&args.file)?;
+    Ok(())
+}
+
+/// The service of a batch job that may fetch photos (with URL ingest's fetcher when it is on), and the
+/// metrics that count its model work.
+pub(super) async fn fetching_service(
+    model: &ModelArgs,
+    store: &StoreArgs,
+    url_ingest: &UrlIngestArgs,
+) -> anyhow::Result<(Arc<Service>, Arc<Metrics>)> {
+    let fetcher = url_fetcher(url_ingest, model.max_image_bytes)?;
     let metrics = Arc::new(Metrics::new());
-    let svc = open_service(
-        offline_pipeline(&args.model)?,
-        &args.store,
-        metrics.clone(),
-        fetcher,
-    )
-    .await?;
+    let svc = open_service(offline_pipeline(model)?, store, metrics.clone(), fetcher).await?;
+    Ok((svc, metrics))
+}
+
+pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
+    let kind = survey(&args.file)?;
+    let urls = matches!(kind, Kind::Catalogue { urls: true, .. });
+    check_url_ingest(&args.file, urls, &args.url_ingest)?;
+    let source = identity(&args.file)?;
+    let (svc, metrics) = fetching_service(&args.model, &args.store, &args.url_ingest).await?;
     let (name, description) = match (&args.collection, &kind) {
         (Some(c), _) => (c.clone(), String::new()),
         (

@@ -1,5 +1,6 @@
 //! The non-serving commands, one file each: `ingest` a folder, `eval` a bundle end to end, `inspect` a
-//! bundle, `reindex` stored codes, `export` a collection and `import` it (or a catalogue). `ingest` and `eval` go through `Service`, the same code path as the HTTP
+//! bundle, `reindex` stored codes, `export` a collection and `import` it (or a catalogue), `sync` a collection
+//! with a catalogue feed. `ingest` and `eval` go through `Service`, the same code path as the HTTP
 //! API, by way of `add` (resumable batched adds).
 
 mod add;
@@ -9,6 +10,7 @@ mod import;
 mod ingest;
 mod inspect;
 mod reindex;
+mod sync;
 
 use std::sync::Arc;
 
@@ -20,6 +22,7 @@ pub use import::import;
 pub use ingest::ingest;
 pub use inspect::inspect;
 pub use reindex::reindex;
+pub use sync::sync;
 
 use crate::{
     app::load_pipeline,

@@ -26,6 +26,7 @@ mod readiness;
 mod reindex;
 mod replicas;
 mod similarity;
+mod sync;
 mod tenants;
 mod thumbnails;
 mod trainer_features;

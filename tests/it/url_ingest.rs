@@ -34,14 +34,15 @@ struct Seen {
     max_in_flight: AtomicUsize,
 }
 
-struct Origin {
+/// The image server (`origin`); sync.rs fetches a feed's photos from it too.
+pub(crate) struct Origin {
     addr: SocketAddr,
     seen: Arc<Seen>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Origin {
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 }
@@ -74,7 +75,7 @@ fn streamed(n: usize, pause: Duration) -> Body {
 }
 
 /// The image server, on `ip` port 0.
-async fn origin(ip: &str) -> Origin {
+pub(crate) async fn origin(ip: &str) -> Origin {
     let seen = Arc::new(Seen::default());
     let app = Router::new()
         .route(

@@ -69,7 +69,7 @@ pub(super) fn image_row(r: &AnyRow) -> ImageRow {
 }
 
 /// The row's `metadata` column, read as text (see `dialect::image_columns`); Null if it does not parse.
-fn metadata(r: &AnyRow) -> Value {
+pub(super) fn metadata(r: &AnyRow) -> Value {
     serde_json::from_str(r.get("metadata")).unwrap_or(Value::Null)
 }
 

@@ -39,7 +39,7 @@ pub use self::{
     images::{ImageRow, NewImage, Provenance, StoredCode},
     keywords::KeywordQuery,
     reindex::Switch,
-    transfer::{ExportedImage, ImportMark, ReadSnapshot},
+    transfer::{ExportedImage, ImportMark, ReadSnapshot, SyncedImage},
     upsert::{ImagePatch, Photo, Upsert, Upserted, merge_patch},
     vectors::StoredVector,
 };

@@ -7,7 +7,10 @@
 use serde_json::Value;
 use sqlx::{Row, any::AnyRow};
 
-use super::{Engine, ImageRow, Store, StoreError, Tx, codec, images::image_row};
+use super::{
+    Engine, ImageRow, Store, StoreError, Tx, codec,
+    images::{self, image_row},
+};
 
 /// One image as an export carries it: everything but the vector, which is the loaded bundle's function of
 /// the code.
@@ -25,6 +28,17 @@ pub struct ExportedImage {
     pub content_hash: Option<String>,
     pub created_at: String,
     pub thumbnail: Option<Vec<u8>>,
+    pub captions: Vec<String>,
+}
+
+/// An image with an external id as a catalogue sync sees it: the digest of its photo's bytes (none for an
+/// image imported from codes), what describes it, and its captions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyncedImage {
+    pub id: i64,
+    pub external_id: String,
+    pub content_hash: Option<String>,
+    pub metadata: Value,
     pub captions: Vec<String>,
 }
 
@@ -130,22 +144,79 @@ impl ReadSnapshot {
             .fetch_all(&mut *self.tx)
             .await?;
         let mut out: Vec<ExportedImage> = rows.iter().map(exported).collect();
-        if let (Some(first), Some(last)) = (out.first().map(|i| i.id), out.last().map(|i| i.id)) {
-            let caps = sqlx::query(
-                "SELECT image_id, text FROM captions WHERE collection_id = $1 AND image_id >= $2 \
-                 AND image_id <= $3 ORDER BY id",
-            )
+        let ids: Vec<i64> = out.iter().map(|i| i.id).collect();
+        for (k, caps) in self
+            .captions_of(collection_id, &ids)
+            .await?
+            .into_iter()
+            .enumerate()
+        {
+            out[k].captions = caps;
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` images with an external id and ids above `after`, in id order: what a catalogue sync
+    /// compares its feed with (photo digest, metadata, captions), without the codes and thumbnails an
+    /// export reads.
+    pub async fn synced_page(
+        &mut self,
+        collection_id: i64,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<SyncedImage>, StoreError> {
+        let meta = match self.engine {
+            Engine::Sqlite => "metadata",
+            Engine::Postgres => "metadata::text AS metadata",
+        };
+        let sql = format!(
+            "SELECT id, external_id, {meta}, content_hash FROM images WHERE collection_id = $1 AND id > $2 \
+             AND external_id IS NOT NULL ORDER BY id LIMIT {limit}"
+        );
+        let rows = sqlx::query(&sql)
             .bind(collection_id)
-            .bind(first)
-            .bind(last)
+            .bind(after)
             .fetch_all(&mut *self.tx)
             .await?;
-            let at: std::collections::HashMap<i64, usize> =
-                out.iter().enumerate().map(|(k, i)| (i.id, k)).collect();
-            for r in caps {
-                if let Some(&k) = at.get(&r.get::<i64, _>("image_id")) {
-                    out[k].captions.push(r.get("text"));
-                }
+        let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
+        let caps = self.captions_of(collection_id, &ids).await?;
+        Ok(rows
+            .iter()
+            .zip(caps)
+            .map(|(r, captions)| SyncedImage {
+                id: r.get("id"),
+                external_id: r.get("external_id"),
+                metadata: images::metadata(r),
+                content_hash: r.get("content_hash"),
+                captions,
+            })
+            .collect())
+    }
+
+    /// The captions of each of `ids` (ascending, as a page reads them), each image's in caption id order.
+    async fn captions_of(
+        &mut self,
+        collection_id: i64,
+        ids: &[i64],
+    ) -> Result<Vec<Vec<String>>, StoreError> {
+        let mut out = vec![Vec::new(); ids.len()];
+        let (Some(first), Some(last)) = (ids.first(), ids.last()) else {
+            return Ok(out);
+        };
+        let caps = sqlx::query(
+            "SELECT image_id, text FROM captions WHERE collection_id = $1 AND image_id >= $2 \
+             AND image_id <= $3 ORDER BY id",
+        )
+        .bind(collection_id)
+        .bind(first)
+        .bind(last)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        let at: std::collections::HashMap<i64, usize> =
+            ids.iter().enumerate().map(|(k, id)| (*id, k)).collect();
+        for r in caps {
+            if let Some(&k) = at.get(&r.get::<i64, _>("image_id")) {
+                out[k].push(r.get("text"));
             }
         }
         Ok(out)

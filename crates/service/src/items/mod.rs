@@ -1,8 +1,9 @@
 //! The items of a collection: adding images and captions (`ingest`, and `url_ingest` for images given by URL),
 //! changing them (`updates`: PATCH and the upsert by external id), moving them in and out (`transfer`: export
-//! and import), and here, reading, listing and deleting them. A delete leaves the index at once (and starts a
-//! background rebuild when the holes pile up).
+//! and import; `feed`: a catalogue feed kept in sync), and here, reading, listing and deleting them. A
+//! delete leaves the index at once (and starts a background rebuild when the holes pile up).
 
+pub(crate) mod feed;
 pub(crate) mod ingest;
 pub(crate) mod transfer;
 pub(crate) mod updates;

@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::fetch::{FetchError, redacted};
+use crate::fetch::{FetchError, Fetcher, redacted};
 use crate::{AddedImage, CollectionName, ImageInput, ImportMark, Result, Service, ServiceError};
 
 pub enum ImageSource {
@@ -57,6 +57,18 @@ impl Pending {
 }
 
 impl Service {
+    /// A URL's bytes, its outcome counted in `jointspace_url_fetches_total`.
+    pub(crate) async fn fetch_counted(
+        &self,
+        fetcher: &Fetcher,
+        url: &str,
+    ) -> std::result::Result<Bytes, FetchError> {
+        let r = fetcher.fetch(url).await;
+        self.metrics
+            .url_fetched(r.as_ref().map_or_else(FetchError::kind, |_| "ok"));
+        r
+    }
+
     /// Adds images given as bytes or by URL (refused when the service has no fetcher: URL ingest off); an
     /// import's `mark` commits with them.
     pub async fn add_image_items(
@@ -130,12 +142,7 @@ impl Service {
         let fetched = futures::future::join_all(items.iter().map(|it| async move {
             match &it.source {
                 ImageSource::Bytes(b) => Ok(b.clone()),
-                ImageSource::Url(u) => {
-                    let r = fetcher.fetch(u).await;
-                    self.metrics
-                        .url_fetched(r.as_ref().map_or_else(FetchError::kind, |_| "ok"));
-                    r
-                }
+                ImageSource::Url(u) => self.fetch_counted(fetcher, u).await,
             }
         }))
         .await;
