@@ -7,8 +7,8 @@
 # For each bundle: a server on a fresh SQLite database; the pictures added through the HTTP API in batches to
 # a collection without text fields (searched in vector mode); that collection exported and imported (no CNN:
 # the stored codes are projected again) into one with text_fields ["name"] (keyword and hybrid modes); every
-# query asked in each mode. Results: .cache/openvocab/results/<bundle>.json (and <bundle>.ranks.jsonl), and a
-# table on stdout.
+# query asked in each mode. Results: .cache/openvocab/results/<bundle>[-<crop mode>].json (and .ranks.jsonl),
+# and a table on stdout.
 # Environment: OPENVOCAB_LIMIT (only the first N stamps, a quick check), OPENVOCAB_CROP_MODE (the server's
 # --crop-mode; default the bundle's), OPENVOCAB_BATCH (pictures per request, 16), OPENVOCAB_PORT (28611),
 # JOINTSPACE_BIN (target/release/jointspace), ORT_DYLIB_PATH (scripts/lib.sh).
@@ -66,7 +66,7 @@ trap stop_server EXIT
 bundles=("$@")
 [[ ${#bundles[@]} -eq 0 ]] && bundles=(models/flickr8k-vgg16-fne models/flickr8k-effnetl2-fne)
 for bundle in "${bundles[@]}"; do
-  name=$(basename "$bundle")
+  name=$(basename "$bundle")${OPENVOCAB_CROP_MODE:+-$OPENVOCAB_CROP_MODE}
   work=$(mktemp -d "${TMPDIR:-/tmp}/openvocab-$name.XXXXXX")
   db="sqlite://$work/ov.db"
   crop=()
@@ -114,12 +114,12 @@ EOF
 done
 
 # The table of docs/results.md, from every bundle's results.
-"$PY" - "${bundles[@]}" <<'EOF'
+"$PY" - "${OPENVOCAB_CROP_MODE:-}" "${bundles[@]}" <<'EOF'
 import json, sys
 print("| bundle | mode | R@1 | R@5 | R@10 | median rank | queries with an unknown word | gallery |")
 print("|---|---|---|---|---|---|---|---|")
-for b in sys.argv[1:]:
-    name = b.rstrip("/").rsplit("/", 1)[-1]
+for b in sys.argv[2:]:
+    name = b.rstrip("/").rsplit("/", 1)[-1] + (f"-{sys.argv[1]}" if sys.argv[1] else "")
     r = json.load(open(f".cache/openvocab/results/{name}.json"))
     for mode, m in r["modes"].items():
         unknown = f"{r['queries_with_unknown_word']} of {r['queries']} ({r['unknown_share']}%)" if mode == "vector" else ""

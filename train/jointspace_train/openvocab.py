@@ -201,9 +201,13 @@ def summarise(rows: list[dict], per_mode: dict[str, list[dict]]) -> dict:
         summary[mode] = s
     first = next(iter(per_mode.values()))
     with_unknown = sum(1 for x in first if x["unknown_words"])
-    words = Counter(w for x in first for w in set(x["unknown_words"]))
+    # The server lists unknown tokens, punctuation runs among them ("($.", a curly quote): the share again,
+    # counting only unknown words with a letter in them.
+    with_word = sum(1 for x in first if any(re.search(r"[^\W\d_]", w) for w in x["unknown_words"]))
+    words = Counter(w.lower() for x in first for w in set(x["unknown_words"]))
     return {"gallery": n, "queries": n, "distinct_queries": len({r["query"] for r in rows}),
             "queries_with_unknown_word": with_unknown, "unknown_share": round(100 * with_unknown / n, 2),
+            "queries_with_unknown_letter_word": with_word, "unknown_letter_word_share": round(100 * with_word / n, 2),
             "most_common_unknown_words": words.most_common(25), "modes": summary}
 
 

@@ -3,7 +3,15 @@ from pathlib import Path
 
 from PIL import Image
 
-from jointspace_train.openvocab import english_description, first_sentence, flatten, recall_table, shop_name, stamps
+from jointspace_train.openvocab import (
+    english_description,
+    first_sentence,
+    flatten,
+    recall_table,
+    shop_name,
+    stamps,
+    summarise,
+)
 
 
 def test_the_english_line_is_the_one_that_is_not_a_translation():
@@ -83,3 +91,16 @@ def test_recall_counts_a_picture_not_returned_as_last():
     assert r == {"r@1": 20.0, "r@5": 40.0, "r@10": 60.0, "median_rank": 6, "not_returned": 1}
     assert recall_table([1, 2, 3, 4])["median_rank"] == 2.5
     assert recall_table([1, inf, inf])["median_rank"] is None
+
+
+def test_the_summary_counts_unknown_words_with_and_without_punctuation():
+    rows = [{"external_id": e, "query": q, "category": c} for e, q, c in
+            (("a", "A gnu.", "animals"), ("b", "A cent ($.01).", "symbols"), ("c", "A dog.", "animals"))]
+    res = [{"external_id": "a", "rank": 1, "rank_same_text": 1, "unknown_words": ["gnu"]},
+           {"external_id": "b", "rank": float("inf"), "rank_same_text": float("inf"), "unknown_words": ["($."]},
+           {"external_id": "c", "rank": 12, "rank_same_text": 12, "unknown_words": []}]
+    s = summarise(rows, {"vector": res})
+    assert (s["queries_with_unknown_word"], s["queries_with_unknown_letter_word"]) == (2, 1)
+    assert s["modes"]["vector"]["r@10"] == 33.33 and s["modes"]["vector"]["median_rank"] == 12
+    assert s["modes"]["vector"]["without_symbols"]["r@1"] == 50.0
+    assert s["modes"]["vector"]["by_category_r@10"] == {"animals": 50.0, "symbols": 0.0}
