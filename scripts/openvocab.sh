@@ -75,7 +75,7 @@ for bundle in "${bundles[@]}"; do
     "${crop[@]}" >"$work/server.log" 2>&1 &
   SERVER_PID=$!
   wait_ready "$URL" 600 kill -0 "$SERVER_PID" || { cat "$work/server.log"; exit 1; }
-  echo "== $name (server log: $work/server.log)" >&2
+  echo "== $name (server log: $work/server.log; kept as $CACHE/results/$name.server.log)" >&2
 
   # The photos go through the CNN once, into the collection without text fields ...
   ov ingest --url "$URL" --manifest "$PWD/$GALLERY/manifest.jsonl" --limit "$LIMIT" --batch "$BATCH" \
@@ -111,6 +111,8 @@ out["loadavg_after"] = sys.argv[3]
 print(json.dumps(out, ensure_ascii=False))
 EOF
   stop_server
+  cp "$work/server.log" "$CACHE/results/$name.server.log"
+  rm -rf "$work"   # the database and its snapshots (about 24 MB); a failed run leaves them for a look
 done
 
 # The table of docs/results.md, from every bundle's results.
