@@ -223,16 +223,17 @@ impl Store {
                 )
             }
         };
-        let (caption_ids, added, removed) = Self::sync_captions(
-            &mut tx,
-            collection_id,
-            id,
-            &stored_caps,
-            u.captions,
-            &prov,
-            &now,
-        )
-        .await?;
+        let (caption_ids, added, removed) = self
+            .sync_captions(
+                &mut tx,
+                collection_id,
+                id,
+                &stored_caps,
+                u.captions,
+                &prov,
+                &now,
+            )
+            .await?;
         self.refresh_text(&mut tx, collection_id, &[id]).await?;
         if let Some(old_id) = previous_id {
             // Its remaining captions were moved or deleted above; the thumbnail goes with the row.
@@ -294,6 +295,7 @@ impl Store {
     /// (id, index) and the deleted ids.
     #[allow(clippy::type_complexity)]
     async fn sync_captions(
+        &self,
         tx: &mut Tx<'_>,
         collection_id: i64,
         id: i64,
@@ -320,15 +322,16 @@ impl Store {
                     ids.push(*cid);
                 }
                 None => {
-                    let cid = Self::insert_caption_tx(
-                        tx,
-                        collection_id,
-                        Some(id),
-                        caption,
-                        prov.bundle_id,
-                        now,
-                    )
-                    .await?;
+                    let cid = self
+                        .insert_caption_tx(
+                            tx,
+                            collection_id,
+                            Some(id),
+                            caption,
+                            prov.bundle_id,
+                            now,
+                        )
+                        .await?;
                     ids.push(cid);
                     added.push((cid, i));
                 }

@@ -71,6 +71,9 @@ impl Service {
             self.search_ids(c, Modality::Images, qv, &deep).await?
         } else if p.filter.is_all() {
             (vec![], None)
+        } else if self.in_database() {
+            let n = self.store.count_matching(c.id, &p.filter, None).await?;
+            (vec![], Some(n))
         } else {
             let indexes = self.indexes_of(c.id)?;
             (
@@ -78,8 +81,32 @@ impl Service {
                 Some(self.allowed_images(&indexes, &p.filter).await?.len()),
             )
         };
-        let idx = self.indexes_of(c.id)?.images.clone();
         let score = self.score(qv.modality, Modality::Images);
+        // The similarity of keyword hits the vector side did not reach: from the index's vectors, or under
+        // --index database from their rows (one read for all of them).
+        let seen: std::collections::HashSet<i64> = vector.iter().map(|h| h.0).collect();
+        let missing: Vec<i64> = keyword
+            .iter()
+            .map(|h| h.0)
+            .filter(|id| !seen.contains(id))
+            .collect();
+        let other_sims: HashMap<i64, f32> = match self.memory_indexes(c.id)? {
+            Some(idx) => missing
+                .iter()
+                .filter_map(|id| {
+                    idx.images
+                        .vector(*id)
+                        .map(|v| (*id, score.eval(&qv.vector, &v)))
+                })
+                .collect(),
+            None => self
+                .store
+                .vectors_by_ids(c.id, Modality::Images, &missing)
+                .await?
+                .into_iter()
+                .map(|s| (s.id, score.eval(&qv.vector, &s.vector)))
+                .collect(),
+        };
         // id -> (fused score, similarity)
         let mut fused: HashMap<i64, (f32, Option<f32>)> = HashMap::new();
         for (rank, (id, _, sim)) in vector.iter().enumerate() {
@@ -99,7 +126,7 @@ impl Service {
             .filter_map(|(id, (s, sim))| {
                 // A keyword hit the vector side did not reach: its similarity from the index. One this
                 // server's index does not hold yet (just written on another replica) waits for the follower.
-                let sim = sim.or_else(|| idx.vector(id).map(|v| score.eval(&qv.vector, &v)))?;
+                let sim = sim.or_else(|| other_sims.get(&id).copied())?;
                 Some((id, s, sim))
             })
             .filter(|(_, _, sim)| p.min_score.is_none_or(|m| *sim >= m))
