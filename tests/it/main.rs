@@ -21,6 +21,7 @@ mod hybrid;
 mod openapi;
 mod ops;
 mod parity;
+mod pgvector;
 mod postgres_tls;
 mod readiness;
 mod reindex;

@@ -275,6 +275,12 @@ impl Store {
                 report.built.push(name);
             }
         }
+        if report.filled > 0 || !report.built.is_empty() {
+            // Fresh row estimates for the planner after a bulk fill (autovacuum would get there later).
+            sqlx::query("ANALYZE images, captions")
+                .execute(&mut *conn)
+                .await?;
+        }
         Ok(report)
     }
 
@@ -327,12 +333,16 @@ impl Store {
         // relaxed_order: the scan goes on past ef_search until LIMIT rows passed the filter (or
         // hnsw.max_scan_tuples were visited); its slight disorder is undone by the caller's exact re-rank.
         // enable_indexscan off makes the planner scan the rows instead (the exact path).
+        // The caller chose walk or scan; the planner must not overrule it on stale row estimates (right after
+        // a bulk import it took a 4,000-row collection for 20 rows and sorted them all): the walk turns sorting
+        // off, which leaves only the HNSW index to give the order, the scan turns index scans off.
         sqlx::query(
             "SELECT set_config('hnsw.ef_search', $1, true), set_config('hnsw.iterative_scan', 'relaxed_order', true), \
-             set_config('enable_indexscan', $2, true)",
+             set_config('enable_indexscan', $2, true), set_config('enable_sort', $3, true)",
         )
         .bind(q.ef_search.clamp(1, 1000).to_string())
         .bind(if q.exact { "off" } else { "on" })
+        .bind(if q.exact { "on" } else { "off" })
         .execute(&mut *tx)
         .await?;
         let rows = f
