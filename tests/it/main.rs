@@ -26,6 +26,7 @@ mod postgres_tls;
 mod readiness;
 mod reindex;
 mod replicas;
+mod sharded;
 mod similarity;
 mod tenants;
 mod thumbnails;

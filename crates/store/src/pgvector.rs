@@ -243,6 +243,21 @@ impl Store {
             report.filled += fill_embeddings(conn, m.as_str(), dim).await?;
         }
         for m in Modality::BOTH {
+            // A table partitioned over other servers (postgres_fdw shards) cannot carry an index: each shard
+            // indexes its own rows (docs/storage.md, "Beyond one machine").
+            let relkind: Option<String> = sqlx::query_scalar(
+                "SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)",
+            )
+            .bind(m.as_str())
+            .fetch_optional(&mut *conn)
+            .await?;
+            if relkind.as_deref() == Some("p") {
+                tracing::info!(
+                    table = m.as_str(),
+                    "partitioned: its shards hold the HNSW indexes"
+                );
+                continue;
+            }
             for metric in metrics {
                 let t = m.as_str();
                 let name = format!("{t}_embedding_{}", metric.suffix());
