@@ -293,7 +293,9 @@ impl Store {
     /// being replaced) whose text is wanted is kept under its id and moved to `id`; the rest are deleted,
     /// and wanted texts left over are inserted. Returns the caption ids in `wanted` order, the added
     /// (id, index) and the deleted ids.
-    #[allow(clippy::type_complexity)]
+    // `&self` (for the pgvector column of inserted captions) is the eighth argument; the rest are the
+    // caller's transaction and what it names.
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     async fn sync_captions(
         &self,
         tx: &mut Tx<'_>,
