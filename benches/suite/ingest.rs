@@ -116,6 +116,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         Arc::new(Metrics::new()),
         ServiceOptions {
             index,
+            backend: Default::default(),
             snapshot_dir: None,
             max_k: 1000,
             max_batch: 64,

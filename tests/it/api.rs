@@ -1,12 +1,16 @@
 //! The HTTP API end to end on the fixture bundle: real ONNX Runtime, HNSW, and each database engine
 //! (SQLite, and a real Postgres server started for the test), app on port 0. Every test runs on both engines
-//! (`<test>::sqlite`, `<test>::postgres`), each on a shop of 8 images and 16 captions of its own.
+//! (`<test>::sqlite`, `<test>::postgres`), each on a shop of 8 images and 16 captions of its own, and once
+//! more on Postgres with the vector index in the database (`<test>::database_index`: pgvector, no graph).
 
 use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::common::{BUNDLE, TestApp, b64, fixture_image, gauge, pg::PgCluster};
+use crate::common::{
+    BUNDLE, TestApp, b64, fixture_image, gauge,
+    pg::{DATABASE_INDEX, PgCluster},
+};
 
 /// A database of the engine under test and an index folder beside it, both gone when the test ends.
 struct Db {
@@ -14,6 +18,8 @@ struct Db {
     index_dir: PathBuf,
     _dir: tempfile::TempDir,
     _pg: Option<PgCluster>,
+    /// `--index database`: the vectors and their HNSW indexes in Postgres (pgvector).
+    database_index: bool,
 }
 
 impl Db {
@@ -25,6 +31,7 @@ impl Db {
             index_dir: dir.path().join("data/index"),
             _dir: dir,
             _pg: None,
+            database_index: false,
         }
     }
 
@@ -36,17 +43,34 @@ impl Db {
             index_dir: dir.path().join("index"),
             _dir: dir,
             _pg: Some(pg),
+            database_index: false,
+        }
+    }
+
+    async fn database_index() -> Db {
+        let pg = PgCluster::start_pgvector();
+        let dir = tempfile::tempdir().expect("tempdir");
+        Db {
+            url: pg.create_db("api").await,
+            index_dir: dir.path().join("index"),
+            _dir: dir,
+            _pg: Some(pg),
+            database_index: true,
         }
     }
 
     /// exact-below 0: every search goes through HNSW, the path large collections take.
-    fn flags(&self) -> [&str; 4] {
-        [
+    fn flags(&self) -> Vec<&str> {
+        let mut f = vec![
             "--exact-below",
             "0",
             "--index-dir",
             self.index_dir.to_str().expect("path"),
-        ]
+        ];
+        if self.database_index {
+            f.extend(DATABASE_INDEX);
+        }
+        f
     }
 
     async fn start(&self) -> TestApp {
@@ -66,6 +90,11 @@ macro_rules! on_both_engines {
             #[tokio::test]
             async fn postgres() {
                 super::$test(super::Db::postgres().await).await;
+            }
+
+            #[tokio::test]
+            async fn database_index() {
+                super::$test(super::Db::database_index().await).await;
             }
         }
     )*};
@@ -387,14 +416,21 @@ async fn survives_restarts_a_crash_a_lost_snapshot_and_a_reindex(db: Db) {
     app.kill().await;
     let app = db.start().await;
     let m = app.metrics().await;
-    assert_eq!(
-        (
-            gauge(&m, r#"jointspace_index_loads_total{source="snapshot"}"#),
-            m.contains(r#"source="database""#)
-        ),
-        (2, false),
-        "both indexes of the collection come from the snapshot"
-    );
+    if db.database_index {
+        assert!(
+            !m.contains("source=\"snapshot\"") && !m.contains("source=\"database\""),
+            "under the database index no graph is loaded or built"
+        );
+    } else {
+        assert_eq!(
+            (
+                gauge(&m, r#"jointspace_index_loads_total{source="snapshot"}"#),
+                m.contains(r#"source="database""#)
+            ),
+            (2, false),
+            "both indexes of the collection come from the snapshot"
+        );
+    }
     let (_, r) = app
         .post_multipart(
             "/v1/collections/shop/images/search",
@@ -431,7 +467,14 @@ async fn survives_restarts_a_crash_a_lost_snapshot_and_a_reindex(db: Db) {
 
     // A restart without a snapshot (deleted) rebuilds from the database and finds the same.
     app.stop().await;
-    std::fs::remove_dir_all(&db.index_dir).expect("snapshot dir exists");
+    if db.database_index {
+        assert!(
+            !db.index_dir.exists(),
+            "a server without a graph writes no snapshot"
+        );
+    } else {
+        std::fs::remove_dir_all(&db.index_dir).expect("snapshot dir exists");
+    }
     let app = db.start().await;
     let (_, r) = app
         .post_multipart(

@@ -6,7 +6,10 @@ use crate::common;
 
 use std::collections::BTreeSet;
 
-use common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
+use common::{
+    BUNDLE, TestApp, b64, fixture_image,
+    pg::{DATABASE_INDEX, PgCluster},
+};
 use serde_json::{Value, json};
 
 /// Image `i`'s metadata: numbers, strings, booleans, a nested object, a field only some have, and one field
@@ -39,8 +42,8 @@ fn metadata(i: usize) -> Value {
 
 const N: usize = 16;
 
-async fn seeded(url: &str) -> TestApp {
-    let app = TestApp::start_url(BUNDLE, url, &[]).await;
+async fn seeded(url: &str, flags: &[&str]) -> TestApp {
+    let app = TestApp::start_url(BUNDLE, url, flags).await;
     app.create_collection("shop").await;
     let images: Vec<Value> = (0..N)
         .map(|i| {
@@ -124,8 +127,8 @@ fn expected(pred: impl Fn(&Value) -> bool) -> BTreeSet<String> {
         .collect()
 }
 
-async fn every_operator_matches_what_it_says(url: &str) {
-    let app = seeded(url).await;
+async fn every_operator_matches_what_it_says(url: &str, flags: &[&str]) {
+    let app = seeded(url, flags).await;
     let price = |m: &Value| m["price"].as_u64().expect("price");
     let cases: Vec<(Value, BTreeSet<String>)> = vec![
         (
@@ -227,20 +230,44 @@ async fn every_operator_matches_what_it_says(url: &str) {
 #[tokio::test]
 async fn every_operator_matches_what_it_says_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
-    every_operator_matches_what_it_says(&format!("sqlite://{}", dir.path().join("f.db").display()))
-        .await;
+    every_operator_matches_what_it_says(
+        &format!("sqlite://{}", dir.path().join("f.db").display()),
+        &[],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn every_operator_matches_what_it_says_on_postgres() {
     let pg = PgCluster::start();
-    every_operator_matches_what_it_says(&pg.create_db("filters").await).await;
+    every_operator_matches_what_it_says(&pg.create_db("filters").await, &[]).await;
+}
+
+#[tokio::test]
+async fn every_operator_matches_what_it_says_with_the_database_index() {
+    let pg = PgCluster::start_pgvector();
+    every_operator_matches_what_it_says(&pg.create_db("filters").await, &DATABASE_INDEX).await;
 }
 
 #[tokio::test]
 async fn score_orders_similarity_is_the_bundles_min_score_cuts_and_matches_counts_the_filter() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let app = seeded(&format!("sqlite://{}", dir.path().join("s.db").display())).await;
+    scores_and_matches(
+        &format!("sqlite://{}", dir.path().join("s.db").display()),
+        &[],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn score_orders_similarity_is_the_bundles_min_score_cuts_and_matches_counts_the_filter_with_the_database_index()
+ {
+    let pg = PgCluster::start_pgvector();
+    scores_and_matches(&pg.create_db("scores").await, &DATABASE_INDEX).await;
+}
+
+async fn scores_and_matches(url: &str, flags: &[&str]) {
+    let app = seeded(url, flags).await;
     let search = |body: Value| {
         let app = &app;
         async move {

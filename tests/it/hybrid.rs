@@ -5,7 +5,10 @@
 
 use crate::common;
 
-use common::{BUNDLE, TestApp, b64, fixture_image, pg::PgCluster};
+use common::{
+    BUNDLE, TestApp, b64, fixture_image,
+    pg::{DATABASE_INDEX, PgCluster},
+};
 use serde_json::{Value, json};
 
 async fn search(app: &TestApp, collection: &str, body: Value) -> (u16, Value) {
@@ -30,8 +33,8 @@ async fn found(app: &TestApp, collection: &str, body: Value) -> Vec<String> {
         .collect()
 }
 
-async fn products(url: &str) {
-    let app = TestApp::start_url(BUNDLE, url, &[]).await;
+async fn products(url: &str, flags: &[&str]) {
+    let app = TestApp::start_url(BUNDLE, url, flags).await;
     let (s, c) = app
         .post_json(
             "/v1/collections",
@@ -324,12 +327,19 @@ async fn products(url: &str) {
 async fn product_words_find_their_products_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("h.db").display());
-    products(&url).await;
+    products(&url, &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn product_words_find_their_products_on_postgres() {
     let pg = PgCluster::start();
     let url = pg.create_db("hybrid").await;
-    products(&url).await;
+    products(&url, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn product_words_find_their_products_with_the_database_index() {
+    let pg = PgCluster::start_pgvector();
+    let url = pg.create_db("hybrid").await;
+    products(&url, &DATABASE_INDEX).await;
 }

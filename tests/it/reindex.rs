@@ -11,7 +11,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{BUNDLE, TestApp, b64, fixture_image, fixture_w, pg::PgCluster, variant_bundle};
+use common::{
+    BUNDLE, TestApp, b64, fixture_image, fixture_w,
+    pg::{DATABASE_INDEX, PgCluster},
+    variant_bundle,
+};
 use serde_json::json;
 
 /// An upgrade that keeps the vision part: the fixture with another W (rows permuted, one negated).
@@ -220,9 +224,9 @@ fn reindex_cmd(bundle: &Path, url: &str) -> Command {
     c
 }
 
-async fn killed_reindex_leaves_one_bundle_and_resumes(url: &str, dir: &Path) {
+async fn killed_reindex_leaves_one_bundle_and_resumes(url: &str, dir: &Path, flags: &[&str]) {
     const N: usize = 120;
-    let app = TestApp::start_url(BUNDLE, url, &[]).await;
+    let app = TestApp::start_url(BUNDLE, url, flags).await;
     app.create_collection("c").await;
     for batch in 0..N / 40 {
         let images: Vec<_> = (0..40)
@@ -302,7 +306,38 @@ async fn killed_reindex_leaves_one_bundle_and_resumes(url: &str, dir: &Path) {
     assert!(now[0].starts_with("fixture-tiny-v2@"), "{now:?}");
 
     // The switched vectors are the new bundle's: a photo finds its own record with a score of 1.
-    let app = TestApp::start_url(upgraded.to_str().expect("path"), url, &[]).await;
+    if flags.contains(&"database") {
+        // The switch rewrote the pgvector column with the vectors, in its transaction: each row's halfvec is
+        // its new f32 vector to half precision.
+        let rows = sqlx::query("SELECT vector, embedding::text AS e FROM images UNION ALL SELECT vector, embedding::text FROM captions")
+            .fetch_all(&pool)
+            .await
+            .expect("rows");
+        assert_eq!(rows.len(), 2 * N);
+        for r in &rows {
+            use sqlx::Row;
+            let v: Vec<f32> = r
+                .get::<Vec<u8>, _>("vector")
+                .chunks(4)
+                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .collect();
+            let e: Option<String> = r.get("e");
+            let e: Vec<f32> = e
+                .expect("an embedding")
+                .trim_matches(['[', ']'])
+                .split(',')
+                .map(|x| x.parse().expect("float"))
+                .collect();
+            assert_eq!(e.len(), v.len());
+            assert!(
+                e.iter()
+                    .zip(&v)
+                    .all(|(a, b)| (a - b).abs() <= 1e-3 * b.abs().max(1e-2)),
+                "embedding {e:?} is not vector {v:?}"
+            );
+        }
+    }
+    let app = TestApp::start_url(upgraded.to_str().expect("path"), url, flags).await;
     for i in [3usize, 7] {
         let (s, hits) = app
             .post_json(
@@ -323,7 +358,7 @@ async fn killed_reindex_leaves_one_bundle_and_resumes(url: &str, dir: &Path) {
 async fn a_reindex_killed_part_way_leaves_the_old_vectors_and_resumes_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("js.db").display());
-    killed_reindex_leaves_one_bundle_and_resumes(&url, dir.path()).await;
+    killed_reindex_leaves_one_bundle_and_resumes(&url, dir.path(), &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -331,5 +366,13 @@ async fn a_reindex_killed_part_way_leaves_the_old_vectors_and_resumes_on_postgre
     let dir = tempfile::tempdir().expect("tempdir");
     let pg = PgCluster::start();
     let url = pg.create_db("reindex").await;
-    killed_reindex_leaves_one_bundle_and_resumes(&url, dir.path()).await;
+    killed_reindex_leaves_one_bundle_and_resumes(&url, dir.path(), &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reindex_killed_part_way_leaves_the_old_vectors_and_resumes_with_the_database_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pg = PgCluster::start_pgvector();
+    let url = pg.create_db("reindex").await;
+    killed_reindex_leaves_one_bundle_and_resumes(&url, dir.path(), &DATABASE_INDEX).await;
 }

@@ -7,7 +7,10 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{BUNDLE, TestApp, b64, fixture_image, gauge, pg::PgCluster};
+use common::{
+    BUNDLE, TestApp, b64, fixture_image, gauge,
+    pg::{DATABASE_INDEX, PgCluster},
+};
 use serde_json::{Value, json};
 
 const SKU: &str = "/v1/collections/shop/images/by-external-id/sku-1";
@@ -67,8 +70,8 @@ async fn filtered(app: &TestApp, filter: Value) -> Vec<i64> {
         .collect()
 }
 
-async fn upserts_and_patches(url: &str, replica_url: Option<&str>) {
-    let app = TestApp::start_url(BUNDLE, url, &[]).await;
+async fn upserts_and_patches(url: &str, replica_url: Option<&str>, flags: &[&str]) {
+    let app = TestApp::start_url(BUNDLE, url, flags).await;
     app.create_collection("shop").await;
     let embedded = embedded_images(&app.metrics().await);
 
@@ -143,7 +146,7 @@ async fn upserts_and_patches(url: &str, replica_url: Option<&str>) {
 
     // Another server on the same database follows the replacement.
     if let Some(replica_url) = replica_url {
-        let replica = TestApp::start_url(BUNDLE, replica_url, &[]).await;
+        let replica = TestApp::start_url(BUNDLE, replica_url, flags).await;
         let mut seen = vec![];
         for _ in 0..50 {
             seen = searchable(&replica).await;
@@ -294,14 +297,21 @@ async fn check_patch(app: &TestApp, id: i64) {
 async fn upserts_and_patches_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("w.db").display());
-    upserts_and_patches(&url, None).await;
+    upserts_and_patches(&url, None, &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upserts_and_patches_on_postgres_with_a_replica() {
     let pg = PgCluster::start();
     let url = pg.create_db("writes").await;
-    upserts_and_patches(&url, Some(&url)).await;
+    upserts_and_patches(&url, Some(&url), &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upserts_and_patches_with_the_database_index_and_a_replica() {
+    let pg = PgCluster::start_pgvector();
+    let url = pg.create_db("writes").await;
+    upserts_and_patches(&url, Some(&url), &DATABASE_INDEX).await;
 }
 
 async fn post_with_key(app: &TestApp, path: &str, key: &str, body: &Value) -> (u16, bool, Value) {
@@ -329,8 +339,8 @@ async fn total(app: &TestApp) -> i64 {
     r["total"].as_i64().expect("total")
 }
 
-async fn retries_with_an_idempotency_key(url: &str) {
-    let app = TestApp::start_url(BUNDLE, url, &[]).await;
+async fn retries_with_an_idempotency_key(url: &str, flags: &[&str]) {
+    let app = TestApp::start_url(BUNDLE, url, flags).await;
     app.create_collection("shop").await;
     let images = "/v1/collections/shop/images";
     let body = json!({"images": [{"data": b64(&fixture_image(0)), "captions": ["a dog"]}]});
@@ -460,14 +470,21 @@ async fn retries_with_an_idempotency_key(url: &str) {
 async fn retries_with_an_idempotency_key_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("i.db").display());
-    retries_with_an_idempotency_key(&url).await;
+    retries_with_an_idempotency_key(&url, &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_with_an_idempotency_key_on_postgres() {
     let pg = PgCluster::start();
     let url = pg.create_db("idempotency").await;
-    retries_with_an_idempotency_key(&url).await;
+    retries_with_an_idempotency_key(&url, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_with_an_idempotency_key_with_the_database_index() {
+    let pg = PgCluster::start_pgvector();
+    let url = pg.create_db("idempotency").await;
+    retries_with_an_idempotency_key(&url, &DATABASE_INDEX).await;
 }
 
 /// A replica that has not loaded a collection's index yet (here: one that follows nothing) refuses a write to

@@ -231,3 +231,32 @@ impl VectorIndex {
         Ok(())
     }
 }
+
+/// The exact re-rank of candidates found elsewhere (the database's HNSW under `--index database`): each
+/// (id, vector, offset) scored as `VectorIndex::search` scores its graph's candidates, in f32, the offset added
+/// where the score takes it, and paged the same way (ties by id), so both index backends order a candidate
+/// set identically.
+pub fn rank_candidates(
+    q: &[f32],
+    score: Score,
+    candidates: impl IntoIterator<Item = (i64, Vec<f32>, f32)>,
+    offset: usize,
+    k: usize,
+) -> Vec<Hit> {
+    let hits = candidates
+        .into_iter()
+        .map(|(id, v, off)| {
+            let similarity = score.eval(q, &v);
+            Hit {
+                id,
+                score: if score.uses_offsets() {
+                    similarity + off
+                } else {
+                    similarity
+                },
+                similarity,
+            }
+        })
+        .collect();
+    exact::page(hits, offset, k)
+}

@@ -83,6 +83,9 @@ impl Service {
             .store
             .create_collection_with(name.as_str(), description, text_fields)
             .await?;
+        if self.in_database() {
+            return Ok(row);
+        }
         let params = self.opts.index;
         let idx = CollectionIndexes {
             images: Arc::new(VectorIndex::build(params, vec![])?),

@@ -83,8 +83,21 @@ pub struct ModelInfo {
     pub training: serde_json::Value,
 }
 
+/// Where the vector indexes live (`--index`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IndexBackend {
+    /// An HNSW graph per collection and modality in this process's memory, built or loaded at start and kept
+    /// in step by following the change sequence.
+    #[default]
+    Memory,
+    /// pgvector columns and HNSW indexes inside Postgres, written with the rows; this process holds no graph
+    /// (docs/storage.md, "The index in the database").
+    Database,
+}
+
 pub struct ServiceOptions {
     pub index: IndexParams,
+    pub backend: IndexBackend,
     /// Where index snapshots go; none for an in-memory database.
     pub snapshot_dir: Option<PathBuf>,
     pub max_k: usize,
@@ -138,9 +151,13 @@ impl Service {
             probes: Default::default(),
         };
         svc.check_provenance().await?;
-        for c in svc.store.list_collections().await? {
-            let idx = svc.load_indexes(&c).await?;
-            svc.indexes.put(c.id, idx);
+        if svc.in_database() {
+            svc.enable_database_index().await?;
+        } else {
+            for c in svc.store.list_collections().await? {
+                let idx = svc.load_indexes(&c).await?;
+                svc.indexes.put(c.id, idx);
+            }
         }
         svc.update_gauges();
         Ok(svc)
@@ -251,12 +268,58 @@ impl Service {
         })
     }
 
-    /// `collection_ref` for a write: also requires the collection's index loaded here, before anything is
-    /// stored. A write committed and then refused for want of an index would release its idempotency key
-    /// (a failed request wrote nothing), so its retry would store it twice.
+    /// Whether the vector index lives in the database (`--index database`): no graph here, nothing to load,
+    /// update or follow.
+    fn in_database(&self) -> bool {
+        self.opts.backend == IndexBackend::Database
+    }
+
+    /// Readies the database's pgvector columns and HNSW indexes for the loaded bundle (built at the first start
+    /// in this mode, found at later ones).
+    async fn enable_database_index(&self) -> Result<()> {
+        let score = |q, t| self.score(q, t);
+        let mut metrics = vec![];
+        for (q, t) in [
+            (Modality::Captions, Modality::Images),
+            (Modality::Images, Modality::Images),
+            (Modality::Images, Modality::Captions),
+        ] {
+            let m = search::database::metric_of(score(q, t));
+            if !metrics.contains(&m) {
+                metrics.push(m);
+            }
+        }
+        let t = Instant::now();
+        let build = store::HnswBuild {
+            m: self.opts.index.max_connections,
+            ef_construction: self.opts.index.ef_construction,
+        };
+        let report = self
+            .store
+            .enable_vector_index(self.pipeline.joint_dim(), &metrics, build)
+            .await?;
+        tracing::info!(
+            pgvector = %report.pgvector, filled = report.filled, built = ?report.built,
+            secs = t.elapsed().as_secs_f32(), "the vector index is in the database"
+        );
+        Ok(())
+    }
+
+    /// A collection's in-memory indexes, or none under `--index database` (the caller's write is then
+    /// searchable through the rows it committed, with nothing more to do).
+    fn memory_indexes(&self, collection_id: i64) -> Result<Option<CollectionIndexes>> {
+        if self.in_database() {
+            return Ok(None);
+        }
+        self.indexes_of(collection_id).map(Some)
+    }
+
+    /// `collection_ref` for a write: also requires the collection's index loaded here (`--index memory`) before
+    /// anything is stored. A write committed and then refused for want of an index would release its
+    /// idempotency key (a failed request wrote nothing), so its retry would store it twice.
     async fn writable_ref(&self, name: &CollectionName) -> Result<CollectionRef> {
         let c = self.collection_ref(name).await?;
-        self.indexes_of(c.id)?;
+        self.memory_indexes(c.id)?;
         Ok(c)
     }
 
@@ -280,7 +343,12 @@ impl Service {
 
     /// Writes a snapshot of every index (at shutdown, and on demand).
     pub async fn snapshot(&self) -> Result<usize> {
-        let Some(dir) = self.opts.snapshot_dir.clone() else {
+        let Some(dir) = self
+            .opts
+            .snapshot_dir
+            .clone()
+            .filter(|_| !self.in_database())
+        else {
             return Ok(0);
         };
         let mut n = 0;

@@ -87,7 +87,7 @@ impl Store {
                 }
             }
             ids.push(
-                Self::insert_caption_tx(
+                self.insert_caption_tx(
                     &mut tx,
                     collection_id,
                     c.image_id,
@@ -109,6 +109,7 @@ impl Store {
 
     /// One caption, in the caller's write transaction (images insert theirs in the same one).
     pub(super) async fn insert_caption_tx(
+        &self,
         tx: &mut Tx<'_>,
         collection_id: i64,
         image_id: Option<i64>,
@@ -116,16 +117,30 @@ impl Store {
         bundle_id: &str,
         now: &str,
     ) -> Result<i64, StoreError> {
-        sqlx::query_scalar(
-            "INSERT INTO captions (collection_id, image_id, text, vector, bundle_id, created_at, hub_offset) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-        )
-        .bind(collection_id)
-        .bind(image_id)
-        .bind(&caption.text)
-        .bind(vector_to_blob(&caption.vector))
-        .bind(bundle_id)
-        .bind(now)
-        .bind(f64::from(caption.offset))
+        // The pgvector column, when the database holds the vector index: in the same statement as the row.
+        let embedding = self.embedding_insert(8, &caption.vector);
+        let sql = format!(
+            "INSERT INTO captions (collection_id, image_id, text, vector, bundle_id, created_at, hub_offset{}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7{}) RETURNING id",
+            if embedding.is_some() {
+                ", embedding"
+            } else {
+                ""
+            },
+            embedding.as_ref().map_or("", |e| e.0.as_str()),
+        );
+        let q = sqlx::query_scalar(&sql)
+            .bind(collection_id)
+            .bind(image_id)
+            .bind(&caption.text)
+            .bind(vector_to_blob(&caption.vector))
+            .bind(bundle_id)
+            .bind(now)
+            .bind(f64::from(caption.offset));
+        match embedding {
+            Some((_, text)) => q.bind(text),
+            None => q,
+        }
         .fetch_one(&mut **tx)
         .await
         .map_err(|e| conflict_or(e, String::new))
@@ -157,6 +172,16 @@ impl Store {
     }
 
     /// How many captions the collection (or one of its images) has.
+    /// Whether the collection holds any caption (an index lookup, not a count).
+    pub async fn has_captions(&self, collection_id: i64) -> Result<bool, StoreError> {
+        let any: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM captions WHERE collection_id = $1 LIMIT 1")
+                .bind(collection_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(any.is_some())
+    }
+
     pub async fn count_captions(
         &self,
         collection_id: i64,

@@ -124,12 +124,20 @@ impl Store {
         prov: &Provenance<'_>,
         now: &str,
     ) -> Result<(i64, Vec<i64>), StoreError> {
+        // The pgvector column, when the database holds the vector index: in the same statement as the row.
+        let embedding = self.embedding_insert(13, &img.vector);
         let sql = format!(
-            "INSERT INTO images (collection_id, external_id, metadata, width, height, code, vector, bundle_id, vision_id, created_at, hub_offset, content_hash) \
-             VALUES ($1, $2, {}, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
-            dialect::json_param(self.engine, 3)
+            "INSERT INTO images (collection_id, external_id, metadata, width, height, code, vector, bundle_id, vision_id, created_at, hub_offset, content_hash{}) \
+             VALUES ($1, $2, {}, $4, $5, $6, $7, $8, $9, $10, $11, $12{}) RETURNING id",
+            if embedding.is_some() {
+                ", embedding"
+            } else {
+                ""
+            },
+            dialect::json_param(self.engine, 3),
+            embedding.as_ref().map_or("", |e| e.0.as_str()),
         );
-        let id: i64 = sqlx::query_scalar(&sql)
+        let q = sqlx::query_scalar(&sql)
             .bind(collection_id)
             .bind(&img.external_id)
             .bind(img.metadata.to_string())
@@ -141,17 +149,19 @@ impl Store {
             .bind(prov.vision_id)
             .bind(now)
             .bind(f64::from(img.offset))
-            .bind(&img.content_hash)
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(|e| {
-                conflict_or(e, || {
-                    format!(
-                        "external_id \"{}\" already exists in this collection",
-                        img.external_id.as_deref().unwrap_or_default()
-                    )
-                })
-            })?;
+            .bind(&img.content_hash);
+        let q = match embedding {
+            Some((_, text)) => q.bind(text),
+            None => q,
+        };
+        let id: i64 = q.fetch_one(&mut **tx).await.map_err(|e| {
+            conflict_or(e, || {
+                format!(
+                    "external_id \"{}\" already exists in this collection",
+                    img.external_id.as_deref().unwrap_or_default()
+                )
+            })
+        })?;
         if let Some(t) = &img.thumbnail {
             sqlx::query("INSERT INTO thumbnails (image_id, data) VALUES ($1, $2)")
                 .bind(id)
@@ -162,7 +172,7 @@ impl Store {
         let mut caps = Vec::with_capacity(img.captions.len());
         for caption in &img.captions {
             caps.push(
-                Self::insert_caption_tx(tx, collection_id, Some(id), caption, prov.bundle_id, now)
+                self.insert_caption_tx(tx, collection_id, Some(id), caption, prov.bundle_id, now)
                     .await?,
             );
         }

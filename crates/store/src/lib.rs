@@ -18,6 +18,7 @@ mod dialect;
 mod idempotency;
 mod images;
 mod keywords;
+mod pgvector;
 mod reindex;
 mod transfer;
 mod upsert;
@@ -38,6 +39,7 @@ pub use self::{
     idempotency::{Claim, IDEMPOTENCY_HEARTBEAT, IDEMPOTENCY_RETENTION, IdempotencyKey},
     images::{ImageRow, NewImage, Provenance, StoredCode},
     keywords::KeywordQuery,
+    pgvector::{HnswBuild, Nearest, VectorIndexReport, VectorMetric},
     reindex::Switch,
     transfer::{ExportedImage, ImportMark, ReadSnapshot, SyncedImage},
     upsert::{ImagePatch, Photo, Upsert, Upserted, merge_patch},
@@ -156,6 +158,9 @@ fn conflict_or(e: sqlx::Error, msg: impl FnOnce() -> String) -> StoreError {
 pub struct Store {
     pool: AnyPool,
     engine: Engine,
+    /// The dimension of the pgvector `embedding` columns, 0 while they do not exist (pgvector.rs): read at
+    /// connect, so that every server on a database whose index lives in it writes them.
+    embedding_dim: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 type Tx<'a> = sqlx::Transaction<'a, Any>;
@@ -196,7 +201,15 @@ impl Store {
             // Migrations take an advisory lock: replicas starting together migrate once.
             Engine::Postgres => POSTGRES_MIGRATOR.run(&pool).await?,
         }
-        Ok(Store { pool, engine })
+        let dim = match engine {
+            Engine::Sqlite => None,
+            Engine::Postgres => pgvector::column_dim(&mut *pool.acquire().await?, "images").await?,
+        };
+        Ok(Store {
+            pool,
+            engine,
+            embedding_dim: std::sync::Arc::new(dim.unwrap_or(0).into()),
+        })
     }
 
     pub fn engine(&self) -> Engine {

@@ -176,17 +176,24 @@ impl Store {
                      WHERE s.modality = '{t}' AND s.item_id = {t}.id AND s.bundle_id = $1)"
                 )
             };
+            // The pgvector column of a rewritten row is emptied here and filled below, before the commit.
             let sql = format!(
-                "UPDATE {t} SET vector = {}, hub_offset = {}, bundle_id = $1 WHERE bundle_id <> $1 AND id IN \
+                "UPDATE {t} SET vector = {}, hub_offset = {}, bundle_id = $1{} WHERE bundle_id <> $1 AND id IN \
                  (SELECT item_id FROM reindex_staging WHERE modality = '{t}' AND bundle_id = $1)",
                 staged("vector"),
-                staged("hub_offset")
+                staged("hub_offset"),
+                if self.embedding_dim().is_some() {
+                    ", embedding = NULL"
+                } else {
+                    ""
+                },
             );
             done[i] = sqlx::query(&sql)
                 .bind(bundle_id)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+            self.fill_embeddings_in(&mut tx, t).await?;
         }
         sqlx::query("DELETE FROM reindex_staging WHERE bundle_id = $1")
             .bind(bundle_id)

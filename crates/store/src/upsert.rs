@@ -223,16 +223,17 @@ impl Store {
                 )
             }
         };
-        let (caption_ids, added, removed) = Self::sync_captions(
-            &mut tx,
-            collection_id,
-            id,
-            &stored_caps,
-            u.captions,
-            &prov,
-            &now,
-        )
-        .await?;
+        let (caption_ids, added, removed) = self
+            .sync_captions(
+                &mut tx,
+                collection_id,
+                id,
+                &stored_caps,
+                u.captions,
+                &prov,
+                &now,
+            )
+            .await?;
         self.refresh_text(&mut tx, collection_id, &[id]).await?;
         if let Some(old_id) = previous_id {
             // Its remaining captions were moved or deleted above; the thumbnail goes with the row.
@@ -292,8 +293,11 @@ impl Store {
     /// being replaced) whose text is wanted is kept under its id and moved to `id`; the rest are deleted,
     /// and wanted texts left over are inserted. Returns the caption ids in `wanted` order, the added
     /// (id, index) and the deleted ids.
-    #[allow(clippy::type_complexity)]
+    // `&self` (for the pgvector column of inserted captions) is the eighth argument; the rest are the
+    // caller's transaction and what it names.
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     async fn sync_captions(
+        &self,
         tx: &mut Tx<'_>,
         collection_id: i64,
         id: i64,
@@ -320,15 +324,16 @@ impl Store {
                     ids.push(*cid);
                 }
                 None => {
-                    let cid = Self::insert_caption_tx(
-                        tx,
-                        collection_id,
-                        Some(id),
-                        caption,
-                        prov.bundle_id,
-                        now,
-                    )
-                    .await?;
+                    let cid = self
+                        .insert_caption_tx(
+                            tx,
+                            collection_id,
+                            Some(id),
+                            caption,
+                            prov.bundle_id,
+                            now,
+                        )
+                        .await?;
                     ids.push(cid);
                     added.push((cid, i));
                 }

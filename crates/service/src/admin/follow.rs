@@ -116,7 +116,9 @@ impl Service {
 
     /// Applies one batch; true when it reloaded everything.
     async fn apply(&self, changes: Vec<Change>) -> Result<bool> {
-        if changes.is_empty() {
+        // Under --index database every replica searches the same committed rows: the sequence is read (and
+        // pruned) only to keep readiness's lag meaningful.
+        if changes.is_empty() || self.in_database() {
             return Ok(false);
         }
         if changes.iter().any(|c| c.kind == ChangeKind::All) {
@@ -204,6 +206,9 @@ impl Service {
 
     /// Rebuilds every index from the database (after a reindex elsewhere, or a long absence).
     async fn reload_all(&self) -> Result<()> {
+        if self.in_database() {
+            return Ok(());
+        }
         let _rebuilding = self.indexes.rebuilding();
         let mut fresh = HashMap::new();
         for c in self.store.list_collections().await? {

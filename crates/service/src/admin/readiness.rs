@@ -153,6 +153,9 @@ impl Service {
     }
 
     async fn unloaded_collections(&self, timeout: Duration) -> Result<Vec<String>, String> {
+        if self.in_database() {
+            return Ok(vec![]);
+        }
         let all = tokio::time::timeout(timeout, self.store.collection_names())
             .await
             .map_err(|_| {

@@ -54,7 +54,14 @@ impl Service {
             self.stage_captions(page).await?;
             match self.store.switch_to_staged(&b.id).await? {
                 Switch::Done(images, captions) => {
-                    for c in self.store.list_collections().await? {
+                    // Under --index database the switch rewrote the pgvector column in its transaction.
+                    for c in self
+                        .store
+                        .list_collections()
+                        .await?
+                        .into_iter()
+                        .filter(|_| !self.in_database())
+                    {
                         let idx = self.load_indexes(&c).await?;
                         self.indexes.put(c.id, idx);
                     }

@@ -32,6 +32,25 @@ impl Service {
             }
         }
         for c in self.store.list_collections().await? {
+            if self.in_database() {
+                // The database's HNSW pages and the rows, as a search reads them.
+                let hits = self
+                    .nearest_in_database(crate::search::database::DbQuery {
+                        collection_id: c.id,
+                        target: Modality::Images,
+                        vector: &query,
+                        query_modality: Modality::Captions,
+                        filter: &crate::filter::Filter::all(),
+                        exclude: None,
+                        matches: None,
+                        offset: 0,
+                        k: 10,
+                    })
+                    .await?;
+                let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
+                self.store.images_by_ids(c.id, &ids).await?;
+                continue;
+            }
             let Ok(idx) = self.indexes_of(c.id) else {
                 continue;
             };

@@ -166,7 +166,9 @@ impl Service {
         rows: Vec<NewImage>,
         ids: &[(i64, Vec<i64>)],
     ) -> Result<()> {
-        let idx = self.indexes_of(collection_id)?;
+        let Some(idx) = self.memory_indexes(collection_id)? else {
+            return Ok(());
+        };
         idx.attributes.set(
             rows.iter()
                 .zip(ids)
@@ -219,7 +221,9 @@ impl Service {
         rows: Vec<NewCaption>,
         ids: &[i64],
     ) -> Result<()> {
-        let idx = self.indexes_of(collection_id)?;
+        let Some(idx) = self.memory_indexes(collection_id)? else {
+            return Ok(());
+        };
         for (row, id) in rows.into_iter().zip(ids) {
             idx.captions
                 .insert(*id, row.caption.vector, row.caption.offset)?;

@@ -64,7 +64,9 @@ impl Service {
     pub async fn delete_image(&self, collection: &CollectionName, id: i64) -> Result<()> {
         let c = self.writable_ref(collection).await?;
         let caps = self.store.delete_image(c.id, id).await?;
-        let idx = self.indexes_of(c.id)?;
+        let Some(idx) = self.memory_indexes(c.id)? else {
+            return Ok(());
+        };
         hide(&idx.images, id);
         idx.attributes.remove(&[id]);
         for cid in caps {
@@ -108,7 +110,9 @@ impl Service {
     pub async fn delete_caption(&self, collection: &CollectionName, id: i64) -> Result<()> {
         let c = self.writable_ref(collection).await?;
         self.store.delete_caption(c.id, id).await?;
-        let idx = self.indexes_of(c.id)?;
+        let Some(idx) = self.memory_indexes(c.id)? else {
+            return Ok(());
+        };
         hide(&idx.captions, id);
         self.update_gauges();
         Ok(())

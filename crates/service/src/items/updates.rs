@@ -76,9 +76,9 @@ impl Service {
             ));
         }
         let row = self.store.patch_image(c.id, id, &patch).await?;
-        self.indexes_of(c.id)?
-            .attributes
-            .set([(row.id, row.metadata.clone())]);
+        if let Some(idx) = self.memory_indexes(c.id)? {
+            idx.attributes.set([(row.id, row.metadata.clone())]);
+        }
         Ok(row)
     }
 
@@ -164,22 +164,25 @@ impl Service {
             else {
                 continue;
             };
-            // Committed: now the indexes.
-            let idx = self.indexes_of(c.id)?;
-            if let Some(prev) = done.previous_id {
-                hide(&idx.images, prev);
-                idx.attributes.remove(&[prev]);
-            }
-            idx.attributes.set([(done.id, metadata.clone())]);
-            if let (Photo::New(p), true) = (&u.photo, done.created || done.previous_id.is_some()) {
-                idx.images.insert(done.id, p.vector.clone(), p.offset)?;
-            }
-            for cid in &done.removed_captions {
-                hide(&idx.captions, *cid);
-            }
-            for (cid, i) in &done.added_captions {
-                let c = &captions[*i];
-                idx.captions.insert(*cid, c.vector.clone(), c.offset)?;
+            // Committed: now the indexes (under --index database the rows are the index: nothing to do).
+            if let Some(idx) = self.memory_indexes(c.id)? {
+                if let Some(prev) = done.previous_id {
+                    hide(&idx.images, prev);
+                    idx.attributes.remove(&[prev]);
+                }
+                idx.attributes.set([(done.id, metadata.clone())]);
+                if let (Photo::New(p), true) =
+                    (&u.photo, done.created || done.previous_id.is_some())
+                {
+                    idx.images.insert(done.id, p.vector.clone(), p.offset)?;
+                }
+                for cid in &done.removed_captions {
+                    hide(&idx.captions, *cid);
+                }
+                for (cid, i) in &done.added_captions {
+                    let c = &captions[*i];
+                    idx.captions.insert(*cid, c.vector.clone(), c.offset)?;
+                }
             }
             self.update_gauges();
             return Ok(UpsertedImage {

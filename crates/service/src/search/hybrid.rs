@@ -33,7 +33,7 @@ pub(super) fn keyword_weight(p: &SearchParams, qv: &QueryVector) -> Result<f32> 
 impl Service {
     /// The mode a search runs in: as asked (keyword and hybrid need a sentence), or by default hybrid for a
     /// sentence in a collection with words to match (`text_fields`, or captions), vector otherwise.
-    pub(crate) fn resolve_mode(
+    pub(crate) async fn resolve_mode(
         &self,
         c: &CollectionRef,
         q: &Query,
@@ -46,12 +46,21 @@ impl Service {
                 "mode \"{}\" needs a `text` query: keyword search ranks images by the words of a sentence",
                 m.as_str()
             ))),
-            (None, Query::Text(_)) if c.text_fields.is_some() => Ok(SearchMode::Hybrid),
-            (None, Query::Text(_)) if !self.indexes_of(c.id)?.captions.is_empty() => {
+            (None, Query::Text(_))
+                if c.text_fields.is_some() || self.has_captions(c.id).await? =>
+            {
                 Ok(SearchMode::Hybrid)
             }
             (None, _) => Ok(SearchMode::Vector),
         }
+    }
+
+    /// Whether the collection holds captions: from the caption index where it is in memory, else the store.
+    async fn has_captions(&self, collection_id: i64) -> Result<bool> {
+        Ok(match self.memory_indexes(collection_id)? {
+            Some(idx) => !idx.captions.is_empty(),
+            None => self.store.has_captions(collection_id).await?,
+        })
     }
 
     /// The page of a keyword or hybrid search, ranked by the fused score (keyword: the engine's relevance),
@@ -84,6 +93,9 @@ impl Service {
             self.search_ids(c, Modality::Images, qv, &deep).await?
         } else if p.filter.is_all() {
             (vec![], None)
+        } else if self.in_database() {
+            let n = self.store.count_matching(c.id, &p.filter, None).await?;
+            (vec![], Some(n))
         } else {
             let indexes = self.indexes_of(c.id)?;
             (
@@ -91,8 +103,32 @@ impl Service {
                 Some(self.allowed_images(&indexes, &p.filter).await?.len()),
             )
         };
-        let idx = self.indexes_of(c.id)?.images.clone();
         let score = self.score(qv.modality, Modality::Images);
+        // The similarity of keyword hits the vector side did not reach: from the index's vectors, or under
+        // --index database from their rows (one read for all of them).
+        let seen: std::collections::HashSet<i64> = vector.iter().map(|h| h.0).collect();
+        let missing: Vec<i64> = keyword
+            .iter()
+            .map(|h| h.0)
+            .filter(|id| !seen.contains(id))
+            .collect();
+        let other_sims: HashMap<i64, f32> = match self.memory_indexes(c.id)? {
+            Some(idx) => missing
+                .iter()
+                .filter_map(|id| {
+                    idx.images
+                        .vector(*id)
+                        .map(|v| (*id, score.eval(&qv.vector, &v)))
+                })
+                .collect(),
+            None => self
+                .store
+                .vectors_by_ids(c.id, Modality::Images, &missing)
+                .await?
+                .into_iter()
+                .map(|s| (s.id, score.eval(&qv.vector, &s.vector)))
+                .collect(),
+        };
         // id -> (fused score, similarity)
         let mut fused: HashMap<i64, (f32, Option<f32>)> = HashMap::new();
         for (rank, (id, _, sim)) in vector.iter().enumerate() {
@@ -112,7 +148,7 @@ impl Service {
             .filter_map(|(id, (s, sim))| {
                 // A keyword hit the vector side did not reach: its similarity from the index. One this
                 // server's index does not hold yet (just written on another replica) waits for the follower.
-                let sim = sim.or_else(|| idx.vector(id).map(|v| score.eval(&qv.vector, &v)))?;
+                let sim = sim.or_else(|| other_sims.get(&id).copied())?;
                 Some((id, s, sim))
             })
             .filter(|(_, _, sim)| p.min_score.is_none_or(|m| *sim >= m))

@@ -2,6 +2,7 @@
 //! target modality ranks its points, and the hits come back with their rows. One path for both targets;
 //! `hybrid` adds the keyword ranking and fuses the two.
 
+pub(crate) mod database;
 mod hybrid;
 
 use std::collections::{HashMap, HashSet};
@@ -155,7 +156,11 @@ impl Service {
                 unknown_share: 0.0,
             },
             Query::ImageId(id) => {
-                let vector = match self.indexes_of(c.id)?.images.vector(id) {
+                let held = match self.memory_indexes(c.id)? {
+                    Some(idx) => idx.images.vector(id),
+                    None => None,
+                };
+                let vector = match held {
                     Some(v) => v.to_vec(),
                     None => self.store.image_vector(c.id, id).await?,
                 };
@@ -189,6 +194,22 @@ impl Service {
         qm: Modality,
         k: usize,
     ) -> Result<Vec<(i64, f32)>> {
+        if self.in_database() {
+            let hits = self
+                .nearest_in_database(database::DbQuery {
+                    collection_id,
+                    target,
+                    vector: q,
+                    query_modality: qm,
+                    filter: &Filter::all(),
+                    exclude: None,
+                    matches: None,
+                    offset: 0,
+                    k,
+                })
+                .await?;
+            return Ok(hits.into_iter().map(|h| (h.id, h.score)).collect());
+        }
         let idx = self.indexes_of(collection_id)?.get(target).clone();
         let score = self.score(qm, target);
         Ok(idx
@@ -219,6 +240,9 @@ impl Service {
         q: &QueryVector,
         p: &SearchParams,
     ) -> Result<(Vec<Ranked>, Option<usize>)> {
+        if self.in_database() {
+            return self.search_in_database(c, target, q, p).await;
+        }
         // A stored query image is left out of image results before paging, so pages neither skip nor repeat.
         let exclude = q.exclude.filter(|_| target == Modality::Images);
         let indexes = self.indexes_of(c.id)?;
@@ -266,7 +290,7 @@ impl Service {
         let t = std::time::Instant::now();
         self.check_window(&p)?;
         let c = self.collection_ref(collection).await?;
-        let mode = self.resolve_mode(&c, &q, p.mode)?;
+        let mode = self.resolve_mode(&c, &q, p.mode).await?;
         let text = match &q {
             Query::Text(t) => Some(t.clone()),
             _ => None,

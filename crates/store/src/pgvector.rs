@@ -1,0 +1,442 @@
+//! The vector index inside Postgres (`--index database`, docs/storage.md "The index in the database"): each
+//! image's and caption's joint vector also lives in a pgvector `halfvec(D)` column, `embedding`, with one HNSW
+//! index per distance the bundle's similarity searches by; a search is one SQL query that walks that index
+//! under the metadata filter (the same compiler as the list endpoints) and returns the candidates with their
+//! exact f32 vectors and offsets for the caller's exact re-rank.
+//!
+//! The column is added when a server first starts in this mode, not by a migration: its dimension is the
+//! bundle's (an HNSW index needs a fixed one), and a Postgres without pgvector must keep working with the
+//! memory index. Once it exists, every server on the database writes it in the same statement as the row
+//! (`Store::embedding_dim`, read at connect), whichever index mode that server runs, so a replica in memory mode
+//! cannot leave rows that a replica in database mode does not see.
+
+use std::sync::atomic::Ordering;
+
+use sqlx::{AnyConnection, Row};
+
+use super::{Engine, Modality, Store, StoreError, codec::blob_to_vector, dialect};
+use crate::filter::Filter;
+
+/// The least pgvector with iterative index scans (`hnsw.iterative_scan`), which filtered searches rely on
+/// to return k results when k exist.
+const MIN_PGVECTOR: (u32, u32) = (0, 8);
+
+/// Rows converted per statement when the column is filled from the stored vectors (at first start, after a
+/// reindex switch).
+const FILL_PAGE: i64 = 500;
+
+/// How the HNSW index orders points: pgvector's operator and operator class over `halfvec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VectorMetric {
+    /// `<#>`, the negative inner product: cosine on unit vectors, without pgvector normalising each time.
+    InnerProduct,
+    /// `<->`, euclidean distance: euclidean bundles, and the candidates of order bundles (as the memory index).
+    L2,
+}
+
+impl VectorMetric {
+    fn operator(self) -> &'static str {
+        match self {
+            VectorMetric::InnerProduct => "<#>",
+            VectorMetric::L2 => "<->",
+        }
+    }
+
+    fn opclass(self) -> &'static str {
+        match self {
+            VectorMetric::InnerProduct => "halfvec_ip_ops",
+            VectorMetric::L2 => "halfvec_l2_ops",
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            VectorMetric::InnerProduct => "ip",
+            VectorMetric::L2 => "l2",
+        }
+    }
+}
+
+/// How the HNSW indexes are built (pgvector's `m` and `ef_construction`).
+#[derive(Debug, Clone, Copy)]
+pub struct HnswBuild {
+    pub m: usize,
+    pub ef_construction: usize,
+}
+
+/// What `enable_vector_index` found and did.
+#[derive(Debug, Clone, Default)]
+pub struct VectorIndexReport {
+    pub pgvector: String,
+    /// Rows whose `embedding` was filled from their stored vector at this start.
+    pub filled: u64,
+    /// HNSW indexes built at this start (none when they existed).
+    pub built: Vec<String>,
+}
+
+/// One nearest-neighbour query.
+pub struct Nearest<'a> {
+    pub collection_id: i64,
+    pub modality: Modality,
+    pub query: &'a [f32],
+    pub metric: VectorMetric,
+    /// How many candidates to return.
+    pub limit: usize,
+    /// Images only (caption search takes none).
+    pub filter: &'a Filter,
+    /// An id left out (a stored image used as the query).
+    pub exclude: Option<i64>,
+    /// `hnsw.ef_search` (pgvector caps it at 1000; the iterative scan goes on past it as needed).
+    pub ef_search: usize,
+    /// Scan every matching row instead of walking the graph: exact, and faster for few rows.
+    pub exact: bool,
+}
+
+/// `[x1,x2,...]`, pgvector's text form. Rust prints finite floats without exponents, which pgvector reads.
+pub(super) fn literal(v: &[f32]) -> String {
+    let mut s = String::with_capacity(v.len() * 12 + 2);
+    s.push('[');
+    for (i, x) in v.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&x.to_string());
+    }
+    s.push(']');
+    s
+}
+
+/// The dimension of `images.embedding`, if the column exists (what `format_type` prints: `halfvec(512)`).
+pub(super) async fn column_dim(
+    conn: &mut AnyConnection,
+    table: &str,
+) -> Result<Option<usize>, StoreError> {
+    let t: Option<String> = sqlx::query_scalar(
+        "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
+         WHERE a.attrelid = to_regclass($1) AND a.attname = 'embedding' AND NOT a.attisdropped",
+    )
+    .bind(table)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(t.and_then(|t| {
+        t.strip_prefix("halfvec(")
+            .and_then(|r| r.strip_suffix(')'))
+            .and_then(|d| d.parse().ok())
+    }))
+}
+
+impl Store {
+    /// The dimension of the `embedding` columns when they exist: every insert then writes them.
+    pub fn embedding_dim(&self) -> Option<usize> {
+        match self.embedding_dim.load(Ordering::Acquire) {
+            0 => None,
+            d => Some(d),
+        }
+    }
+
+    /// The extra column and value of an insert into `images` or `captions` (`$n`), and its bound text, when
+    /// the database holds the vector index.
+    pub(super) fn embedding_insert(&self, n: usize, v: &[f32]) -> Option<(String, String)> {
+        self.embedding_dim()
+            .map(|_| (format!(", ${n}::halfvec"), literal(v)))
+    }
+
+    /// Readies the database to be the vector index: the pgvector extension (created if the role may), the
+    /// `embedding` columns of the bundle's dimension (recreated if they have another), filled from the stored
+    /// vectors where empty, and an HNSW index per metric. Under an advisory lock, so replicas starting together
+    /// do it once. Refuses SQLite and a Postgres without pgvector 0.8, saying what to do.
+    pub async fn enable_vector_index(
+        &self,
+        dim: usize,
+        metrics: &[VectorMetric],
+        build: HnswBuild,
+    ) -> Result<VectorIndexReport, StoreError> {
+        if self.engine != Engine::Postgres {
+            return Err(StoreError::Invalid(
+                "--index database keeps the vectors in Postgres with pgvector; on SQLite use --index memory"
+                    .into(),
+            ));
+        }
+        let mut conn = self.pool.acquire().await?;
+        // A session lock (not a transaction's): the index builds below run in their own statements.
+        sqlx::query("SELECT pg_advisory_lock(7472016389)")
+            .execute(&mut *conn)
+            .await?;
+        let r = self.enable_locked(&mut conn, dim, metrics, build).await;
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock(7472016389)")
+            .execute(&mut *conn)
+            .await;
+        let report = r?;
+        unlocked?;
+        Ok(report)
+    }
+
+    async fn enable_locked(
+        &self,
+        conn: &mut AnyConnection,
+        dim: usize,
+        metrics: &[VectorMetric],
+        build: HnswBuild,
+    ) -> Result<VectorIndexReport, StoreError> {
+        let mut version: Option<String> =
+            sqlx::query_scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+                .fetch_optional(&mut *conn)
+                .await?;
+        if version.is_none() {
+            sqlx::query("CREATE EXTENSION IF NOT EXISTS vector")
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| {
+                    StoreError::Invalid(format!(
+                        "--index database needs the pgvector extension (0.8 or newer) in this database, and \
+                         creating it failed ({e}): install pgvector on the server and run `CREATE EXTENSION \
+                         vector` as a role that may, or start with --index memory"
+                    ))
+                })?;
+            version =
+                sqlx::query_scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+                    .fetch_optional(&mut *conn)
+                    .await?;
+        }
+        let version = version.unwrap_or_default();
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        if (major, minor) < MIN_PGVECTOR {
+            return Err(StoreError::Invalid(format!(
+                "--index database needs pgvector 0.8 or newer (its iterative index scans keep filtered searches \
+                 full); this database has {version}: `ALTER EXTENSION vector UPDATE` after upgrading it"
+            )));
+        }
+        let mut report = VectorIndexReport {
+            pgvector: version,
+            ..Default::default()
+        };
+        for m in Modality::BOTH {
+            let t = m.as_str();
+            match column_dim(conn, t).await? {
+                Some(d) if d == dim => {}
+                found => {
+                    if let Some(d) = found {
+                        // Another bundle's dimension: the column (and its indexes) go, and are refilled below
+                        // from the vectors of the bundle now loaded.
+                        tracing::warn!(
+                            table = t,
+                            was = d,
+                            now = dim,
+                            "recreating the embedding column for the loaded bundle's dimension"
+                        );
+                        sqlx::query(&format!("ALTER TABLE {t} DROP COLUMN embedding"))
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    sqlx::query(&format!(
+                        "ALTER TABLE {t} ADD COLUMN embedding halfvec({dim})"
+                    ))
+                    .execute(&mut *conn)
+                    .await?;
+                }
+            }
+        }
+        // From here on this process writes the column with every row; what was written before is filled now.
+        self.embedding_dim.store(dim, Ordering::Release);
+        for m in Modality::BOTH {
+            report.filled += fill_embeddings(conn, m.as_str(), dim).await?;
+        }
+        for m in Modality::BOTH {
+            // A table partitioned over other servers (postgres_fdw shards) cannot carry an index: each shard
+            // indexes its own rows (docs/storage.md, "Beyond one machine").
+            let relkind: Option<String> = sqlx::query_scalar(
+                "SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)",
+            )
+            .bind(m.as_str())
+            .fetch_optional(&mut *conn)
+            .await?;
+            if relkind.as_deref() == Some("p") {
+                tracing::info!(
+                    table = m.as_str(),
+                    "partitioned: its shards hold the HNSW indexes"
+                );
+                continue;
+            }
+            for metric in metrics {
+                let t = m.as_str();
+                let name = format!("{t}_embedding_{}", metric.suffix());
+                let exists: Option<bool> = sqlx::query_scalar(
+                    "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)",
+                )
+                .bind(&name)
+                .fetch_optional(&mut *conn)
+                .await?;
+                match exists {
+                    Some(true) => continue,
+                    // A build interrupted by a crash leaves an invalid index that would never be used.
+                    Some(false) => {
+                        sqlx::query(&format!("DROP INDEX {name}"))
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    None => {}
+                }
+                let t0 = std::time::Instant::now();
+                sqlx::query(&format!(
+                    "CREATE INDEX {name} ON {t} USING hnsw (embedding {}) WITH (m = {}, ef_construction = {})",
+                    metric.opclass(),
+                    build.m,
+                    build.ef_construction
+                ))
+                .execute(&mut *conn)
+                .await?;
+                tracing::info!(index = %name, secs = t0.elapsed().as_secs_f32(), "HNSW index built in the database");
+                report.built.push(name);
+            }
+        }
+        if report.filled > 0 || !report.built.is_empty() {
+            // Fresh row estimates for the planner after a bulk fill (autovacuum would get there later).
+            sqlx::query("ANALYZE images, captions")
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(report)
+    }
+
+    /// How many of the collection's images `filter` admits, `exclude` left out (a filtered search's
+    /// `matches`).
+    pub async fn count_matching(
+        &self,
+        collection_id: i64,
+        filter: &Filter,
+        exclude: Option<i64>,
+    ) -> Result<usize, StoreError> {
+        let f = dialect::compile_filter(self.engine, filter, 2);
+        let excl = exclude
+            .map(|x| format!(" AND id <> {x}"))
+            .unwrap_or_default();
+        let sql = format!(
+            "SELECT COUNT(*) FROM images WHERE collection_id = $1{excl}{}",
+            f.clause
+        );
+        let n: i64 = f
+            .bind(sqlx::query(&sql).bind(collection_id))
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        Ok(n.max(0) as usize)
+    }
+
+    /// The nearest rows to a query by the HNSW index (or an exact scan), with their exact f32 vectors and
+    /// offsets, nearest first (roughly: the iterative scan's relaxed order; the caller re-ranks exactly).
+    /// One transaction so that `SET LOCAL` scopes the scan settings to this query (and, on Citus, carries them
+    /// to the workers).
+    pub async fn nearest(&self, q: &Nearest<'_>) -> Result<Vec<super::StoredVector>, StoreError> {
+        let t = q.modality.as_str();
+        let f = match q.modality {
+            Modality::Images => dialect::compile_filter(self.engine, q.filter, 3),
+            Modality::Captions => Default::default(),
+        };
+        let excl = q
+            .exclude
+            .map(|x| format!(" AND id <> {x}"))
+            .unwrap_or_default();
+        let sql = format!(
+            "SELECT id, vector, hub_offset FROM {t} WHERE collection_id = $1 AND embedding IS NOT NULL{excl}{} \
+             ORDER BY embedding {} $2::halfvec LIMIT {}",
+            f.clause,
+            q.metric.operator(),
+            q.limit.max(1)
+        );
+        let mut tx = self.pool.begin().await?;
+        // relaxed_order: the scan goes on past ef_search until LIMIT rows passed the filter (or
+        // hnsw.max_scan_tuples were visited); its slight disorder is undone by the caller's exact re-rank.
+        // enable_indexscan off makes the planner scan the rows instead (the exact path).
+        // The caller chose walk or scan; the planner must not overrule it on stale row estimates (right after
+        // a bulk import it took a 4,000-row collection for 20 rows and sorted them all): the walk turns sorting
+        // off, which leaves only the HNSW index to give the order, the scan turns index scans off.
+        sqlx::query(
+            "SELECT set_config('hnsw.ef_search', $1, true), set_config('hnsw.iterative_scan', 'relaxed_order', true), \
+             set_config('enable_indexscan', $2, true), set_config('enable_sort', $3, true)",
+        )
+        .bind(q.ef_search.clamp(1, 1000).to_string())
+        .bind(if q.exact { "off" } else { "on" })
+        .bind(if q.exact { "on" } else { "off" })
+        .execute(&mut *tx)
+        .await?;
+        let rows = f
+            .bind(
+                sqlx::query(&sql)
+                    .bind(q.collection_id)
+                    .bind(literal(q.query)),
+            )
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(rows
+            .iter()
+            .map(|r| super::StoredVector {
+                id: r.get("id"),
+                vector: blob_to_vector(r.get::<&[u8], _>("vector")),
+                offset: r.get::<f64, _>("hub_offset") as f32,
+            })
+            .collect())
+    }
+
+    /// Fills `embedding` where it is empty, from each row's stored vector (in the caller's transaction: a
+    /// reindex switch fills what it rewrote before it commits).
+    pub(super) async fn fill_embeddings_in(
+        &self,
+        conn: &mut AnyConnection,
+        table: &str,
+    ) -> Result<u64, StoreError> {
+        match self.embedding_dim() {
+            Some(dim) => fill_embeddings(conn, table, dim).await,
+            None => Ok(0),
+        }
+    }
+}
+
+/// Converts the stored f32 blobs of rows without an embedding, a page at a time. Rows of another dimension
+/// (another bundle's, until a reindex) stay empty and so unsearchable in this mode, as the startup warns.
+async fn fill_embeddings(
+    conn: &mut AnyConnection,
+    table: &str,
+    dim: usize,
+) -> Result<u64, StoreError> {
+    let (mut last, mut filled) = (i64::MIN, 0u64);
+    loop {
+        let rows = sqlx::query(&format!(
+            "SELECT id, vector FROM {table} WHERE embedding IS NULL AND id > $1 ORDER BY id LIMIT {FILL_PAGE}"
+        ))
+        .bind(last)
+        .fetch_all(&mut *conn)
+        .await?;
+        let Some(end) = rows.last() else {
+            return Ok(filled);
+        };
+        last = end.get("id");
+        let values: Vec<String> = rows
+            .iter()
+            .filter_map(|r| {
+                let v = blob_to_vector(r.get::<&[u8], _>("vector"));
+                (v.len() == dim).then(|| format!("({}, '{}')", r.get::<i64, _>("id"), literal(&v)))
+            })
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        let n = sqlx::query(&format!(
+            "UPDATE {table} SET embedding = v.e::halfvec FROM (VALUES {}) AS v(id, e) WHERE {table}.id = v.id",
+            values.join(",")
+        ))
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        filled += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_text_form_is_what_pgvector_reads() {
+        assert_eq!(super::literal(&[1.0, -0.5, 1e-7]), "[1,-0.5,0.0000001]");
+    }
+}
