@@ -280,7 +280,8 @@ async fn scores_and_matches(url: &str, flags: &[&str]) {
     };
     let f = |h: &Value, k: &str| h[k].as_f64().expect(k);
     // A sentence under the fixture's hubness bank: score = similarity + the image's offset (<= 0).
-    let r = search(json!({"text": "a dog runs", "k": N})).await;
+    // By vector (the collection holds captions, so a sentence would otherwise search in hybrid mode).
+    let r = search(json!({"text": "a dog runs", "k": N, "mode": "vector"})).await;
     let hits = r["results"].as_array().expect("results");
     assert_eq!(hits.len(), N);
     assert!(r.get("matches").is_none(), "no filter, no count: {r}");
@@ -304,7 +305,7 @@ async fn scores_and_matches(url: &str, flags: &[&str]) {
             .collect()
     };
     let first = offsets(hits);
-    let other = search(json!({"text": "two people on a red boat", "k": N})).await;
+    let other = search(json!({"text": "two people on a red boat", "k": N, "mode": "vector"})).await;
     let second = offsets(other["results"].as_array().expect("results"));
     assert_eq!(first.len(), second.len());
     for (id, o) in &first {
@@ -367,7 +368,8 @@ async fn scores_and_matches(url: &str, flags: &[&str]) {
     }
     // min_score keeps the results at or above it: here the first five.
     let fifth = f(&hits[4], "score");
-    let r = search(json!({"text": "a dog runs", "k": N, "min_score": fifth})).await;
+    let r =
+        search(json!({"text": "a dog runs", "k": N, "min_score": fifth, "mode": "vector"})).await;
     let kept = r["results"].as_array().expect("results");
     assert!(kept.len() >= 5 && kept.len() < N, "{r}");
     assert!(kept.iter().all(|h| f(h, "score") >= fifth));
@@ -389,7 +391,10 @@ async fn scores_and_matches(url: &str, flags: &[&str]) {
         .await;
     assert_eq!(caps["total"].as_i64(), Some(1), "{caps}");
     // A filter reports how many images it admits, whatever the page size.
-    let r = search(json!({"text": "a dog", "k": 2, "filter": {"price": {"$gte": 100}}})).await;
+    let r = search(
+        json!({"text": "a dog", "k": 2, "filter": {"price": {"$gte": 100}}, "mode": "vector"}),
+    )
+    .await;
     assert_eq!(r["matches"], json!(N - 10), "{r}");
     assert_eq!(r["results"].as_array().map(Vec::len), Some(2));
     app.stop().await;

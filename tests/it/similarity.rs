@@ -77,7 +77,7 @@ async fn order_bundles_rank_by_the_trainers_s() {
         let (st, r) = app
             .post_json(
                 "/v1/collections/c/images/search",
-                json!({"text": text, "k": names.len()}),
+                json!({"text": text, "k": names.len(), "mode": "vector"}),
             )
             .await;
         assert_eq!(st, 200, "{r}");
@@ -256,7 +256,7 @@ async fn euclidean_bundles_add_the_bias_keep_the_length_and_rank_by_distance() {
     let (s, r) = app
         .post_json(
             "/v1/collections/c/images/search",
-            json!({"text": "a dog", "k": 8}),
+            json!({"text": "a dog", "k": 8, "mode": "vector"}),
         )
         .await;
     assert_eq!(s, 200, "{r}");

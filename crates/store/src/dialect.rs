@@ -24,6 +24,15 @@ pub(super) fn image_columns(engine: Engine) -> &'static str {
     }
 }
 
+/// The images' `metadata` column read as text (Postgres keeps jsonb), `table` the query's alias for images
+/// ("i." or "").
+pub(super) fn metadata_text(engine: Engine, table: &str) -> String {
+    match engine {
+        Engine::Sqlite => format!("{table}metadata"),
+        Engine::Postgres => format!("{table}metadata::text AS metadata"),
+    }
+}
+
 /// Locks the rows a write transaction reads (SQLite's write transactions hold the whole database already).
 pub(super) fn for_update(engine: Engine) -> &'static str {
     match engine {

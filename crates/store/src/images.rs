@@ -7,7 +7,7 @@ use serde_json::Value;
 use sqlx::{Any, Row, any::AnyRow};
 
 use super::{
-    ChangeKind, EmbeddedCaption, Engine, ImportMark, Store, StoreError, Tx,
+    ChangeKind, EmbeddedCaption, ImportMark, Store, StoreError, Tx,
     codec::{now_rfc3339, vector_to_blob},
     conflict_or, dialect,
 };
@@ -389,10 +389,7 @@ impl Store {
         collection_id: i64,
         ids: Option<&[i64]>,
     ) -> Result<Vec<(i64, Value)>, StoreError> {
-        let meta = match self.engine {
-            Engine::Sqlite => "metadata",
-            Engine::Postgres => "metadata::text AS metadata",
-        };
+        let meta = dialect::metadata_text(self.engine, "");
         let row = |r: &AnyRow| (r.get::<i64, _>("id"), metadata(r));
         match ids {
             Some(ids) => {

@@ -120,10 +120,7 @@ impl Store {
             .iter()
             .filter_map(|f| FieldPath::parse(f).ok())
             .collect();
-        let meta = match self.engine {
-            Engine::Sqlite => "metadata",
-            Engine::Postgres => "metadata::text AS metadata",
-        };
+        let meta = dialect::metadata_text(self.engine, "");
         Self::forget_text_tx(tx, self.engine, ids).await?;
         for chunk in ids.chunks(500) {
             let list = dialect::placeholders(1, chunk.len());

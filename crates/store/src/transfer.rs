@@ -129,10 +129,7 @@ impl ReadSnapshot {
         after: i64,
         limit: i64,
     ) -> Result<Vec<ExportedImage>, StoreError> {
-        let meta = match self.engine {
-            Engine::Sqlite => "i.metadata",
-            Engine::Postgres => "i.metadata::text AS metadata",
-        };
+        let meta = super::dialect::metadata_text(self.engine, "i.");
         let sql = format!(
             "SELECT i.id, i.external_id, {meta}, i.width, i.height, i.code, i.vision_id, i.bundle_id, i.content_hash, \
              i.created_at, t.data AS thumbnail FROM images i LEFT JOIN thumbnails t ON t.image_id = i.id \
@@ -165,10 +162,7 @@ impl ReadSnapshot {
         after: i64,
         limit: i64,
     ) -> Result<Vec<SyncedImage>, StoreError> {
-        let meta = match self.engine {
-            Engine::Sqlite => "metadata",
-            Engine::Postgres => "metadata::text AS metadata",
-        };
+        let meta = super::dialect::metadata_text(self.engine, "");
         let sql = format!(
             "SELECT id, external_id, {meta}, content_hash FROM images WHERE collection_id = $1 AND id > $2 \
              AND external_id IS NOT NULL ORDER BY id LIMIT {limit}"
