@@ -187,13 +187,13 @@ pub async fn put(
     Ok((
         status,
         Json(UpsertedImage {
-            id: u.id,
-            external_id: u.external_id,
+            id: u.image.id,
+            external_id,
             outcome,
-            previous_id: u.previous_id,
-            width: u.width,
-            height: u.height,
-            caption_ids: u.caption_ids,
+            previous_id: u.image.previous_id,
+            width: u32::try_from(u.image.width).unwrap_or(0),
+            height: u32::try_from(u.image.height).unwrap_or(0),
+            caption_ids: u.image.caption_ids,
         }),
     ))
 }

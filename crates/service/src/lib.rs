@@ -39,7 +39,7 @@ pub use crate::index::IndexParams;
 /// The rows the service answers with and the values it takes (the store's, handed up as they are).
 pub use crate::store::{
     CaptionRow, Claim, CollectionRow, IDEMPOTENCY_HEARTBEAT, IdempotencyKey, ImagePatch, ImageRow,
-    ImportMark, SyncedImage,
+    ImportMark, SyncedImage, Upserted,
 };
 pub use admin::follow::{CHANGE_RETENTION, FollowReport};
 pub use admin::readiness::{ReadinessReport, ReadyOptions};

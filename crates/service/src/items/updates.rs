@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use crate::{CollectionName, Result, Service, ServiceError, items::hide};
 use crate::{
     pipeline::ImageUse,
-    store::{EmbeddedCaption, ImagePatch, ImageRow, NewImage, Photo, Provenance, Upsert},
+    store::{EmbeddedCaption, ImagePatch, ImageRow, NewImage, Photo, Provenance, Upsert, Upserted},
 };
 
 /// The sha256 of a photo's bytes, as stored in `images.content_hash`.
@@ -45,14 +45,11 @@ pub enum UpsertOutcome {
     Updated,
 }
 
+/// An upsert's answer: what it did, and the stored image as the store reports it (its id, the one it replaced,
+/// its size, its caption ids in the order sent).
 pub struct UpsertedImage {
-    pub id: i64,
-    pub external_id: String,
     pub outcome: UpsertOutcome,
-    pub previous_id: Option<i64>,
-    pub width: u32,
-    pub height: u32,
-    pub caption_ids: Vec<i64>,
+    pub image: Upserted,
 }
 
 /// An upsert re-reads the row and starts again when another write changed it meanwhile; this many times.
@@ -186,17 +183,12 @@ impl Service {
             }
             self.update_gauges();
             return Ok(UpsertedImage {
-                id: done.id,
-                external_id: external_id.to_string(),
                 outcome: match (done.created, done.previous_id) {
                     (true, _) => UpsertOutcome::Created,
                     (false, Some(_)) => UpsertOutcome::Replaced,
                     (false, None) => UpsertOutcome::Updated,
                 },
-                previous_id: done.previous_id,
-                width: u32::try_from(done.width).unwrap_or(0),
-                height: u32::try_from(done.height).unwrap_or(0),
-                caption_ids: done.caption_ids,
+                image: done,
             });
         }
         Err(ServiceError::Conflict(format!(

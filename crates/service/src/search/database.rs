@@ -5,7 +5,7 @@
 //! the graph walk finds.
 
 use crate::{
-    CollectionRef, Result, Service,
+    Result, Service,
     filter::Filter,
     index::{Hit, Score, rank_candidates},
     modality::Modality,
@@ -40,7 +40,7 @@ impl Service {
     /// `search_ids` under `--index database`.
     pub(crate) async fn search_in_database(
         &self,
-        c: &CollectionRef,
+        collection_id: i64,
         target: Modality,
         q: &QueryVector,
         p: &SearchParams,
@@ -52,14 +52,14 @@ impl Service {
             Some(
                 self.timed_db(
                     "count_matching",
-                    self.store.count_matching(c.id, &p.filter, exclude),
+                    self.store.count_matching(collection_id, &p.filter, exclude),
                 )
                 .await?,
             )
         };
         let hits = self
             .nearest_in_database(DbQuery {
-                collection_id: c.id,
+                collection_id,
                 target,
                 vector: &q.vector,
                 query_modality: q.modality,

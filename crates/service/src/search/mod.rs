@@ -241,7 +241,7 @@ impl Service {
         p: &SearchParams,
     ) -> Result<(Vec<Ranked>, Option<usize>)> {
         if self.in_database() {
-            return self.search_in_database(c, target, q, p).await;
+            return self.search_in_database(c.id, target, q, p).await;
         }
         // A stored query image is left out of image results before paging, so pages neither skip nor repeat.
         let exclude = q.exclude.filter(|_| target == Modality::Images);
