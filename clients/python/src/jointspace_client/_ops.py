@@ -445,6 +445,23 @@ def _search_call(
     return Call("POST", path, parse, json=fields)
 
 
+def _search_pages(page: Callable[[int], Call[Any]], page_size: int, limit: int | None, cut: bool) -> ItemFlow[Any]:
+    """A search's results one by one, `page_size` a page by offset, until they run out or `limit` were handed
+    out. A short page is the last, except under `min_score` (`cut`): it shortens pages anywhere in hybrid and
+    keyword modes (it cuts on similarity there, not on the score the results are ordered by)."""
+    offset, handed = 0, 0
+    while True:
+        results = (yield from one(page(offset)))["results"]
+        for result in results:
+            yield Emit(result)
+            handed += 1
+            if limit is not None and handed >= limit:
+                return
+        if not results or (len(results) < page_size and not cut):
+            return
+        offset += page_size
+
+
 def search_images(
     collection: str,
     *,
@@ -496,33 +513,23 @@ def iter_search_images(
     """`search_images` as an iterator over results, best first, fetching `page_size` at a time (`k` and
     `offset` paging) until the results run out or `limit` results were handed out. Each page is a new search
     (a photo query runs the CNN again for each page: prefer a larger `page_size` there)."""
-    offset, handed = 0, 0
-    while True:
-        page: ImageResults = yield from one(
-            _search_call(
-                f"{_col(collection)}/images/search",
-                _json,
-                text=text,
-                image=image,
-                image_id=image_id,
-                k=page_size,
-                offset=offset,
-                filter=filter,
-                mode=mode,
-                keyword_weight=keyword_weight,
-                min_score=min_score,
-            )
+
+    def page(offset: int) -> Call[ImageResults]:
+        return _search_call(
+            f"{_col(collection)}/images/search",
+            _json,
+            text=text,
+            image=image,
+            image_id=image_id,
+            k=page_size,
+            offset=offset,
+            filter=filter,
+            mode=mode,
+            keyword_weight=keyword_weight,
+            min_score=min_score,
         )
-        for result in page["results"]:
-            yield Emit(result)
-            handed += 1
-            if limit is not None and handed >= limit:
-                return
-        # A short page is the last, except with min_score: it shortens pages anywhere in hybrid and keyword
-        # modes (it cuts on similarity there, not on the score the results are ordered by).
-        if not page["results"] or (len(page["results"]) < page_size and min_score is None):
-            return
-        offset += page_size
+
+    return _search_pages(page, page_size, limit, min_score is not None)
 
 
 def search_captions(
@@ -561,28 +568,20 @@ def iter_search_captions(
     limit: int | None = None,
 ) -> ItemFlow[CaptionResult]:
     """`search_captions` as an iterator, `page_size` results a page, until they run out or `limit`."""
-    offset, handed = 0, 0
-    while True:
-        page: CaptionResults = yield from one(
-            _search_call(
-                f"{_col(collection)}/captions/search",
-                _json,
-                text=text,
-                image=image,
-                image_id=image_id,
-                k=page_size,
-                offset=offset,
-                min_score=min_score,
-            )
+
+    def page(offset: int) -> Call[CaptionResults]:
+        return _search_call(
+            f"{_col(collection)}/captions/search",
+            _json,
+            text=text,
+            image=image,
+            image_id=image_id,
+            k=page_size,
+            offset=offset,
+            min_score=min_score,
         )
-        for result in page["results"]:
-            yield Emit(result)
-            handed += 1
-            if limit is not None and handed >= limit:
-                return
-        if not page["results"] or (len(page["results"]) < page_size and min_score is None):
-            return
-        offset += page_size
+
+    return _search_pages(page, page_size, limit, min_score is not None)
 
 
 def annotate(collection: str, image: ImageInput, *, k: int = 5) -> Flow[list[CaptionResult]]:
