@@ -36,26 +36,21 @@ impl Db {
     }
 
     async fn postgres() -> Db {
-        let pg = PgCluster::start();
-        let dir = tempfile::tempdir().expect("tempdir");
-        Db {
-            url: pg.create_db("api").await,
-            index_dir: dir.path().join("index"),
-            _dir: dir,
-            _pg: Some(pg),
-            database_index: false,
-        }
+        Self::on(PgCluster::start(), false).await
     }
 
     async fn database_index() -> Db {
-        let pg = PgCluster::start_pgvector();
+        Self::on(PgCluster::start_pgvector(), true).await
+    }
+
+    async fn on(pg: PgCluster, database_index: bool) -> Db {
         let dir = tempfile::tempdir().expect("tempdir");
         Db {
             url: pg.create_db("api").await,
             index_dir: dir.path().join("index"),
             _dir: dir,
             _pg: Some(pg),
-            database_index: true,
+            database_index,
         }
     }
 
