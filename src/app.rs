@@ -39,9 +39,7 @@ fn load_wrapped(
     let backend: Arc<dyn Backend> = wrap(Arc::new(OrtBackend::new(
         &bundle,
         &dylib,
-        model.runtime.device,
-        model.runtime.intra_threads,
-        model.runtime.release_inference_memory,
+        model.runtime.options(),
     )?));
     let provider = backend.provider();
     tracing::info!(

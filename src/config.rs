@@ -4,7 +4,10 @@ use std::{net::SocketAddr, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{bundle::CropMode, runtime::Device};
+use crate::{
+    bundle::CropMode,
+    runtime::{ConvSearch, Device, RuntimeOptions},
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -83,6 +86,26 @@ pub struct RuntimeArgs {
     #[arg(long, env = "JOINTSPACE_RELEASE_INFERENCE_MEMORY", default_value_t = true,
           action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub release_inference_memory: bool,
+    /// How cuDNN chooses convolution algorithms on CUDA: `heuristic` at once; `exhaustive` times them all on
+    /// every new batch shape, which the dynamic batcher makes many of (docs/benchmarks.md, "GPU").
+    #[arg(
+        long,
+        env = "JOINTSPACE_CUDNN_CONV_SEARCH",
+        value_enum,
+        default_value = "heuristic"
+    )]
+    pub cudnn_conv_search: ConvSearch,
+}
+
+impl RuntimeArgs {
+    pub fn options(&self) -> RuntimeOptions {
+        RuntimeOptions {
+            device: self.device,
+            intra_threads: self.intra_threads,
+            release_memory: self.release_inference_memory,
+            conv_search: self.cudnn_conv_search,
+        }
+    }
 }
 
 /// The model bundle and how inputs are turned into vectors.

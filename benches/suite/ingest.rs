@@ -15,7 +15,7 @@ use jointspace_embed::fne::Fne;
 use jointspace_embed::hubness;
 use jointspace_embed::pipeline::{ImageUse, Pipeline, PipelineOptions};
 use jointspace_embed::projection::Projection;
-use jointspace_embed::runtime::{self, Backend, Device, OrtBackend};
+use jointspace_embed::runtime::{self, Backend, OrtBackend, RuntimeOptions};
 use jointspace_index::{IndexParams, VectorIndex};
 use jointspace_service::metrics::Metrics;
 use jointspace_service::{CollectionName, Database, ImageInput, Service, ServiceOptions};
@@ -74,9 +74,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     let backend = Arc::new(OrtBackend::new(
         &bundle,
         &dylib,
-        Device::Cpu,
-        Some(o.threads),
-        true, // as the server runs by default (--release-inference-memory)
+        RuntimeOptions::cpu(Some(o.threads)),
     )?);
     let limits = DecodeLimits {
         max_bytes: 20 << 20,

@@ -62,13 +62,7 @@ pub fn inspect(dir: PathBuf, graphs: bool, rt: RuntimeArgs) -> anyhow::Result<()
     }
     if graphs {
         let dylib = runtime::locate_dylib(rt.ort_dylib.as_deref())?;
-        let be = OrtBackend::new(
-            &b,
-            &dylib,
-            rt.device,
-            rt.intra_threads,
-            rt.release_inference_memory,
-        )?;
+        let be = OrtBackend::new(&b, &dylib, rt.options())?;
         println!("graphs     open with {}", Backend::provider(&be).ort_name());
     }
     Ok(())

@@ -77,3 +77,24 @@ async fn cpu_says_cpu() {
     assert_eq!(provider_gauge(&app.metrics().await), "cpu");
     app.stop().await;
 }
+
+#[test]
+fn cudnn_search_is_heuristic_unless_asked_and_a_wrong_value_is_refused_naming_the_choices() {
+    use jointspace_embed::runtime::ConvSearch;
+    let cfg = ServeArgs::try_from_flags(["--addr", "127.0.0.1:0"]).expect("flags");
+    assert_eq!(
+        cfg.model.runtime.options().conv_search,
+        ConvSearch::Heuristic
+    );
+    let cfg = ServeArgs::try_from_flags(["--cudnn-conv-search", "exhaustive"]).expect("flags");
+    assert_eq!(
+        cfg.model.runtime.options().conv_search,
+        ConvSearch::Exhaustive
+    );
+    let e = ServeArgs::try_from_flags(["--cudnn-conv-search", "fastest"])
+        .expect_err("not a choice")
+        .to_string();
+    for want in ["fastest", "heuristic", "exhaustive", "default"] {
+        assert!(e.contains(want), "{want:?} missing from: {e}");
+    }
+}

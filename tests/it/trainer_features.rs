@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use jointspace_embed::bundle::{Bundle, CropMode};
 use jointspace_embed::crops;
 use jointspace_embed::decode::{DecodeLimits, decode};
-use jointspace_embed::runtime::{Backend, Device, OrtBackend, locate_dylib};
+use jointspace_embed::runtime::{Backend, OrtBackend, RuntimeOptions, locate_dylib};
 
 fn npy_rows(path: &PathBuf) -> (Vec<u8>, usize) {
     let raw = std::fs::read(path).expect("npy");
@@ -36,9 +36,7 @@ fn raw_features_match_the_trainer_cache_on_real_jpegs() {
     let be = OrtBackend::new(
         &b,
         &locate_dylib(None).expect("onnxruntime"),
-        Device::Cpu,
-        None,
-        true,
+        RuntimeOptions::cpu(None),
     )
     .expect("runtime");
     let names: Vec<String> =

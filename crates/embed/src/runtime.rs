@@ -60,6 +60,41 @@ pub enum Device {
     Auto,
 }
 
+/// How cuDNN picks each convolution's algorithm on CUDA (`--cudnn-conv-search`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConvSearch {
+    /// cuDNN's heuristics, at once. The batcher sends many batch sizes, and each new input shape would
+    /// otherwise pay a search of its own (docs/benchmarks.md, "GPU").
+    Heuristic,
+    /// Time every algorithm on each new input shape and keep the fastest (ONNX Runtime's default).
+    Exhaustive,
+    /// cuDNN's default algorithm.
+    Default,
+}
+
+/// How the graphs' sessions are opened.
+#[derive(Debug, Clone, Copy)]
+pub struct RuntimeOptions {
+    pub device: Device,
+    /// Intra-op threads of the vision session (None: ONNX Runtime's choice).
+    pub intra_threads: Option<usize>,
+    /// Give each run's buffers back when it ends (`--release-inference-memory`).
+    pub release_memory: bool,
+    pub conv_search: ConvSearch,
+}
+
+impl RuntimeOptions {
+    /// The CPU, as the server runs there by default.
+    pub fn cpu(intra_threads: Option<usize>) -> RuntimeOptions {
+        RuntimeOptions {
+            device: Device::Cpu,
+            intra_threads,
+            release_memory: true,
+            conv_search: ConvSearch::Heuristic,
+        }
+    }
+}
+
 /// The execution provider that actually runs the graphs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Provider {
@@ -153,23 +188,14 @@ pub struct OrtBackend {
 }
 
 impl OrtBackend {
-    /// `release_memory`: give each run's buffers back when it ends (`--release-inference-memory`).
     pub fn new(
         bundle: &Bundle,
         dylib: &Path,
-        device: Device,
-        intra_threads: Option<usize>,
-        release_memory: bool,
+        o: RuntimeOptions,
     ) -> Result<OrtBackend, RuntimeError> {
         let env = init_ort(dylib)?;
         let m = &bundle.manifest;
-        let (vision, provider) = open(
-            &env,
-            &bundle.path(&m.vision.onnx),
-            device,
-            intra_threads,
-            release_memory,
-        )?;
+        let (vision, provider) = open(&env, &bundle.path(&m.vision.onnx), o)?;
         // The text graph is a GRU: one small step after another, where a second intra-op thread costs more in
         // hand-offs than it gives (one sentence: 3.8 ms on one thread, 15 ms on two; docs/benchmarks.md).
         // Concurrent sentences are batched into one run instead.
@@ -178,13 +204,12 @@ impl OrtBackend {
             Provider::Cpu => Device::Cpu,
             Provider::Cuda => Device::Cuda,
         };
-        let (text, _) = open(
-            &env,
-            &bundle.path(&m.text.onnx),
-            text_device,
-            Some(1),
-            release_memory,
-        )?;
+        let text_options = RuntimeOptions {
+            device: text_device,
+            intra_threads: Some(1),
+            ..o
+        };
+        let (text, _) = open(&env, &bundle.path(&m.text.onnx), text_options)?;
         expect_io(
             &vision,
             &m.vision.onnx,
@@ -227,10 +252,14 @@ impl OrtBackend {
 fn open(
     env: &ort::environment::Environment,
     path: &Path,
-    device: Device,
-    intra_threads: Option<usize>,
-    release_memory: bool,
+    o: RuntimeOptions,
 ) -> Result<(Session, Provider), RuntimeError> {
+    let RuntimeOptions {
+        device,
+        intra_threads,
+        release_memory,
+        conv_search,
+    } = o;
     let graph = path.display().to_string();
     let err = |e: &dyn std::fmt::Display| RuntimeError::Graph {
         graph: graph.clone(),
@@ -263,6 +292,11 @@ fn open(
     // usable GPU or CUDA libraries, creating the session fails instead. Either way CUDA is not running.
     let mut b = builder()?;
     let cuda = ep::CUDA::default()
+        .with_conv_algorithm_search(match conv_search {
+            ConvSearch::Heuristic => ep::cuda::ConvAlgorithmSearch::Heuristic,
+            ConvSearch::Exhaustive => ep::cuda::ConvAlgorithmSearch::Exhaustive,
+            ConvSearch::Default => ep::cuda::ConvAlgorithmSearch::Default,
+        })
         .register(&mut b)
         .map_err(|e| e.to_string())
         .and_then(|()| b.commit_from_file(path).map_err(|e| e.to_string()));
