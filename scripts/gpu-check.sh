@@ -120,11 +120,11 @@ fi
 
 # 1. The payload: every part there and whole, the whole's sha256, every file's.
 say "mode $MODE, stage $STAGE, work $W, budget ${BUDGET} s"
-mapfile -t parts < <(awk '{ print $2 }' "$(compgen -G "$STAGE/call*/parts.sha256" | head -n 1)")
+mapfile -t parts < <(awk '{ print $2 }' "$(compgen -G "$STAGE/call*/parts.sha256" | sed -n 1p)")
 for p in "${parts[@]}"; do
   [[ -f "$STAGE/$p" ]] || die "$p is missing: its call did not run on this machine, or the machine was given back in between (${#parts[@]} parts, one per call)"
 done
-want=$(cut -d' ' -f1 "$(compgen -G "$STAGE/call*/payload.sha256" | head -n 1)")
+want=$(cut -d' ' -f1 "$(compgen -G "$STAGE/call*/payload.sha256" | sed -n 1p)")
 got=$(cd "$STAGE" && cat "${parts[@]}" | tee "$W/payload.tar" | sha256sum | cut -d' ' -f1)
 [[ "$got" == "$want" ]] || die "the joined payload's sha256 is $got, not $want: a part is damaged"
 tar -C "$W" -xf "$W/payload.tar" || die "unpacking the payload failed"
@@ -136,6 +136,11 @@ done
 G=$W/gpu
 (cd "$G" && sha256sum -c --quiet MANIFEST.sha256) || die "a file of the payload differs from its MANIFEST.sha256"
 say "payload: ${#parts[@]} parts joined, sha256 $got, $(wc -l < "$G/MANIFEST.sha256") files checked"
+# A server built after the payload (carried alone in .cache/gpu/bin, one call of its own) replaces the staged one.
+if [[ -x $STAGE/bin/jointspace ]]; then
+  cp "$STAGE/bin/jointspace" "$G/bin/jointspace"
+  say "server binary from $STAGE/bin: sha256 $(sha256sum "$G/bin/jointspace" | cut -d' ' -f1)"
+fi
 BIN=$G/bin/jointspace BENCH=$G/bin/bench PHOTOS=$G/photos/images LIST=$G/photos/list.txt
 n_photos=$(wc -l < "$LIST")
 (( PARITY_N > 0 )) || PARITY_N=$n_photos
@@ -150,7 +155,7 @@ if [[ $MODE == gpu ]]; then
                compgen -G "/usr/local/cuda/lib64" || true; } | paste -sd: -)
   [[ -n "$libdirs" ]] || die "no nvidia/*/lib under $site: where are CUDA's libraries? ($PY is $(command -v "$PY"))"
   for l in libcudart.so.13 libcublasLt.so.13 libcudnn.so.9; do
-    found=$(tr : '\n' <<<"$libdirs" | while read -r d; do [[ -e "$d/$l" ]] && echo "$d/$l"; done | head -n 1)
+    found=$(tr : '\n' <<<"$libdirs" | while read -r d; do [[ -e "$d/$l" ]] && { echo "$d/$l"; break; }; done)
     say "$l: ${found:-NOT FOUND in $libdirs}"
   done
   export LD_LIBRARY_PATH=$G/ort:$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -253,28 +258,38 @@ done
 
 # 5. Ingest photos/s by batch size: in flight about twice the batch in rows (at least 2 requests, so that decoding
 #    and the database overlap the runtime), an inference queue that never refuses them, a warm-up first.
-for b in flickr8k-vgg16-fne flickr8k-vgg16-fne-windowed flickr8k-effnetl2-fne-windowed; do
+ingest_run() {   # bundle, max batch crops, cuDNN's convolution search
+  local b=$1 batch=$2 search=$3 rows c name
   rows=$(rows_per_photo "$b")
-  for batch in 1 16 64 256; do
-    if (( $(left) < 25 )); then
-      record ingest "{\"bundle_dir\": \"$b\", \"max_batch_crops\": $batch, \"skipped\": \"budget\"}"; continue
-    fi
-    c=$(( (2 * batch + rows * PER_REQUEST - 1) / (rows * PER_REQUEST) ))
-    (( c < 2 )) && c=2
-    (( c > MAX_C )) && c=$MAX_C
-    name=ingest-$b-$batch
-    if ! start_server "$name" "$b" --max-batch-crops "$batch" --inference-queue 8192 --max-queue-wait-ms 0; then
-      record ingest "{\"bundle_dir\": \"$b\", \"max_batch_crops\": $batch, \"error\": $(jstr "$START_ERROR")}"
-      continue
-    fi
-    if r=$("$PY" scripts/gpu_check.py ingest --url "$URL" --photos "$PHOTOS" --list "$LIST" --collection ingest \
-           --per-request "$PER_REQUEST" --concurrency "$c" --warmup-s "$WARM_S" --seconds "$TIMED_S"); then
-      record ingest "{\"bundle_dir\": \"$b\", \"max_batch_crops\": $batch, \"rows_per_photo\": $rows, \"ready_s\": $READY_S}" "$r"
-    else
-      record ingest "{\"bundle_dir\": \"$b\", \"max_batch_crops\": $batch, \"error\": \"the ingest client failed (log above)\"}"
-    fi
-    stop_server
-  done
+  local what="\"bundle_dir\": \"$b\", \"max_batch_crops\": $batch, \"conv_search\": \"$search\""
+  if (( $(left) < 25 )); then
+    record ingest "{$what, \"skipped\": \"budget\"}"; return
+  fi
+  c=$(( (2 * batch + rows * PER_REQUEST - 1) / (rows * PER_REQUEST) ))
+  (( c < 2 )) && c=2
+  (( c > MAX_C )) && c=$MAX_C
+  name=ingest-$b-$batch-$search
+  if ! start_server "$name" "$b" --max-batch-crops "$batch" --inference-queue 8192 --max-queue-wait-ms 0 \
+       --cudnn-conv-search "$search"; then
+    record ingest "{$what, \"error\": $(jstr "$START_ERROR")}"
+    return
+  fi
+  if r=$("$PY" scripts/gpu_check.py ingest --url "$URL" --photos "$PHOTOS" --list "$LIST" --collection ingest \
+         --per-request "$PER_REQUEST" --concurrency "$c" --warmup-s "$WARM_S" --seconds "$TIMED_S"); then
+    record ingest "{$what, \"rows_per_photo\": $rows, \"ready_s\": $READY_S}" "$r"
+  else
+    record ingest "{$what, \"error\": \"the ingest client failed (log above)\"}"
+  fi
+  stop_server
+}
+INGEST_BUNDLES=(flickr8k-vgg16-fne flickr8k-vgg16-fne-windowed flickr8k-effnetl2-fne-windowed)
+for b in "${INGEST_BUNDLES[@]}"; do
+  for batch in 1 16 64 256; do ingest_run "$b" "$batch" heuristic; done
+done
+# ONNX Runtime's own default, exhaustive, times every algorithm on each new input shape: the batcher's varied
+# batch sizes made 64 and 256 crops slower than 16 in the first GPU run. The same machine, side by side.
+for b in "${INGEST_BUNDLES[@]}"; do
+  for batch in 64 256; do ingest_run "$b" "$batch" exhaustive; done
 done
 
 # 6. Sentence search on the default bundle: a collection of SEARCH_N synthetic images (codes through the bundle's

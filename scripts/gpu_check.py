@@ -226,8 +226,8 @@ def cmd_report(args: argparse.Namespace) -> None:
         md.append("Machine: " + "; ".join(f"{k} {v}" for k, v in env.items() if k not in ("step",)))
         md.append("")
     if by.get("parity"):
-        md += ["| bundle | provider | photos | features flipped | share | sign reversals | identical photos |"
-               " cosine min / mean | ms per photo (one at a time) |", "|---|---|---|---|---|---|---|---|---|"]
+        md += [("| bundle | provider | photos | features flipped | share | sign reversals | identical photos |"
+               " cosine min / mean | ms per photo (one at a time) |"), "|---|---|---|---|---|---|---|---|---|"]
         for r in by["parity"]:
             if "error" in r:
                 md.append(f"| {r.get('bundle_dir')} | error: {r['error']} |||||||")
@@ -239,13 +239,16 @@ def cmd_report(args: argparse.Namespace) -> None:
                       f"{r['ms_per_photo_one_at_a_time']} |")
         md.append("")
     if by.get("ingest"):
-        md += ["| bundle | max batch crops | photos/s | photos | mean rows per vision call | request p50 / p99 ms |"
-               " 429s | start to ready s |", "|---|---|---|---|---|---|---|---|"]
+        md += [("| bundle | max batch crops | cuDNN search | photos/s | photos | mean rows per vision call | request p50 / p99 ms |"
+               " 429s | start to ready s |"), "|---|---|---|---|---|---|---|---|---|"]
         for r in by["ingest"]:
-            if "error" in r:
-                md.append(f"| {r.get('bundle_dir')} | {r.get('max_batch_crops')} | error: {r['error']} ||||||")
+            if "error" in r or "skipped" in r:
+                why = f"error: {r['error']}" if "error" in r else f"skipped ({r['skipped']})"
+                md.append(f"| {r.get('bundle_dir')} | {r.get('max_batch_crops')} | {r.get('conv_search', '')} | "
+                          f"{why} ||||||")
                 continue
-            md.append(f"| {r['bundle_dir']} | {r['max_batch_crops']} | {fmt(r['photos_per_s'])} | {r['photos']} | "
+            md.append(f"| {r['bundle_dir']} | {r['max_batch_crops']} | {r.get('conv_search', 'exhaustive')} | "
+                      f"{fmt(r['photos_per_s'])} | {r['photos']} | "
                       f"{fmt(r['mean_rows_per_vision_call'])} | {r['request_p50_ms']} / {r['request_p99_ms']} | "
                       f"{r['refused_429']} | {fmt(r.get('ready_s'))} |")
         md.append("")
