@@ -38,8 +38,8 @@ pub struct Upsert<'a> {
     pub photo: Photo<'a>,
     /// The metadata, replaced whole.
     pub metadata: &'a Value,
-    /// The image's captions after the upsert, with their vectors. Stored captions with the same text are
-    /// kept (same id); the others are deleted and the new ones added.
+    /// The image's captions after the upsert, with their vectors. Stored captions with the same text,
+    /// embedded by the same bundle, are kept (same id); the others are deleted and the new ones added.
     pub captions: &'a [EmbeddedCaption],
 }
 
@@ -174,16 +174,21 @@ impl Store {
         if old.as_ref().map(|(id, h, _, _)| (*id, h.clone())) != u.seen {
             return Ok(None);
         }
-        let stored_caps: Vec<(i64, String)> = match &old {
-            Some((id, ..)) => {
-                sqlx::query("SELECT id, text FROM captions WHERE image_id = $1 ORDER BY id")
-                    .bind(id)
-                    .fetch_all(&mut *tx)
-                    .await?
-                    .iter()
-                    .map(|r| (r.get("id"), r.get("text")))
-                    .collect()
-            }
+        // A caption another bundle embedded is not kept, whatever its text: its vector is another model's,
+        // and the caller's (in `u.captions`) the loaded one's.
+        let stored_caps: Vec<(i64, Option<String>)> = match &old {
+            Some((id, ..)) => sqlx::query(
+                "SELECT id, text, bundle_id FROM captions WHERE image_id = $1 ORDER BY id",
+            )
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| {
+                let same_bundle = r.get::<String, _>("bundle_id") == prov.bundle_id;
+                (r.get("id"), same_bundle.then(|| r.get("text")))
+            })
+            .collect(),
             None => vec![],
         };
         let (id, previous_id, width, height) = match (&old, &u.photo) {
@@ -290,9 +295,9 @@ impl Store {
     }
 
     /// Makes image `id`'s captions `wanted`: a stored caption (of `stored`, which may belong to the image
-    /// being replaced) whose text is wanted is kept under its id and moved to `id`; the rest are deleted,
-    /// and wanted texts left over are inserted. Returns the caption ids in `wanted` order, the added
-    /// (id, index) and the deleted ids.
+    /// being replaced) whose text is wanted is kept under its id and moved to `id`; the rest (and those
+    /// without a text: not to be kept) are deleted, and wanted texts left over are inserted. Returns the
+    /// caption ids in `wanted` order, the added (id, index) and the deleted ids.
     // `&self` (for the pgvector column of inserted captions) is the eighth argument; the rest are the
     // caller's transaction and what it names.
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
@@ -301,18 +306,18 @@ impl Store {
         tx: &mut Tx<'_>,
         collection_id: i64,
         id: i64,
-        stored: &[(i64, String)],
+        stored: &[(i64, Option<String>)],
         wanted: &[EmbeddedCaption],
         prov: &Provenance<'_>,
         now: &str,
     ) -> Result<(Vec<i64>, Vec<(i64, usize)>, Vec<i64>), StoreError> {
-        let mut free: Vec<Option<&(i64, String)>> = stored.iter().map(Some).collect();
+        let mut free: Vec<Option<&(i64, Option<String>)>> = stored.iter().map(Some).collect();
         let mut ids = Vec::with_capacity(wanted.len());
         let mut added = vec![];
         for (i, caption) in wanted.iter().enumerate() {
             let kept = free
                 .iter_mut()
-                .find(|s| s.is_some_and(|(_, t)| *t == caption.text))
+                .find(|s| s.is_some_and(|(_, t)| t.as_ref() == Some(&caption.text)))
                 .and_then(Option::take);
             match kept {
                 Some((cid, _)) => {
@@ -527,6 +532,35 @@ mod tests {
                 (made.id, true),
                 (replaced.id, false)
             ]
+        );
+
+        // Under another bundle the same texts are not kept: their stored vectors are the other model's, so
+        // they are deleted and the caller's vectors inserted under new ids.
+        let b2 = Provenance {
+            bundle_id: "b@2",
+            ..PROV
+        };
+        let again = Upsert {
+            external_id: "sku-1",
+            seen: store.image_state(c.id, "sku-1").await.expect("state"),
+            photo: Photo::Same,
+            metadata: &json!({"price": 12}),
+            captions: &wanted,
+        };
+        let fresh = store
+            .upsert_image(c.id, &again, b2)
+            .await
+            .expect("upsert")
+            .expect("not raced");
+        assert_eq!(fresh.id, replaced.id);
+        assert_eq!(fresh.removed_captions, replaced.caption_ids);
+        assert_eq!(
+            fresh.added_captions,
+            vec![(fresh.caption_ids[0], 0), (fresh.caption_ids[1], 1)]
+        );
+        assert_eq!(
+            store.caption_provenance().await.expect("provenance"),
+            vec![("b@2".to_string(), 2)]
         );
     }
 
