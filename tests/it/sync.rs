@@ -340,8 +340,8 @@ async fn provenance(url: &str) -> (Vec<(String, String, i64)>, Vec<(String, i64)
 }
 
 /// A catalogue synced under the fixture bundle, then under a bundle of another vision model (as when the
-/// default bundle changes its vision graph): the sync embeds every photo again (same bytes, another model's
-/// codes) under new ids, with its captions, and a rerun changes nothing.
+/// default bundle changes its vision graph): the start-up warning says to sync, the sync embeds every photo
+/// again (same bytes, another model's codes) under new ids, with its captions, and a rerun changes nothing.
 async fn reembed_life(db: &str) {
     eprintln!("re-embedding on {db}");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -365,7 +365,7 @@ async fn reembed_life(db: &str) {
     let before = state(db).await;
 
     // The same feed under the other vision model: the dry run says what it would embed again, and embeds
-    // nothing.
+    // nothing; the start-up warning names the way out.
     let (ok, out, r) = sync_with(
         WINDOWED,
         db,
@@ -381,6 +381,15 @@ async fn reembed_life(db: &str) {
         out.contains("5 would be re-embedded (coded by another vision model)"),
         "{out}"
     );
+    for want in [
+        "images were embedded with another bundle",
+        "`jointspace reindex` cannot recompute them",
+        "jointspace sync --collection <name> --feed <your catalogue feed>",
+        "captions were embedded with another bundle; the sync that re-embeds the images re-embeds their \
+         captions",
+    ] {
+        assert!(out.contains(want), "{want}: {out}");
+    }
     assert_eq!(state(db).await, before);
 
     // The real run: every photo embedded again by the loaded model, under a new id, with the same metadata
@@ -413,7 +422,7 @@ async fn reembed_life(db: &str) {
         )
     );
 
-    // Run again: nothing written, nothing embedded, and nothing embedded by another bundle left.
+    // Run again: nothing written, nothing embedded, and no warning at start.
     let (ok, out, r) = sync_with(WINDOWED, db, d, "feed1.csv", &csv);
     assert!(ok, "{out}");
     assert_eq!(counts(&r), [0, 0, 0, 5, 0, 0, 0], "{r}");
