@@ -46,8 +46,9 @@ pub enum Command {
     /// catalogue of `{path, external_id, metadata, captions}` items (embedded); resumable.
     Import(ImportArgs),
     /// Make a collection equal to a shop's catalogue feed (CSV or JSON lines): new items added, changed
-    /// photos embedded again, changed text or attributes written without the CNN, items gone from the feed
-    /// deleted (up to --max-delete-share); a rerun changes nothing.
+    /// photos embedded again (and photos coded by another vision model, after a bundle change), changed text
+    /// or attributes written without the CNN, items gone from the feed deleted (up to --max-delete-share); a
+    /// rerun changes nothing.
     Sync(SyncArgs),
 }
 

@@ -69,11 +69,11 @@ pub struct UpsertImageMultipart {
 pub enum Outcome {
     /// No image had the external id: it was added (201).
     Created,
-    /// The photo differs from the stored one: it was embedded and replaced the old image under a new id;
-    /// the old id is gone (200).
+    /// The photo differs from the stored one, or is the stored one coded by another vision model (another
+    /// bundle's): it was embedded and replaced the old image under a new id; the old id is gone (200).
     Replaced,
-    /// The photo is the stored one (same bytes): it was not embedded again; metadata and captions were
-    /// updated and the id kept (200).
+    /// The photo is the stored one (same bytes, coded by the loaded vision model): it was not embedded again;
+    /// metadata and captions were updated and the id kept (200).
     Updated,
 }
 

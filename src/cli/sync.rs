@@ -1,9 +1,11 @@
 //! `jointspace sync`: a collection made equal to a shop's catalogue feed (CSV or JSON lines), through the
 //! service's own writes. Each item's photo is read (or fetched) and hashed, and compared with what the
 //! collection holds under its external id (`Service::catalogue`): a new id is added, a new photo embedded
-//! again (`replaced`), other text or attributes written by the upsert's same-photo path, which never runs the
-//! CNN (`updated`), and an item equal to what is stored not written at all. Items gone from the feed are
-//! deleted last, unless they are more than `--max-delete-share` of the collection: then nothing is written.
+//! again (`replaced`), the same photo coded by another vision model (a database made under another bundle)
+//! embedded again by the loaded one (`reembedded`), other text or attributes written by the upsert's
+//! same-photo path, which never runs the CNN (`updated`), and an item equal to what is stored not written at
+//! all. Items gone from the feed are deleted last, unless they are more than `--max-delete-share` of the
+//! collection: then nothing is written.
 //!
 //! The whole feed is read and checked before anything is written, so a bad line is refused with its number.
 //! Resuming needs no mark: every item's write is idempotent, so a run stopped part-way (a crash, a photo that
@@ -323,7 +325,7 @@ struct Action {
     /// The feed's line (none for a delete: the item is not in the feed).
     line: Option<usize>,
     external_id: String,
-    /// `add`, `replace`, `update` or `delete`.
+    /// `add`, `replace`, `reembed`, `update` or `delete`.
     action: &'static str,
 }
 
@@ -338,6 +340,9 @@ struct Report {
     added: u64,
     /// New photos, embedded again (under a new id).
     replaced: u64,
+    /// The same photos, coded by another vision model (another bundle's): embedded again by the loaded one
+    /// (under a new id).
+    reembedded: u64,
     /// Text or attributes changed, the photo kept: written without the CNN.
     updated: u64,
     unchanged: u64,
@@ -373,9 +378,20 @@ impl Report {
             ("", "")
         };
         let verb = |w: &str| format!("{would}{w}");
+        // Only after a change of vision model: said then, not in every day's summary.
+        let reembedded = if self.reembedded > 0 {
+            format!(
+                ", {} {} (coded by another vision model)",
+                self.reembedded,
+                verb("re-embedded")
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "sync of {} into \"{}\": {} items, {} {}, {} {} (new photo), {} {} (text or attributes), {} unchanged, \
-             {} {}, {failed} failed; {} photos embedded by the CNN, {} sentences by the text model, {:.1} s{tail}",
+            "sync of {} into \"{}\": {} items, {} {}, {} {} (new photo){reembedded}, {} {} (text or attributes), \
+             {} unchanged, {} {}, {failed} failed; {} photos embedded by the CNN, {} sentences by the text model, \
+             {:.1} s{tail}",
             self.feed,
             self.collection,
             self.items,
@@ -398,11 +414,13 @@ impl Report {
 /// One item's outcome: the change it asked for and, unless a dry run, what the upsert did.
 type Done = (FeedChange, Option<UpsertOutcome>);
 
-/// Reads the item's photo, compares the item with what is stored and, unless `dry_run`, writes it.
+/// Reads the item's photo, compares the item with what is stored (and the stored code's vision model with
+/// `vision_id`, the loaded bundle's) and, unless `dry_run`, writes it.
 async fn apply(
     svc: &Service,
     collection: &CollectionName,
     catalogue: &Catalogue,
+    vision_id: &str,
     it: &FeedItem,
     dry_run: bool,
 ) -> anyhow::Result<Done> {
@@ -415,7 +433,13 @@ async fn apply(
         Photo::Url(u) => svc.fetch_image(u).await?,
     };
     let stored = catalogue.items.get(&it.external_id);
-    let change = FeedChange::of(stored, &content_hash(&bytes), &it.metadata, &it.captions);
+    let change = FeedChange::of(
+        stored,
+        &content_hash(&bytes),
+        vision_id,
+        &it.metadata,
+        &it.captions,
+    );
     if dry_run || change == FeedChange::Unchanged {
         return Ok((change, None));
     }
@@ -533,6 +557,9 @@ async fn run(
 
     let pb = progress(items.len(), if args.dry_run { "dry run" } else { "sync" });
     let catalogue = &catalogue;
+    // The stored codes are compared with the loaded bundle's vision model.
+    let vision_id = svc.model().vision_id;
+    let vision_id = vision_id.as_str();
     // Set at a failure without --skip-failed: no item starts after it, those in flight finish (each write is
     // whole either way, but a finished one is counted).
     let stop = &AtomicBool::new(false);
@@ -541,7 +568,7 @@ async fn run(
         .map(|it| async move {
             (
                 it,
-                apply(svc, collection, catalogue, it, args.dry_run).await,
+                apply(svc, collection, catalogue, vision_id, it, args.dry_run).await,
             )
         })
         .buffer_unordered(args.concurrency.max(1));
@@ -567,25 +594,29 @@ async fn run(
                 continue;
             }
         };
-        // What happened, by the upsert's word where it wrote (another writer may have moved first).
+        // What happened, by the upsert's word where it wrote (another writer may have moved first); a photo
+        // embedded again for its vision model is replaced as a new one is.
         let action = match (outcome, change) {
-            (Some(UpsertOutcome::Created), _) | (None, FeedChange::Add) => "add",
-            (Some(UpsertOutcome::Replaced), _) | (None, FeedChange::Replace) => "replace",
-            (Some(UpsertOutcome::Updated), _) | (None, FeedChange::Update) => "update",
-            (None, FeedChange::Unchanged) => {
+            (Some(UpsertOutcome::Created), _) => FeedChange::Add,
+            (Some(UpsertOutcome::Replaced), FeedChange::Reembed) => FeedChange::Reembed,
+            (Some(UpsertOutcome::Replaced), _) => FeedChange::Replace,
+            (Some(UpsertOutcome::Updated), _) => FeedChange::Update,
+            (None, change) => change,
+        };
+        match action {
+            FeedChange::Add => report.added += 1,
+            FeedChange::Replace => report.replaced += 1,
+            FeedChange::Reembed => report.reembedded += 1,
+            FeedChange::Update => report.updated += 1,
+            FeedChange::Unchanged => {
                 report.unchanged += 1;
                 continue;
             }
-        };
-        match action {
-            "add" => report.added += 1,
-            "replace" => report.replaced += 1,
-            _ => report.updated += 1,
         }
         report.changes.push(Action {
             line: Some(it.line),
             external_id: it.external_id.clone(),
-            action,
+            action: action.as_str(),
         });
     }
     drop(done);

@@ -2,7 +2,8 @@
 //! a rerun that changes nothing, a text-only change written without a CNN pass (same image id), a feed that
 //! withdraws too much refused with nothing written, a dry run then the real run of a new photo, a new item
 //! and withdrawals, the same catalogue as JSON lines with photos at URLs, bad lines named and refused, and a
-//! photo that cannot be read stopping the sync (or left out with --skip-failed).
+//! photo that cannot be read stopping the sync (or left out with --skip-failed). And a database made under
+//! one bundle synced again under a bundle of another vision model: every photo embedded again, once.
 //!
 //! "Without a CNN pass" is read from the service's own counter of photos the vision model embedded
 //! (`jointspace_embedded_items{kind="image"}`, counted where the pipeline runs), which the report carries,
@@ -14,7 +15,7 @@ use jointspace_core::filter::Filter;
 use jointspace_store::Store;
 use serde_json::{Value, json};
 
-use crate::common::{self, fixture_image, jointspace, pg::PgCluster};
+use crate::common::{self, BUNDLE, fixture_image, jointspace, pg::PgCluster};
 use crate::url_ingest::origin;
 
 /// What the collection holds: external id -> (image id, metadata, captions sorted); empty without it.
@@ -45,10 +46,22 @@ async fn state(url: &str) -> BTreeMap<String, (i64, Value, Vec<String>)> {
 /// Runs `jointspace sync` on `feed` (in `dir`) into "shop": whether it succeeded, its output and its JSON
 /// report (Null when it wrote none).
 fn sync(db: &str, dir: &Path, feed: &str, extra: &[&str]) -> (bool, String, Value) {
+    sync_with(BUNDLE, db, dir, feed, extra)
+}
+
+/// As `sync`, under the bundle at `bundle`.
+fn sync_with(
+    bundle: &str,
+    db: &str,
+    dir: &Path,
+    feed: &str,
+    extra: &[&str],
+) -> (bool, String, Value) {
     let report = dir.join("report.json");
     let _ = std::fs::remove_file(&report);
     let mut c = jointspace(db);
-    c.args(["sync", "--collection", "shop", "--feed"])
+    c.env("JOINTSPACE_BUNDLE", bundle)
+        .args(["sync", "--collection", "shop", "--feed"])
         .arg(dir.join(feed))
         .arg("--report")
         .arg(&report)
@@ -309,6 +322,122 @@ async fn feed_life(db: &str) {
     assert_eq!(counts(&r), [0, 0, 0, 5, 0, 1, 0], "{r}");
     assert_eq!(r["failed"][0]["external_id"], "sku-8");
     assert_eq!(state(db).await, fourth);
+}
+
+/// A bundle with the fixture's joint space (the same W, text model and dimensions) whose vision model reads
+/// the ten crops off two whole-image passes: another vision id, so the fixture's codes are not its own.
+const WINDOWED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny-windowed");
+
+/// The stored images' and captions' provenance: (bundle id, vision id, count), (bundle id, count).
+async fn provenance(url: &str) -> (Vec<(String, String, i64)>, Vec<(String, i64)>) {
+    let store = Store::connect(url).await.expect("store");
+    let p = (
+        store.image_provenance().await.expect("images"),
+        store.caption_provenance().await.expect("captions"),
+    );
+    store.close().await;
+    p
+}
+
+/// A catalogue synced under the fixture bundle, then under a bundle of another vision model (as when the
+/// default bundle changes its vision graph): the start-up warning says to sync, the sync embeds every photo
+/// again (same bytes, another model's codes) under new ids, with its captions, and a rerun changes nothing.
+async fn reembed_life(db: &str) {
+    eprintln!("re-embedding on {db}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    std::fs::create_dir(d.join("photos")).expect("mkdir");
+    for i in 0..5 {
+        std::fs::write(d.join(format!("photos/p{i}.png")), fixture_image(i)).expect("photo");
+    }
+    std::fs::write(d.join("feed1.csv"), FEED_1).expect("feed");
+    let csv = ["--number-fields", "price"];
+    let load = |b: &str| jointspace_embed::bundle::Bundle::load(Path::new(b)).expect("bundle");
+    let (old, new) = (load(BUNDLE), load(WINDOWED));
+    assert_ne!(
+        old.vision_id, new.vision_id,
+        "the test needs two vision models"
+    );
+
+    let (ok, out, r) = sync(db, d, "feed1.csv", &[&csv[..], &["--create"]].concat());
+    assert!(ok, "{out}");
+    assert_eq!(counts(&r), [5, 0, 0, 0, 0, 0, 5], "{r}");
+    let before = state(db).await;
+
+    // The same feed under the other vision model: the dry run says what it would embed again, and embeds
+    // nothing; the start-up warning names the way out.
+    let (ok, out, r) = sync_with(
+        WINDOWED,
+        db,
+        d,
+        "feed1.csv",
+        &[&csv[..], &["--dry-run"]].concat(),
+    );
+    assert!(ok, "{out}");
+    assert_eq!(counts(&r), [0, 0, 0, 0, 0, 0, 0], "{r}");
+    assert_eq!(r["reembedded"], 5, "{r}");
+    assert!(out.contains("would reembed sku-1 (line 2)"), "{out}");
+    assert!(
+        out.contains("5 would be re-embedded (coded by another vision model)"),
+        "{out}"
+    );
+    for want in [
+        "images were embedded with another bundle",
+        "`jointspace reindex` cannot recompute them",
+        "jointspace sync --collection <name> --feed <your catalogue feed>",
+        "captions were embedded with another bundle; the sync that re-embeds the images re-embeds their \
+         captions",
+    ] {
+        assert!(out.contains(want), "{want}: {out}");
+    }
+    assert_eq!(state(db).await, before);
+
+    // The real run: every photo embedded again by the loaded model, under a new id, with the same metadata
+    // and captions; the captions embedded again too (their vectors were the other bundle's).
+    let (ok, out, r) = sync_with(WINDOWED, db, d, "feed1.csv", &csv);
+    assert!(ok, "{out}");
+    assert_eq!(counts(&r), [0, 0, 0, 0, 0, 0, 5], "{r}");
+    assert_eq!(r["reembedded"], 5, "{r}");
+    assert_eq!(r["changes"][0]["action"], "reembed", "{r}");
+    assert!(
+        out.contains("5 re-embedded (coded by another vision model)"),
+        "{out}"
+    );
+    let after = state(db).await;
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>()
+    );
+    for (e, (id, meta, caps)) in &after {
+        let (old_id, old_meta, old_caps) = &before[e];
+        assert_ne!(id, old_id, "{e}: a photo embedded again gets a new id");
+        assert_eq!((meta, caps), (old_meta, old_caps), "{e}");
+    }
+    let caption_count = before.values().map(|(_, _, c)| c.len() as i64).sum();
+    assert_eq!(
+        provenance(db).await,
+        (
+            vec![(new.id.clone(), new.vision_id.clone(), 5)],
+            vec![(new.id.clone(), caption_count)]
+        )
+    );
+
+    // Run again: nothing written, nothing embedded, and no warning at start.
+    let (ok, out, r) = sync_with(WINDOWED, db, d, "feed1.csv", &csv);
+    assert!(ok, "{out}");
+    assert_eq!(counts(&r), [0, 0, 0, 5, 0, 0, 0], "{r}");
+    assert_eq!(r["reembedded"], 0, "{r}");
+    assert!(!out.contains("another bundle"), "{out}");
+    assert_eq!(state(db).await, after);
+}
+
+/// SQLite, then Postgres (a failure's output names the database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalogue_is_reembedded_under_another_vision_model_on_both_engines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    reembed_life(&format!("sqlite://{}", dir.path().join("js.db").display())).await;
+    let pg = PgCluster::start();
+    reembed_life(&pg.create_db("reembed").await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
 //! Changing stored images, on both engines: PATCH merges metadata and moves the external id; PUT by external
 //! id creates, updates (same bytes: no CNN pass) or replaces (a new photo under a new id, the old one gone
-//! from the database, the index and, on Postgres, a replica's index); an `Idempotency-Key` makes a retried
-//! POST answer the first answer instead of storing twice.
+//! from the database, the index and, on Postgres, a replica's index), and embeds the stored bytes again under
+//! a bundle of another vision model; an `Idempotency-Key` makes a retried POST answer the first answer instead
+//! of storing twice.
 
 use crate::common;
 
@@ -312,6 +313,63 @@ async fn upserts_and_patches_with_the_database_index_and_a_replica() {
     let pg = PgCluster::start_pgvector();
     let url = pg.create_db("writes").await;
     upserts_and_patches(&url, Some(&url), &DATABASE_INDEX).await;
+}
+
+/// A photo stored under the fixture bundle, sent again (the same bytes) under a bundle of another vision
+/// model: the stored code is the other model's, so the photo is embedded again and replaces the image (a new
+/// id, its caption embedded again too); sent once more, it is the stored photo (no CNN pass).
+async fn the_same_bytes_under_another_vision_model(url: &str) {
+    let body = json!({"data": b64(&fixture_image(0)), "metadata": {"price": 10}, "captions": ["a red shoe"]});
+    let app = TestApp::start_url(BUNDLE, url, &[]).await;
+    app.create_collection("shop").await;
+    let (s, made) = put(&app, SKU, body.clone()).await;
+    assert_eq!(s, 201, "{made}");
+    app.stop().await;
+
+    let windowed = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny-windowed");
+    let app = TestApp::start_url(windowed, url, &[]).await;
+    let embedded = embedded_images(&app.metrics().await);
+    let (s, again) = put(&app, SKU, body.clone()).await;
+    assert_eq!(s, 200, "{again}");
+    assert_eq!(again["outcome"], "replaced");
+    assert_eq!(again["previous_id"], made["id"]);
+    assert_ne!(
+        again["caption_ids"], made["caption_ids"],
+        "the caption embedded again"
+    );
+    assert_eq!(embedded_images(&app.metrics().await), embedded + 1);
+    let id = again["id"].as_i64().expect("id");
+    let (_, got) = app.get_json(SKU).await;
+    assert_eq!(got["id"].as_i64(), Some(id));
+    assert!(
+        got["bundle_id"]
+            .as_str()
+            .is_some_and(|b| b.starts_with("fixture-tiny-windowed@")),
+        "{got}"
+    );
+    assert_eq!(searchable(&app).await, vec![id]);
+
+    let (s, same) = put(&app, SKU, body).await;
+    assert_eq!(s, 200, "{same}");
+    assert_eq!(same["outcome"], "updated");
+    assert_eq!(same["id"].as_i64(), Some(id));
+    assert_eq!(same["caption_ids"], again["caption_ids"]);
+    assert_eq!(embedded_images(&app.metrics().await), embedded + 1);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_bytes_under_another_vision_model_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("w.db").display());
+    the_same_bytes_under_another_vision_model(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_bytes_under_another_vision_model_on_postgres() {
+    let pg = PgCluster::start();
+    let url = pg.create_db("writes").await;
+    the_same_bytes_under_another_vision_model(&url).await;
 }
 
 async fn post_with_key(app: &TestApp, path: &str, key: &str, body: &Value) -> (u16, bool, Value) {

@@ -194,23 +194,40 @@ impl Service {
     /// Vectors from another bundle would be silently wrong: say so, and say how to fix it.
     async fn check_provenance(&self) -> Result<()> {
         let b = &self.pipeline.bundle;
+        let mut other_vision = false;
         for (bundle_id, vision_id, n) in self.store.image_provenance().await? {
+            other_vision |= vision_id != b.vision_id;
             if bundle_id != b.id {
                 let fix = if vision_id == b.vision_id {
                     "run `jointspace reindex` (or POST /v1/admin/reindex) to recompute them from the stored codes"
-                } else if b.manifest.vision.prepare.is_some() {
-                    "their codes come from another vision model or another preparation: this bundle squashes every \
-                     photo as its training photos were (docs/bundle.md, \"The preparation\"), so re-ingest the \
-                     images (camera-size photos gain from it; photos already of the prepared size code the same)"
+                        .to_string()
                 } else {
-                    "their codes come from another vision model: re-ingest the images"
+                    // The preparation is part of the vision id: the same model with another one codes otherwise.
+                    let other = if b.manifest.vision.prepare.is_some() {
+                        "another vision model or another preparation of the photos (docs/bundle.md, \"The \
+                         preparation\")"
+                    } else {
+                        "another vision model"
+                    };
+                    format!(
+                        "their codes come from {other}, so `jointspace reindex` cannot recompute them. Send the \
+                         photos again: `jointspace sync --collection <name> --feed <your catalogue feed>` re-embeds \
+                         every item whose photo another vision model coded, or re-ingest them with `jointspace \
+                         ingest --images DIR` into a new collection"
+                    )
                 };
                 tracing::warn!(count = n, stored = %bundle_id, loaded = %b.id, "images were embedded with another bundle; {fix}");
             }
         }
+        // A reindex refuses while images of another vision model are stored: then the sync comes first.
+        let captions_fix = if other_vision {
+            "the sync that re-embeds the images re-embeds their captions, then `jointspace reindex` the rest"
+        } else {
+            "run `jointspace reindex`"
+        };
         for (bundle_id, n) in self.store.caption_provenance().await? {
             if bundle_id != b.id {
-                tracing::warn!(count = n, stored = %bundle_id, loaded = %b.id, "captions were embedded with another bundle; run `jointspace reindex`");
+                tracing::warn!(count = n, stored = %bundle_id, loaded = %b.id, "captions were embedded with another bundle; {captions_fix}");
             }
         }
         let staged = self.store.staged_rows(&b.id).await?;

@@ -32,12 +32,14 @@ pub struct ExportedImage {
 }
 
 /// An image with an external id as a catalogue sync sees it: the digest of its photo's bytes (none for an
-/// image imported from codes), what describes it, and its captions.
+/// image imported from codes), the vision model that coded it, what describes it, and its captions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SyncedImage {
     pub id: i64,
     pub external_id: String,
     pub content_hash: Option<String>,
+    /// The vision model that made its code: under another one the same bytes must be embedded again.
+    pub vision_id: String,
     pub metadata: Value,
     pub captions: Vec<String>,
 }
@@ -154,8 +156,8 @@ impl ReadSnapshot {
     }
 
     /// Up to `limit` images with an external id and ids above `after`, in id order: what a catalogue sync
-    /// compares its feed with (photo digest, metadata, captions), without the codes and thumbnails an
-    /// export reads.
+    /// compares its feed with (photo digest, vision model, metadata, captions), without the codes and
+    /// thumbnails an export reads.
     pub async fn synced_page(
         &mut self,
         collection_id: i64,
@@ -164,8 +166,8 @@ impl ReadSnapshot {
     ) -> Result<Vec<SyncedImage>, StoreError> {
         let meta = super::dialect::metadata_text(self.engine, "");
         let sql = format!(
-            "SELECT id, external_id, {meta}, content_hash FROM images WHERE collection_id = $1 AND id > $2 \
-             AND external_id IS NOT NULL ORDER BY id LIMIT {limit}"
+            "SELECT id, external_id, {meta}, content_hash, vision_id FROM images WHERE collection_id = $1 \
+             AND id > $2 AND external_id IS NOT NULL ORDER BY id LIMIT {limit}"
         );
         let rows = sqlx::query(&sql)
             .bind(collection_id)
@@ -182,6 +184,7 @@ impl ReadSnapshot {
                 external_id: r.get("external_id"),
                 metadata: images::metadata(r),
                 content_hash: r.get("content_hash"),
+                vision_id: r.get("vision_id"),
                 captions,
             })
             .collect())

@@ -23,23 +23,42 @@ pub struct ImagePatch {
 
 /// The photo of an upsert.
 pub enum Photo<'a> {
-    /// The bytes sent have the stored photo's digest: keep its code, vector and thumbnail.
+    /// The bytes sent have the stored photo's digest and it was coded by the loaded vision model: keep its
+    /// code, vector and thumbnail.
     Same,
     /// A photo to store under a new id (its `captions` are ignored: `Upsert::captions` says them).
     New(&'a NewImage),
 }
 
+/// What is stored under an external id, as an upsert reads it before embedding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageState {
+    pub id: i64,
+    /// The sha256 of its photo's bytes (none for an image imported from codes).
+    pub content_hash: Option<String>,
+    /// The vision model that made its code.
+    pub vision_id: String,
+}
+
+impl ImageState {
+    /// Whether it is the photo with digest `hash` coded by the vision model `vision_id`: the same bytes
+    /// coded by another model are not the same photo to the index (another model's code and vector).
+    pub fn is_photo(&self, hash: &str, vision_id: &str) -> bool {
+        self.content_hash.as_deref() == Some(hash) && self.vision_id == vision_id
+    }
+}
+
 pub struct Upsert<'a> {
     pub external_id: &'a str,
-    /// What the caller read before embedding: the id and digest stored under the external id, if any. When
-    /// the row has changed since (a concurrent upsert or delete), nothing is written and `upsert_image`
-    /// returns `Ok(None)`, so the caller starts again from what is there now.
-    pub seen: Option<(i64, Option<String>)>,
+    /// What the caller read before embedding: the image stored under the external id, if any. When the
+    /// row has changed since (a concurrent upsert or delete), nothing is written and `upsert_image` returns
+    /// `Ok(None)`, so the caller starts again from what is there now.
+    pub seen: Option<ImageState>,
     pub photo: Photo<'a>,
     /// The metadata, replaced whole.
     pub metadata: &'a Value,
-    /// The image's captions after the upsert, with their vectors. Stored captions with the same text are
-    /// kept (same id); the others are deleted and the new ones added.
+    /// The image's captions after the upsert, with their vectors. Stored captions with the same text,
+    /// embedded by the same bundle, are kept (same id); the others are deleted and the new ones added.
     pub captions: &'a [EmbeddedCaption],
 }
 
@@ -128,20 +147,25 @@ impl Store {
         Ok(img)
     }
 
-    /// The id and photo digest stored under an external id, if any (what `Upsert::seen` wants).
+    /// The id, photo digest and vision model stored under an external id, if any (what `Upsert::seen`
+    /// wants).
     pub async fn image_state(
         &self,
         collection_id: i64,
         external_id: &str,
-    ) -> Result<Option<(i64, Option<String>)>, StoreError> {
+    ) -> Result<Option<ImageState>, StoreError> {
         let r = sqlx::query(
-            "SELECT id, content_hash FROM images WHERE collection_id = $1 AND external_id = $2",
+            "SELECT id, content_hash, vision_id FROM images WHERE collection_id = $1 AND external_id = $2",
         )
         .bind(collection_id)
         .bind(external_id)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(r.map(|r| (r.get("id"), r.get("content_hash"))))
+        Ok(r.map(|r| ImageState {
+            id: r.get("id"),
+            content_hash: r.get("content_hash"),
+            vision_id: r.get("vision_id"),
+        }))
     }
 
     /// Creates, replaces or updates the image under `u.external_id`, in one transaction; `Ok(None)` when
@@ -155,7 +179,8 @@ impl Store {
         let now = now_rfc3339();
         let mut tx = self.write_tx().await?;
         let sql = format!(
-            "SELECT id, content_hash, width, height FROM images WHERE collection_id = $1 AND external_id = $2{}",
+            "SELECT id, content_hash, vision_id, width, height FROM images WHERE collection_id = $1 \
+             AND external_id = $2{}",
             dialect::for_update(self.engine)
         );
         let row = sqlx::query(&sql)
@@ -163,32 +188,41 @@ impl Store {
             .bind(u.external_id)
             .fetch_optional(&mut *tx)
             .await?;
+        let state = row.as_ref().map(|r| ImageState {
+            id: r.get("id"),
+            content_hash: r.get("content_hash"),
+            vision_id: r.get("vision_id"),
+        });
+        if state != u.seen {
+            return Ok(None);
+        }
         let old = row.map(|r| {
             (
                 r.get::<i64, _>("id"),
-                r.get::<Option<String>, _>("content_hash"),
                 r.get::<i64, _>("width"),
                 r.get::<i64, _>("height"),
             )
         });
-        if old.as_ref().map(|(id, h, _, _)| (*id, h.clone())) != u.seen {
-            return Ok(None);
-        }
-        let stored_caps: Vec<(i64, String)> = match &old {
-            Some((id, ..)) => {
-                sqlx::query("SELECT id, text FROM captions WHERE image_id = $1 ORDER BY id")
-                    .bind(id)
-                    .fetch_all(&mut *tx)
-                    .await?
-                    .iter()
-                    .map(|r| (r.get("id"), r.get("text")))
-                    .collect()
-            }
+        // A caption another bundle embedded is not kept, whatever its text: its vector is another model's,
+        // and the caller's (in `u.captions`) the loaded one's.
+        let stored_caps: Vec<(i64, Option<String>)> = match &old {
+            Some((id, ..)) => sqlx::query(
+                "SELECT id, text, bundle_id FROM captions WHERE image_id = $1 ORDER BY id",
+            )
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| {
+                let same_bundle = r.get::<String, _>("bundle_id") == prov.bundle_id;
+                (r.get("id"), same_bundle.then(|| r.get("text")))
+            })
+            .collect(),
             None => vec![],
         };
         let (id, previous_id, width, height) = match (&old, &u.photo) {
             (None, Photo::Same) => return Ok(None),
-            (Some((id, _, w, h)), Photo::Same) => {
+            (Some((id, w, h)), Photo::Same) => {
                 self.set_metadata(&mut tx, *id, u.metadata).await?;
                 (*id, None, *w, *h)
             }
@@ -290,9 +324,9 @@ impl Store {
     }
 
     /// Makes image `id`'s captions `wanted`: a stored caption (of `stored`, which may belong to the image
-    /// being replaced) whose text is wanted is kept under its id and moved to `id`; the rest are deleted,
-    /// and wanted texts left over are inserted. Returns the caption ids in `wanted` order, the added
-    /// (id, index) and the deleted ids.
+    /// being replaced) whose text is wanted is kept under its id and moved to `id`; the rest (and those
+    /// without a text: not to be kept) are deleted, and wanted texts left over are inserted. Returns the
+    /// caption ids in `wanted` order, the added (id, index) and the deleted ids.
     // `&self` (for the pgvector column of inserted captions) is the eighth argument; the rest are the
     // caller's transaction and what it names.
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
@@ -301,18 +335,18 @@ impl Store {
         tx: &mut Tx<'_>,
         collection_id: i64,
         id: i64,
-        stored: &[(i64, String)],
+        stored: &[(i64, Option<String>)],
         wanted: &[EmbeddedCaption],
         prov: &Provenance<'_>,
         now: &str,
     ) -> Result<(Vec<i64>, Vec<(i64, usize)>, Vec<i64>), StoreError> {
-        let mut free: Vec<Option<&(i64, String)>> = stored.iter().map(Some).collect();
+        let mut free: Vec<Option<&(i64, Option<String>)>> = stored.iter().map(Some).collect();
         let mut ids = Vec::with_capacity(wanted.len());
         let mut added = vec![];
         for (i, caption) in wanted.iter().enumerate() {
             let kept = free
                 .iter_mut()
-                .find(|s| s.is_some_and(|(_, t)| *t == caption.text))
+                .find(|s| s.is_some_and(|(_, t)| t.as_ref() == Some(&caption.text)))
                 .and_then(Option::take);
             match kept {
                 Some((cid, _)) => {
@@ -426,20 +460,37 @@ mod tests {
         assert!(made.created && made.previous_id.is_none());
         assert_eq!(made.added_captions.len(), 2);
         let state = store.image_state(c.id, "sku-1").await.expect("state");
-        assert_eq!(state, Some((made.id, Some("hash-1".into()))));
-
-        // A stale `seen` writes nothing.
-        let stale = Upsert {
-            seen: None,
-            ..first
-        };
-        assert!(
-            store
-                .upsert_image(c.id, &stale, PROV)
-                .await
-                .expect("upsert")
-                .is_none()
+        assert_eq!(
+            state,
+            Some(ImageState {
+                id: made.id,
+                content_hash: Some("hash-1".into()),
+                vision_id: "v@1".into(),
+            })
         );
+        let s = state.as_ref().expect("stored");
+        assert!(s.is_photo("hash-1", "v@1"));
+        assert!(!s.is_photo("hash-2", "v@1"));
+        assert!(
+            !s.is_photo("hash-1", "v@2"),
+            "the same bytes coded by another vision model are another photo to the index"
+        );
+
+        // A stale `seen` writes nothing: one that saw no row, or the row coded by another vision model than
+        // the one it holds.
+        let other_model = ImageState {
+            vision_id: "v@0".into(),
+            ..s.clone()
+        };
+        for seen in [None, Some(other_model)] {
+            let stale = Upsert {
+                seen,
+                photo: Photo::New(&p1),
+                ..first
+            };
+            let done = store.upsert_image(c.id, &stale, PROV).await;
+            assert!(done.expect("upsert").is_none(), "{:?}", stale.seen);
+        }
 
         // The same photo: metadata replaced, one caption kept, one removed, one added; the id stays.
         let wanted = caps(&["a shoe", "a blue shoe"]);
@@ -527,6 +578,35 @@ mod tests {
                 (made.id, true),
                 (replaced.id, false)
             ]
+        );
+
+        // Under another bundle the same texts are not kept: their stored vectors are the other model's, so
+        // they are deleted and the caller's vectors inserted under new ids.
+        let b2 = Provenance {
+            bundle_id: "b@2",
+            ..PROV
+        };
+        let again = Upsert {
+            external_id: "sku-1",
+            seen: store.image_state(c.id, "sku-1").await.expect("state"),
+            photo: Photo::Same,
+            metadata: &json!({"price": 12}),
+            captions: &wanted,
+        };
+        let fresh = store
+            .upsert_image(c.id, &again, b2)
+            .await
+            .expect("upsert")
+            .expect("not raced");
+        assert_eq!(fresh.id, replaced.id);
+        assert_eq!(fresh.removed_captions, replaced.caption_ids);
+        assert_eq!(
+            fresh.added_captions,
+            vec![(fresh.caption_ids[0], 0), (fresh.caption_ids[1], 1)]
+        );
+        assert_eq!(
+            store.caption_provenance().await.expect("provenance"),
+            vec![("b@2".to_string(), 2)]
         );
     }
 

@@ -1,7 +1,7 @@
 //! A catalogue feed kept in sync (`jointspace sync`): what the collection holds under external ids, read page
 //! by page at one point in time, and what one feed item asks of it. The writes themselves are the upsert by
-//! external id (`updates`: a photo whose bytes are stored is not embedded again) and the delete, so a sync
-//! changes a collection exactly as the API would.
+//! external id (`updates`: a photo whose bytes are stored, coded by the loaded vision model, is not embedded
+//! again) and the delete, so a sync changes a collection exactly as the API would.
 
 use std::collections::HashMap;
 
@@ -28,6 +28,9 @@ pub enum FeedChange {
     Add,
     /// Its photo's bytes differ from the stored photo's: embedded again (under a new id, as an upsert does).
     Replace,
+    /// The same bytes, coded by another vision model (a bundle whose vision part differs): embedded again by
+    /// the loaded one, under a new id as a replaced photo, since the stored code is not comparable.
+    Reembed,
     /// The same photo, other metadata or captions: written without the CNN.
     Update,
     /// Nothing to write.
@@ -40,17 +43,20 @@ impl FeedChange {
         match self {
             FeedChange::Add => "add",
             FeedChange::Replace => "replace",
+            FeedChange::Reembed => "reembed",
             FeedChange::Update => "update",
             FeedChange::Unchanged => "unchanged",
         }
     }
 
-    /// The change an item asks for: `hash` is the sha256 of its photo's bytes (`content_hash`), `metadata`
-    /// and `captions` what the feed says of it. Captions are compared as a set with repeats: an upsert keeps
-    /// stored captions in the order they were first added, so the feed's order cannot be read back.
+    /// The change an item asks for: `hash` is the sha256 of its photo's bytes (`content_hash`),
+    /// `vision_id` the loaded bundle's, `metadata` and `captions` what the feed says of it. Captions are
+    /// compared as a set with repeats: an upsert keeps stored captions in the order they were first added,
+    /// so the feed's order cannot be read back.
     pub fn of(
         stored: Option<&SyncedImage>,
         hash: &str,
+        vision_id: &str,
         metadata: &Value,
         captions: &[String],
     ) -> FeedChange {
@@ -59,6 +65,9 @@ impl FeedChange {
         };
         if s.content_hash.as_deref() != Some(hash) {
             return FeedChange::Replace;
+        }
+        if s.vision_id != vision_id {
+            return FeedChange::Reembed;
         }
         let empty = Value::Object(Default::default());
         let stored_meta = if s.metadata.is_null() {
@@ -149,6 +158,7 @@ mod tests {
             id: 1,
             external_id: "sku-1".into(),
             content_hash: Some(hash.into()),
+            vision_id: "v".into(),
             metadata,
             captions: captions.iter().map(|c| c.to_string()).collect(),
         }
@@ -158,41 +168,72 @@ mod tests {
     fn a_feed_item_is_compared_with_what_is_stored() {
         let caps = vec!["a red shoe".to_string(), "a shoe".to_string()];
         let meta = json!({"title": "Shoe", "price": 1000, "tags": ["a", {"b": 1.5}]});
-        assert_eq!(FeedChange::of(None, "h", &meta, &caps), FeedChange::Add);
+        assert_eq!(
+            FeedChange::of(None, "h", "v", &meta, &caps),
+            FeedChange::Add
+        );
         let s = stored(
             "h",
             json!({"tags": ["a", {"b": 1.5}], "price": 1e3, "title": "Shoe"}),
             &["a shoe", "a red shoe"],
         );
         assert_eq!(
-            FeedChange::of(Some(&s), "h", &meta, &caps),
+            FeedChange::of(Some(&s), "h", "v", &meta, &caps),
             FeedChange::Unchanged,
             "key order, caption order and 1e3 against 1000 are no change"
         );
         assert_eq!(
-            FeedChange::of(Some(&s), "other", &meta, &caps),
+            FeedChange::of(Some(&s), "other", "v", &meta, &caps),
             FeedChange::Replace
         );
         let cheaper = json!({"title": "Shoe", "price": 999, "tags": ["a", {"b": 1.5}]});
         assert_eq!(
-            FeedChange::of(Some(&s), "h", &cheaper, &caps),
+            FeedChange::of(Some(&s), "h", "v", &cheaper, &caps),
             FeedChange::Update
         );
         assert_eq!(
-            FeedChange::of(Some(&s), "h", &meta, &caps[..1]),
+            FeedChange::of(Some(&s), "h", "v", &meta, &caps[..1]),
             FeedChange::Update
         );
         let mut no_hash = s.clone();
         no_hash.content_hash = None;
         assert_eq!(
-            FeedChange::of(Some(&no_hash), "h", &meta, &caps),
+            FeedChange::of(Some(&no_hash), "h", "v", &meta, &caps),
             FeedChange::Replace,
             "an image imported from codes has no digest: its photo cannot be shown to be the same"
         );
         let bare = stored("h", Value::Null, &[]);
         assert_eq!(
-            FeedChange::of(Some(&bare), "h", &json!({}), &[]),
+            FeedChange::of(Some(&bare), "h", "v", &json!({}), &[]),
             FeedChange::Unchanged
         );
+    }
+
+    #[test]
+    fn the_same_bytes_coded_by_another_vision_model_are_embedded_again() {
+        let caps = vec!["a red shoe".to_string()];
+        let meta = json!({"title": "Shoe"});
+        let s = stored("h", meta.clone(), &["a red shoe"]);
+        assert_eq!(
+            FeedChange::of(Some(&s), "h", "v", &meta, &caps),
+            FeedChange::Unchanged
+        );
+        assert_eq!(
+            FeedChange::of(Some(&s), "h", "v2", &meta, &caps),
+            FeedChange::Reembed,
+            "a code of another vision model is not comparable with the loaded one's"
+        );
+        let cheaper = json!({"title": "Shoe", "price": 9});
+        assert_eq!(
+            FeedChange::of(Some(&s), "h", "v2", &cheaper, &[]),
+            FeedChange::Reembed,
+            "a text change under another vision model is written with the new code"
+        );
+        assert_eq!(
+            FeedChange::of(Some(&s), "other", "v2", &meta, &caps),
+            FeedChange::Replace,
+            "new bytes are a new photo, whatever model coded the old one"
+        );
+        assert_eq!(FeedChange::Reembed.as_str(), "reembed");
     }
 }

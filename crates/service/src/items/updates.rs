@@ -1,6 +1,7 @@
 //! Changing stored images: PATCH (a metadata merge and the external id) and the upsert by external id
-//! (PUT). An upsert runs the CNN only when the photo's bytes differ from the stored photo's (by their sha256),
-//! and a replaced photo gets a new id (the store's upsert.rs says why).
+//! (PUT). An upsert runs the CNN only when the photo's bytes differ from the stored photo's (by their sha256)
+//! or the stored photo was coded by another vision model (another bundle's: its code and vector are not
+//! this model's), and a replaced photo gets a new id (the store's upsert.rs says why).
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -39,9 +40,11 @@ pub struct UpsertInput {
 pub enum UpsertOutcome {
     /// No image had the external id: it was added.
     Created,
-    /// The photo was new: it replaced the old image, under a new id.
+    /// The photo was new, or the stored one coded by another vision model: it was embedded and replaced the
+    /// old image, under a new id.
     Replaced,
-    /// The photo was the stored one: its metadata and captions were updated, its id kept.
+    /// The photo was the stored one, coded by the loaded vision model: its metadata and captions were
+    /// updated, its id kept.
     Updated,
 }
 
@@ -123,7 +126,7 @@ impl Service {
             let seen = self.store.image_state(c.id, external_id).await?;
             let same = seen
                 .as_ref()
-                .is_some_and(|(_, h)| h.as_deref() == Some(hash.as_str()));
+                .is_some_and(|s| s.is_photo(&hash, &b.vision_id));
             if !same && photo.is_none() {
                 let e = self
                     .embed_images(vec![input.bytes.clone()], ImageUse::Store)
