@@ -30,8 +30,9 @@ def calibration_photos(data: str | Path, n: int, seed: int = 0) -> list[Path]:
 RANGES = "vision-calibration.json"
 
 
-def quantize(src: str | Path, out: str | Path, photos: list[Path], source: str) -> dict:
-    """Writes `out`: `src` with its vision graph's convolutions in int8, calibrated on `photos`."""
+def quantize(src: str | Path, out: str | Path, photos: list[Path], source: str, name: str | None = None) -> dict:
+    """Writes `out`: `src` with its vision graph's convolutions in int8, calibrated on `photos`; named `name`, or
+    `src`'s name with "-int8"."""
     from onnxruntime.quantization import CalibrationDataReader
 
     src, out = Path(src), Path(out)
@@ -54,7 +55,7 @@ def quantize(src: str | Path, out: str | Path, photos: list[Path], source: str) 
     int8_graph(src / v["onnx"], out / v["onnx"], out / RANGES, Photos())
     v["quantization"] = {"convolutions": "int8 weights per output channel, uint8 activations per tensor (QDQ)",
                          "calibration": f"min/max over {len(photos)} photos: {source}", "ranges": RANGES}
-    m["name"] = f"{m['name']}-int8"
+    m["name"] = name or f"{m['name']}-int8"
     return bundle.finish(out, m)
 
 
@@ -71,6 +72,7 @@ def int8_graph(float_graph: Path, out: Path, ranges: Path, photos=None) -> None:
                     calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=["Conv"],
                     calibration_cache_path=str(ranges))
     pre.unlink()
+    ranges.chmod(0o644)  # onnxruntime writes it owner-only; it is a bundle file like the others
 
 
 def compare(float_dir: str | Path, int8_dir: str | Path, photos: list[Path]) -> dict:

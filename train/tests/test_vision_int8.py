@@ -30,6 +30,7 @@ def test_int8_graph_is_rebuilt_byte_for_byte_from_the_kept_ranges(tmp_path):
     ranges = tmp_path / vision_int8.RANGES
     vision_int8.int8_graph(float_graph, tmp_path / "calibrated.onnx", ranges, Arrays(photos))
     assert ranges.stat().st_size > 0, "the calibration kept its ranges"
+    assert ranges.stat().st_mode & 0o777 == 0o644, "readable like the bundle's other files"
     # Without photos: only the ranges, as rebuild-vision has them on a fresh machine.
     vision_int8.int8_graph(float_graph, tmp_path / "rebuilt.onnx", ranges)
     assert sha(tmp_path / "rebuilt.onnx") == sha(tmp_path / "calibrated.onnx")

@@ -69,10 +69,11 @@ class QuantizeVision:
     seed: int
     compare: int
     data: str
+    name: str | None = None
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> QuantizeVision:
-        return cls(ns.bundle, ns.out, ns.calibration, ns.seed, ns.compare, ns.data)
+        return cls(ns.bundle, ns.out, ns.calibration, ns.seed, ns.compare, ns.data, ns.name)
 
 
 def quantize_vision(s: QuantizeVision) -> None:
@@ -80,7 +81,7 @@ def quantize_vision(s: QuantizeVision) -> None:
 
     photos = vision_int8.calibration_photos(s.data, s.calibration, s.seed)
     m = vision_int8.quantize(s.bundle, s.out, photos,
-                             f"Flickr8k training photos drawn with seed {s.seed}")
+                             f"Flickr8k training photos drawn with seed {s.seed}", name=s.name)
     print(f"{s.out}: {m['name']}, vision.onnx sha256 {m['files'][m['vision']['onnx']]}")
     if s.compare:
         d = Path(s.data)
@@ -93,6 +94,7 @@ def add_quantize_vision(sub) -> None:
     p.add_argument("bundle")
     p.add_argument("--out", required=True)
     p.add_argument("--calibration", type=int, default=16, metavar="N", help="training photos to calibrate on")
+    p.add_argument("--name", help="the copy's bundle name (default: the source's with '-int8')")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compare", type=int, default=0, metavar="N",
                    help="then compare its features and codes with the float graph's on N test photos")
