@@ -79,14 +79,15 @@ pub struct RuntimeArgs {
     /// always runs on one (docs/benchmarks.md).
     #[arg(long, env = "JOINTSPACE_INTRA_THREADS")]
     pub intra_threads: Option<usize>,
-    /// Give inference memory back after each run: ONNX Runtime's CPU arena and memory pattern off. With the
-    /// default bundle, resident memory after ingesting photos is about 470 MB instead of 1.4 GB, and about
-    /// 220 MB with glibc's `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304` (the container and manifests
-    /// set it), for ingest 3-7% slower (docs/operations.md, "Memory"). `false` keeps ONNX Runtime's arena,
-    /// which holds the largest run's buffers for reuse.
-    #[arg(long, env = "JOINTSPACE_RELEASE_INFERENCE_MEMORY", default_value_t = true,
+    /// Give inference memory back after each run: ONNX Runtime's CPU arena and memory pattern off. Default:
+    /// `true` for `serve` (with the ten-crop bundle, resident memory after ingesting photos about 470 MB instead
+    /// of 1.4 GB, about 220 MB with glibc's `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304`, which the
+    /// container and manifests set; docs/operations.md, "Memory"); `false` for the batch commands (`ingest`,
+    /// `eval`, `sync`, `reindex`), where the pages given back and faulted in again on every run cost the windowed
+    /// default 1.9x in photos/s (a third of its CPU time in the kernel; docs/benchmarks.md, "Bulk ingest").
+    #[arg(long, env = "JOINTSPACE_RELEASE_INFERENCE_MEMORY",
           action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
-    pub release_inference_memory: bool,
+    pub release_inference_memory: Option<bool>,
     /// How cuDNN chooses convolution algorithms on CUDA: `heuristic` at once; `exhaustive` times them all on
     /// every new batch shape, which the dynamic batcher makes many of (docs/benchmarks.md, "GPU").
     #[arg(
@@ -98,12 +99,15 @@ pub struct RuntimeArgs {
     pub cudnn_conv_search: ConvSearch,
 }
 
+/// `--max-batch-crops` where it is not given (the batch commands on the CPU take 4).
+pub const DEFAULT_MAX_BATCH_CROPS: usize = 32;
+
 impl RuntimeArgs {
     pub fn options(&self) -> RuntimeOptions {
         RuntimeOptions {
             device: self.device,
             intra_threads: self.intra_threads,
-            release_memory: self.release_inference_memory,
+            release_memory: self.release_inference_memory.unwrap_or(true),
             conv_search: self.cudnn_conv_search,
         }
     }
@@ -125,9 +129,12 @@ pub struct ModelArgs {
     /// and `ten` share one graph; a `windowed` bundle has its own, so it neither takes nor gives them.
     #[arg(long, env = "JOINTSPACE_CROP_MODE", value_enum)]
     pub crop_mode: Option<CropMode>,
-    /// Most crops in one runtime call (requests queued together are batched up to this).
-    #[arg(long, env = "JOINTSPACE_MAX_BATCH_CROPS", default_value_t = 32)]
-    pub max_batch_crops: usize,
+    /// Most crops in one runtime call (requests queued together are batched up to this; a photo's crops are
+    /// never split). Default: 32; 4 for the batch commands on the CPU, which keep ONNX Runtime's arena: it
+    /// holds the largest run's buffers, 0.9 GB at 4 crops against 3.0 GB at 32 for the windowed default, at
+    /// the same photos/s.
+    #[arg(long, env = "JOINTSPACE_MAX_BATCH_CROPS")]
+    pub max_batch_crops: Option<usize>,
     /// Milliseconds a runtime call waits for concurrent requests to join a batch that is not full. Default:
     /// 0 on the CPU (a free core starts at once; what arrives meanwhile forms the next batch, and holding
     /// the batch open only added latency: text search at 200 req/s, p99 21 ms with 2 ms, 15 ms with 0),

@@ -35,6 +35,8 @@ pub struct Opts {
     pub batch: usize,
     pub max_batch_crops: usize,
     pub ort_dylib: Option<String>,
+    /// `--release-inference-memory` (the server's default; the batch commands keep the arena: false).
+    pub release_memory: bool,
 }
 
 impl Opts {
@@ -52,6 +54,7 @@ impl Opts {
             batch: f.num("batch", 8)?,
             max_batch_crops: f.num("max-batch-crops", 32)?,
             ort_dylib: f.opt("ort-dylib"),
+            release_memory: f.str("release-memory", "true") == "true",
         })
     }
 }
@@ -74,7 +77,10 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     let backend = Arc::new(OrtBackend::new(
         &bundle,
         &dylib,
-        RuntimeOptions::cpu(Some(o.threads)),
+        RuntimeOptions {
+            release_memory: o.release_memory,
+            ..RuntimeOptions::cpu(Some(o.threads))
+        },
     )?);
     let limits = DecodeLimits {
         max_bytes: 20 << 20,
@@ -180,7 +186,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         let t = Instant::now();
         let mut raw = Vec::with_capacity(chunk.len() * per * spec.raw_dim);
         for run in crops_all.chunks(per_run * per * crop_len) {
-            raw.extend(backend.vision(run, run.len() / crop_len, spec.input_size)?);
+            raw.extend(backend.vision(run, run.len() / crop_len, spec.graph_side())?);
         }
         st[2] += t.elapsed().as_secs_f64();
         let t = Instant::now();
@@ -258,7 +264,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         .collect();
     Ok(json!({
         "images": names.len(), "crop_mode": format!("{mode:?}").to_lowercase(), "threads": o.threads,
-        "batch": o.batch, "max_batch_crops": o.max_batch_crops, "bundle": bundle.id,
+        "batch": o.batch, "max_batch_crops": o.max_batch_crops, "release_memory": o.release_memory, "bundle": bundle.id,
         "whole_path_s": round(whole_s, 3),
         "images_per_s": round(n / whole_s, 3),
         "stages_images_per_s": round(n / total, 3),
