@@ -60,9 +60,7 @@ fn load_wrapped(
         crop_mode: model.crop_mode,
         max_text_chars: model.max_text_chars,
         thumbnails: model.thumbnails,
-        max_batch_crops: model
-            .max_batch_crops
-            .unwrap_or(crate::config::DEFAULT_MAX_BATCH_CROPS),
+        max_batch_crops: model.max_batch_crops(),
         max_batch_texts: 256,
         queue: model.inference_queue,
         max_wait: Duration::from_millis(model.batch_wait_ms.unwrap_or(default_batch_wait_ms)),

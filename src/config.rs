@@ -99,8 +99,17 @@ pub struct RuntimeArgs {
     pub cudnn_conv_search: ConvSearch,
 }
 
-/// `--max-batch-crops` where it is not given (the batch commands on the CPU take 4).
-pub const DEFAULT_MAX_BATCH_CROPS: usize = 32;
+impl ModelArgs {
+    /// `--max-batch-crops`, or its default for the device.
+    pub fn max_batch_crops(&self) -> usize {
+        self.max_batch_crops
+            .unwrap_or(if self.runtime.device == Device::Cuda {
+                256
+            } else {
+                32
+            })
+    }
+}
 
 impl RuntimeArgs {
     pub fn options(&self) -> RuntimeOptions {
@@ -130,9 +139,10 @@ pub struct ModelArgs {
     #[arg(long, env = "JOINTSPACE_CROP_MODE", value_enum)]
     pub crop_mode: Option<CropMode>,
     /// Most crops in one runtime call (requests queued together are batched up to this; a photo's crops are
-    /// never split). Default: 32; 4 for the batch commands on the CPU, which keep ONNX Runtime's arena: it
-    /// holds the largest run's buffers, 0.9 GB at 4 crops against 3.0 GB at 32 for the windowed default, at
-    /// the same photos/s.
+    /// never split). Default: 32 on the CPU, 4 for the batch commands there (they keep ONNX Runtime's arena,
+    /// which holds the largest run's buffers: 0.9 GB at 4 crops against 3.0 GB at 32 for the windowed default,
+    /// at the same photos/s); 256 with `--device cuda`, the windowed default's best on an H100 (381 photos/s
+    /// against 214 at 16; docs/benchmarks.md, "GPU").
     #[arg(long, env = "JOINTSPACE_MAX_BATCH_CROPS")]
     pub max_batch_crops: Option<usize>,
     /// Milliseconds a runtime call waits for concurrent requests to join a batch that is not full. Default:

@@ -106,7 +106,11 @@ mod tests {
         ]));
         assert!(given.runtime.options().release_memory);
         assert_eq!(given.max_batch_crops, Some(16));
-        // A GPU wants the server's larger runs.
-        assert_eq!(offline(&model(&["--device", "cuda"])).max_batch_crops, None);
+        // A GPU wants larger runs: the windowed default's best on an H100.
+        assert_eq!(
+            offline(&model(&["--device", "cuda"])).max_batch_crops(),
+            256
+        );
+        assert_eq!(serve.max_batch_crops(), 32);
     }
 }
