@@ -4,7 +4,8 @@
 # (ternary codes imported with `jointspace import`, no CNN), then for each mode the time to ready and the RSS of
 # `jointspace serve`, and for sentence searches recall@10 against an exact scan (unfiltered, 1% and 50% filters)
 # and sequential latency p50/p99; plus the first database-mode start (column fill + HNSW build) and the database size.
-# Usage: N=100000 scripts/bench-pgvector.sh   (results: one JSON line per measurement in target/bench/pgvector.jsonl)
+# Usage: N=100000 [EFS="256 512"] scripts/bench-pgvector.sh   (results: one JSON line per measurement in
+# target/bench/pgvector.jsonl; EFS: the searches again at those --ef-search values, the default being 128)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-100000}
@@ -50,4 +51,13 @@ start 28603 --index memory --exact-below 100000000 >/dev/null
 size=$("$PGBIN/psql" -qtAh 127.0.0.1 -p "$port" -U postgres -d bench -c "SELECT pg_database_size('bench')")
 echo "{\"bench\": \"pgvector-start\", \"n\": $N, \"first_database_start_s\": $first, \"database_ready_s\": $db_ready, \"database_rss_kb\": $db_rss, \"memory_ready_s\": $mem_ready, \"memory_rss_kb\": $mem_rss, \"database_bytes\": $size}" | tee -a "$OUT/pgvector.jsonl"
 "$PY" scripts/bench_pgvector.py search "$N" 28601 28602 28603 | tee -a "$OUT/pgvector.jsonl"
+# EFS="256 512": recall and latency again with a wider search (--ef-search; the exact server stays up). Each
+# value restarts both approximate servers, so the memory index's graph is built again (minutes at 100k).
+for ef in ${EFS:-}; do
+  stop 28601; stop 28602
+  start 28601 --index database --ef-search "$ef" >/dev/null
+  start 28602 --index memory --exact-below 0 --ef-search "$ef" >/dev/null
+  "$PY" scripts/bench_pgvector.py search "$N" 28601 28602 28603 \
+    | sed "s/^{/{\"ef_search\": $ef, /" | tee -a "$OUT/pgvector.jsonl"
+done
 for p in 28601 28602 28603; do stop $p; done
