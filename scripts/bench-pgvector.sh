@@ -51,6 +51,22 @@ start 28603 --index memory --exact-below 100000000 >/dev/null
 size=$("$PGBIN/psql" -qtAh 127.0.0.1 -p "$port" -U postgres -d bench -c "SELECT pg_database_size('bench')")
 echo "{\"bench\": \"pgvector-start\", \"n\": $N, \"first_database_start_s\": $first, \"database_ready_s\": $db_ready, \"database_rss_kb\": $db_rss, \"memory_ready_s\": $mem_ready, \"memory_rss_kb\": $mem_rss, \"database_bytes\": $size}" | tee -a "$OUT/pgvector.jsonl"
 "$PY" scripts/bench_pgvector.py search "$N" 28601 28602 28603 | tee -a "$OUT/pgvector.jsonl"
+# Open-loop load at RATE req/s (200) on each approximate server: the bench's `load` with Flickr8k's captions,
+# latency counted from each request's scheduled start.
+DATA=${BENCH_DATA:-$PWD/../shared/data/flickr8k}
+BENCH=$(cargo bench -q --locked --bench bench --no-run --message-format=json | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "bench":
+        print(m["executable"])')
+for p in 28601 28602; do
+  mode=database; [[ $p == 28602 ]] && mode=memory
+  "$BENCH" load --url "http://127.0.0.1:$p/v1/collections/big/images/search" --query text \
+      --texts "$DATA/Flickr8k.token.txt" --rate "${RATE:-200}" --seconds 10 --server-pid "$(cat "$work/pid-$p")" \
+    | python3 -c 'import json, sys; d = json.load(sys.stdin); print(json.dumps({"bench": "pgvector-load", "n": int(sys.argv[1]),
+      "index": sys.argv[2], **{k: d.get(k) for k in ("rate", "throughput_ok_per_s", "latency_all", "statuses",
+      "server_cpu_ms_per_request", "loadavg")}}))' "$N" "$mode" | tee -a "$OUT/pgvector.jsonl"
+done
 # EFS="256 512": recall and latency again with a wider search (--ef-search; the exact server stays up). Each
 # value restarts both approximate servers, so the memory index's graph is built again (minutes at 100k).
 for ef in ${EFS:-}; do
