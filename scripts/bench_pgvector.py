@@ -1,9 +1,15 @@
 """Helpers of scripts/bench-pgvector.sh: the synthetic export, and the recall and latency of sentence searches."""
-import base64, json, random, sys, time, urllib.request
+import base64
+import json
+import random
+import sys
+import time
+import urllib.request
 
 
 def export(bundle, n, path):
-    m = json.load(open(f"{bundle}/bundle.json"))
+    with open(f"{bundle}/bundle.json") as f:
+        m = json.load(f)
     dim = m["fne"]["dim"]
     # The vision id as the server computes it is checked on import: read it from the server's own reading.
     import subprocess
@@ -44,8 +50,7 @@ def search(port, body):
 
 
 def searches(n, db, mem, exact):
-    words = ("dog man woman child beach grass water snow street ball bike red black white running jumping "
-             "sitting two girl boy city mountain river car building").split()
+    words = ["dog", "man", "woman", "child", "beach", "grass", "water", "snow", "street", "ball", "bike", "red", "black", "white", "running", "jumping", "sitting", "two", "girl", "boy", "city", "mountain", "river", "car", "building"]
     rng = random.Random(7)
     sentences = [" ".join(["a"] + rng.sample(words, 3)) for _ in range(100)]
     for name, flt in (("unfiltered", None), ("1%", {"bucket": 7}), ("50%", {"half": 0})):
@@ -65,8 +70,8 @@ def searches(n, db, mem, exact):
                 got, dt = search(port, body)
                 lat[mode].append(dt)
                 rec[mode] += sum(1 for h in got if h[0] in ids or h[1] >= cut)
-        for mode in lat:
-            xs = sorted(lat[mode])
+        for mode, times in lat.items():
+            xs = sorted(times)
             out[f"{mode}_recall_at_10"] = round(rec[mode] / total, 4)
             out[f"{mode}_p50_ms"] = round(1e3 * xs[len(xs) // 2], 1)
             out[f"{mode}_p99_ms"] = round(1e3 * xs[int(len(xs) * 0.99) - 1], 1)

@@ -1,6 +1,15 @@
 """Soak load for scripts/soak.sh: ingest and search threads against a running server, RSS sampled from /proc."""
 
-import base64, json, os, random, sys, threading, time, urllib.error, urllib.request
+import base64
+import http.client
+import json
+import os
+import random
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 
 base, pid = sys.argv[1], int(sys.argv[2])
 seconds = int(os.environ.get("SOAK_SECONDS", "600"))
@@ -9,9 +18,10 @@ data = os.environ.get("SOAK_DATA", "../shared/data/flickr8k")
 warmup = min(60, seconds // 5)
 
 caps = {}
-for line in open(os.path.join(data, "Flickr8k.token.txt"), encoding="utf-8"):
-    name, text = line.rstrip("\n").split("\t", 1)
-    caps.setdefault(name.split("#")[0], []).append(text)
+with open(os.path.join(data, "Flickr8k.token.txt"), encoding="utf-8") as f:
+    for line in f:
+        name, text = line.rstrip("\n").split("\t", 1)
+        caps.setdefault(name.split("#")[0], []).append(text)
 names = sorted(caps)
 random.seed(0)
 
@@ -31,7 +41,7 @@ def call(method, path, body=None):
             return r.status, json.loads(r.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, e.read()[:300]
-    except Exception as e:  # connection failures count as errors
+    except (OSError, ValueError, http.client.HTTPException) as e:  # connection failures count as errors
         return 0, repr(e)
 
 
@@ -86,9 +96,10 @@ def search_worker():
 
 
 def rss_mb():
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
     return float("nan")
 
 
