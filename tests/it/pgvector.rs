@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use sqlx::{Connection, Row};
 
 use crate::common::{
-    self, BUNDLE, TestApp, b64, fixture_image, jointspace,
+    self, BUNDLE, TestApp, b64, fixture_image, id_scores, jointspace,
     pg::{DATABASE_INDEX, PgCluster},
     variant_bundle_affine,
 };
@@ -94,18 +94,7 @@ async fn ranked(app: &TestApp, collection: &str, body: Value) -> (Vec<(i64, f64)
         .post_json(&format!("/v1/collections/{collection}/images/search"), body)
         .await;
     assert_eq!(s, 200, "{r}");
-    let hits = r["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|h| {
-            (
-                h["image"]["id"].as_i64().expect("id"),
-                h["score"].as_f64().expect("score"),
-            )
-        })
-        .collect();
-    (hits, r["matches"].as_i64())
+    (id_scores(&r), r["matches"].as_i64())
 }
 
 /// The database index ranks a 4,000-image clustered collection as an exact scan does within the recall bar,
@@ -268,17 +257,22 @@ async fn a_database_index_server_holds_no_graph() {
     app.stop().await;
 }
 
+/// `jointspace serve --index database` on `url`, which must refuse to start: (success, its output).
+fn serve_with_database_index(url: &str) -> (bool, String) {
+    common::outcome(
+        &jointspace(url)
+            .args(["serve", "--addr", "127.0.0.1:0", "--index", "database"])
+            .output()
+            .expect("runs"),
+    )
+}
+
 /// SQLite has no pgvector: the server refuses to start in this mode and says what to use.
 #[test]
 fn sqlite_refuses_the_database_index_with_the_reason() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("s.db").display());
-    let (ok, out) = common::outcome(
-        &jointspace(&url)
-            .args(["serve", "--addr", "127.0.0.1:0", "--index", "database"])
-            .output()
-            .expect("runs"),
-    );
+    let (ok, out) = serve_with_database_index(&url);
     assert!(!ok, "{out}");
     assert!(
         out.contains("--index database keeps the vectors in Postgres with pgvector; on SQLite use --index memory"),
@@ -291,12 +285,7 @@ fn sqlite_refuses_the_database_index_with_the_reason() {
 async fn a_postgres_without_pgvector_refuses_the_database_index_naming_it() {
     let pg = PgCluster::start();
     let url = pg.create_db("plain").await;
-    let (ok, out) = common::outcome(
-        &jointspace(&url)
-            .args(["serve", "--addr", "127.0.0.1:0", "--index", "database"])
-            .output()
-            .expect("runs"),
-    );
+    let (ok, out) = serve_with_database_index(&url);
     assert!(!ok, "{out}");
     assert!(out.contains("needs the pgvector extension"), "{out}");
 }

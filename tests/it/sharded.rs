@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
 
 use crate::common::{
-    BUNDLE, TestApp, b64, fixture_image,
+    BUNDLE, TestApp, b64, fixture_image, id_scores,
     pg::{DATABASE_INDEX, PgCluster},
 };
 
@@ -50,17 +50,7 @@ async fn search(app: &TestApp, body: Value) -> Result<Vec<(i64, f64)>, (u16, Str
                 .to_string(),
         ));
     }
-    Ok(r["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|h| {
-            (
-                h["image"]["id"].as_i64().expect("id"),
-                h["score"].as_f64().expect("score"),
-            )
-        })
-        .collect())
+    Ok(id_scores(&r))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -41,6 +41,15 @@ pub struct ImageState {
 }
 
 impl ImageState {
+    /// From a row with `id`, `content_hash` and `vision_id`.
+    fn of(r: &sqlx::any::AnyRow) -> ImageState {
+        ImageState {
+            id: r.get("id"),
+            content_hash: r.get("content_hash"),
+            vision_id: r.get("vision_id"),
+        }
+    }
+
     /// Whether it is the photo with digest `hash` coded by the vision model `vision_id`: the same bytes
     /// coded by another model are not the same photo to the index (another model's code and vector).
     pub fn is_photo(&self, hash: &str, vision_id: &str) -> bool {
@@ -161,11 +170,7 @@ impl Store {
         .bind(external_id)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(r.map(|r| ImageState {
-            id: r.get("id"),
-            content_hash: r.get("content_hash"),
-            vision_id: r.get("vision_id"),
-        }))
+        Ok(r.as_ref().map(ImageState::of))
     }
 
     /// Creates, replaces or updates the image under `u.external_id`, in one transaction; `Ok(None)` when
@@ -188,11 +193,7 @@ impl Store {
             .bind(u.external_id)
             .fetch_optional(&mut *tx)
             .await?;
-        let state = row.as_ref().map(|r| ImageState {
-            id: r.get("id"),
-            content_hash: r.get("content_hash"),
-            vision_id: r.get("vision_id"),
-        });
+        let state = row.as_ref().map(ImageState::of);
         if state != u.seen {
             return Ok(None);
         }

@@ -285,6 +285,21 @@ pub fn parity_of(bundle: &str) -> serde_json::Value {
         .expect("json")
 }
 
+/// (image id, score) of an image search's results, in order.
+pub fn id_scores(answer: &serde_json::Value) -> Vec<(i64, f64)> {
+    answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|h| {
+            (
+                h["image"]["id"].as_i64().expect("id"),
+                h["score"].as_f64().expect("score"),
+            )
+        })
+        .collect()
+}
+
 pub fn b64(data: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(data)
