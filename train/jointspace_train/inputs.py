@@ -38,26 +38,28 @@ class Features:
 def dataset_features(source: VisionWeights, extraction: Extraction, weights, crop: str,
                      per_crop: bool = False):
     """Raw features of train/dev/test from the "both" graph (pre- and post-ReLU taps in one pass; a network
-    with one tap point, its graph): an index (image name -> row), the crops' mean [N, D], and with `per_crop`
-    each crop's row [N, n_crops, D]."""
+    with one tap point, its graph), or from a bundle's own graph (`Extraction.vision_graph`): an index (image
+    name -> row), the crops' mean [N, D], and with `per_crop` each crop's row [N, n_crops, D]."""
     names = data.all_images(extraction.data)
-    if extraction.vision_graph:
-        return _bundle_graph_features(extraction, source.cache, weights, names, per_crop)
-    tap_point = "both" if "both" in weights.tap_points else weights.tap_points[0]
-    graph = graph_file(source, weights, tap_point)
-    v = backbones.vision_section(weights, tap_point, crop)
-    # Every bundle records this preparation and the server applies it, so the features trained on are made from
-    # photos prepared the same way (a no-op on Flickr8k's own 224x224 photos: their cached features stand).
-    v["prepare"] = data.PREPARATION
     run, tag = None, ""
-    if extraction.device != "ort":
-        from . import vision_torch
+    if extraction.vision_graph:
+        graph, v, crop = _bundle_graph(extraction, weights)
+    else:
+        tap_point = "both" if "both" in weights.tap_points else weights.tap_points[0]
+        graph = graph_file(source, weights, tap_point)
+        v = backbones.vision_section(weights, tap_point, crop)
+        # Every bundle records this preparation and the server applies it, so the features trained on are made
+        # from photos prepared the same way (a no-op on Flickr8k's own 224x224 photos: their cached features
+        # stand).
+        v["prepare"] = data.PREPARATION
+        if extraction.device != "ort":
+            from . import vision_torch
 
-        if weights.backbone != "vgg16":
-            raise SystemExit(f"--extract-device {extraction.device}: only VGG16 has a PyTorch twin; use 'ort'")
-        device, bf16 = extraction.device.removesuffix("-bf16"), extraction.device.endswith("-bf16")
-        tag = "bf16" if bf16 else ""
-        run = vision_torch.runner(weights, "both", device, bf16=bf16, threads=extraction.ort_threads)
+            if weights.backbone != "vgg16":
+                raise SystemExit(f"--extract-device {extraction.device}: only VGG16 has a PyTorch twin; use 'ort'")
+            device, bf16 = extraction.device.removesuffix("-bf16"), extraction.device.endswith("-bf16")
+            tag = "bf16" if bf16 else ""
+            run = vision_torch.runner(weights, "both", device, bf16=bf16, threads=extraction.ort_threads)
     f = features.extract(graph, v, Path(extraction.data) / "images", names, crop, cache=source.cache,
                          batch_images=extraction.batch_images, threads=extraction.ort_threads, run=run,
                          prep_workers=extraction.prep_workers, tag=tag)
@@ -65,23 +67,23 @@ def dataset_features(source: VisionWeights, extraction: Extraction, weights, cro
     return dict(zip(names, range(len(names)))), f, crops
 
 
-def _bundle_graph_features(extraction: Extraction, cache: str, weights, names: list[str], per_crop: bool):
-    """`dataset_features` from a bundle's own vision graph (`Extraction.vision_graph`): one tap point's columns,
-    computed with ONNX Runtime as the server computes them, cached under that graph's sha256."""
+def _taps_width(weights) -> int:
+    """Columns of one tap point's features (every layer)."""
+    return sum(t["channels"] for t in weights.taps())
+
+
+def _bundle_graph(extraction: Extraction, weights) -> tuple[Path, dict, str]:
+    """The graph, vision section and crop mode of `--vision-graph`'s bundle: one tap point's columns, computed
+    with ONNX Runtime as the server computes them (cached under that graph's sha256)."""
     import json
 
     b = Path(extraction.vision_graph)
     v = json.loads((b / "bundle.json").read_text())["vision"]
     if extraction.device != "ort":
         raise SystemExit(f"--vision-graph {b}: its features come from its own ONNX graph; use --extract-device ort")
-    if v["raw_dim"] != sum(t["channels"] for t in weights.taps()):
+    if v["raw_dim"] != _taps_width(weights):
         raise SystemExit(f"--vision-graph {b}: {v['raw_dim']} features, not the {weights.backbone} taps' width")
-    graph, crop = b / v["onnx"], v["crop_mode"]
-    f = features.extract(graph, v, Path(extraction.data) / "images", names, crop, cache=cache,
-                         batch_images=extraction.batch_images, threads=extraction.ort_threads,
-                         prep_workers=extraction.prep_workers)
-    crops = features.crops_of(graph, names, crop, cache) if per_crop else None
-    return dict(zip(names, range(len(names)))), f, crops
+    return b / v["onnx"], v, v["crop_mode"]
 
 
 def select(raw: np.ndarray, weights, tap_point: str, layer: str) -> np.ndarray:
@@ -91,7 +93,7 @@ def select(raw: np.ndarray, weights, tap_point: str, layer: str) -> np.ndarray:
         raise ValueError(f"{weights.backbone} has no {tap_point} taps (it has {', '.join(weights.tap_points)})")
     part = raw
     # "both" features hold the two tap points' columns side by side; a bundle graph's (`--vision-graph`) one.
-    if "both" in weights.tap_points and raw.shape[-1] == 2 * sum(t["channels"] for t in weights.taps()):
+    if "both" in weights.tap_points and raw.shape[-1] == 2 * _taps_width(weights):
         half = raw.shape[-1] // 2
         part = raw[..., :half] if tap_point == "pre_relu" else raw[..., half:]
     if layer == "last":

@@ -23,7 +23,8 @@ class ExtractFeatures:
 def extract_features(s: ExtractFeatures) -> None:
     w = load_weights(s.source)
     _, f, _ = dataset_features(s.source, s.extraction, w, s.crop)
-    print(f"features {f.shape} for {s.extraction.data} ({s.crop})")
+    of = f"{s.extraction.vision_graph}'s own graph" if s.extraction.vision_graph else s.crop
+    print(f"features {f.shape} for {s.extraction.data} ({of})")
 
 
 def add_features(sub) -> None:
