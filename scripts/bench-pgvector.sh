@@ -54,11 +54,7 @@ echo "{\"bench\": \"pgvector-start\", \"n\": $N, \"first_database_start_s\": $fi
 # Open-loop load at RATE req/s (200) on each approximate server: the bench's `load` with Flickr8k's captions,
 # latency counted from each request's scheduled start.
 DATA=${BENCH_DATA:-$PWD/../shared/data/flickr8k}
-BENCH=$(cargo bench -q --locked --bench bench --no-run --message-format=json | python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "bench":
-        print(m["executable"])')
+BENCH=$(bench_binary)
 for p in 28601 28602; do
   mode=database; [[ $p == 28602 ]] && mode=memory
   "$BENCH" load --url "http://127.0.0.1:$p/v1/collections/big/images/search" --query text \

@@ -226,12 +226,7 @@ if [[ -z "$server" || -z "$bench" ]]; then
   done
   nice cargo build -q --release --locked --bin jointspace || die "cargo build failed"
   server=${server:-target/release/jointspace}
-  [[ -n "$bench" ]] || bench=$(nice cargo bench -q --locked --bench bench --no-run --message-format=json \
-    | python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "bench":
-        print(m["executable"])')
+  [[ -n "$bench" ]] || bench=$(nice bash -c "source scripts/lib.sh && bench_binary")
 fi
 [[ -x "$server" && -x "$bench" ]] || die "no server ($server) or bench binary ($bench)"
 mkdir -p "$BUILD/bin"

@@ -31,3 +31,12 @@ wait_ready() {
     sleep 0.05
   done
 }
+
+# Builds the bench binary (benches/bench.rs) and prints its path.
+bench_binary() {
+  cargo bench -q --locked --bench bench --no-run --message-format=json | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "bench":
+        print(m["executable"])'
+}
