@@ -150,6 +150,18 @@ impl Compiler {
         format!("({})", parts.join(op))
     }
 
+    /// `(metadata @> '{"a": {"b": v}}')`: the value at the path equals the scalar (for a scalar, jsonb
+    /// containment is jsonb equality: strict about types, numeric for numbers, and an array holding the value
+    /// does not match). Written as containment so that the GIN index on `metadata` serves it: a selective filter
+    /// is counted and scanned from the index instead of from every row. Never NULL (metadata is NOT NULL).
+    fn contains(&mut self, path: &FieldPath, v: &Scalar) -> String {
+        let doc = path.segments().iter().rev().fold(v.json(), |inner, seg| {
+            format!("{{{}:{inner}}}", serde_json::Value::from(seg.as_str()))
+        });
+        let n = self.param(Bind::Text(doc));
+        format!("(metadata @> {n}::jsonb)")
+    }
+
     /// NULL (a missing field) becomes false.
     fn two_valued(&self, cond: String) -> String {
         match self.engine {
@@ -159,6 +171,9 @@ impl Compiler {
     }
 
     fn compare(&mut self, path: &FieldPath, cmp: Cmp, v: &Scalar) -> String {
+        if self.engine == Engine::Postgres && matches!(cmp, Cmp::Eq | Cmp::Ne) {
+            return self.contains(path, v);
+        }
         let op = match cmp {
             Cmp::Eq | Cmp::Ne => "=",
             Cmp::Gt => ">",
@@ -189,11 +204,7 @@ impl Compiler {
             Engine::Postgres => {
                 let p = pg_value(path);
                 match (cmp, v) {
-                    // jsonb equality is strict about types, and numeric for numbers.
-                    (Cmp::Eq | Cmp::Ne, _) => {
-                        let n = self.param(Bind::Text(v.json()));
-                        format!("{p} = {n}::jsonb")
-                    }
+                    (Cmp::Eq | Cmp::Ne, _) => unreachable!("equality is containment on Postgres"),
                     // Strings in byte order, as on SQLite, whatever the database's collation.
                     (_, Scalar::Str(s)) => {
                         let n = self.param(Bind::Text(s.clone()));
@@ -213,12 +224,8 @@ impl Compiler {
     fn one_of(&mut self, path: &FieldPath, values: &[Scalar]) -> String {
         let cond = match self.engine {
             Engine::Postgres => {
-                let p = pg_value(path);
-                let list: Vec<String> = values
-                    .iter()
-                    .map(|v| format!("{}::jsonb", self.param(Bind::Text(v.json()))))
-                    .collect();
-                format!("{p} IN ({})", list.join(", "))
+                let any: Vec<String> = values.iter().map(|v| self.contains(path, v)).collect();
+                return format!("({})", any.join(" OR "));
             }
             Engine::Sqlite => {
                 // One IN list per JSON type, each behind its type check.
@@ -338,15 +345,15 @@ mod tests {
         let sql = compile_filter(Engine::Postgres, &f, 5);
         assert_eq!(
             sql.clause,
-            " AND ((COALESCE(((metadata -> 'size') IN ($5::jsonb, $6::jsonb)), false) OR \
+            " AND ((((metadata @> $5::jsonb) OR (metadata @> $6::jsonb)) OR \
              COALESCE((jsonb_typeof(metadata -> 'name') = 'string' AND (metadata ->> 'name') COLLATE \"C\" < $7), false)) \
              AND (NOT ((metadata -> 'tag') IS NOT NULL)))"
         );
         assert_eq!(
             sql.binds,
             [
-                Bind::Text(r#""M""#.into()),
-                Bind::Text("2.0".into()),
+                Bind::Text(r#"{"size":"M"}"#.into()),
+                Bind::Text(r#"{"size":2.0}"#.into()),
                 Bind::Text("m".into())
             ]
         );
@@ -355,13 +362,24 @@ mod tests {
                 .clause
                 .is_empty()
         );
-        // Key by key: a digit segment is a key, never an array position.
-        let f = filter(json!({"tags.0": "x", "brand.name": {"$gt": "m"}}));
+        // Key by key: a digit segment is a key, never an array position (containment of an object under
+        // "tags" never matches an array there).
+        let f =
+            filter(json!({"tags.0": "x", "brand.name": {"$gt": "m"}, "in-stock": {"$ne": true}}));
+        let sql = compile_filter(Engine::Postgres, &f, 1);
         assert_eq!(
-            compile_filter(Engine::Postgres, &f, 1).clause,
+            sql.clause,
             " AND (COALESCE((jsonb_typeof(metadata -> 'brand' -> 'name') = 'string' AND \
-             (metadata -> 'brand' ->> 'name') COLLATE \"C\" > $1), false) AND \
-             COALESCE(((metadata -> 'tags' -> '0') = $2::jsonb), false))"
+             (metadata -> 'brand' ->> 'name') COLLATE \"C\" > $1), false) AND (NOT (metadata @> $2::jsonb)) AND \
+             (metadata @> $3::jsonb))"
+        );
+        assert_eq!(
+            sql.binds,
+            [
+                Bind::Text("m".into()),
+                Bind::Text(r#"{"in-stock":true}"#.into()),
+                Bind::Text(r#"{"tags":{"0":"x"}}"#.into())
+            ]
         );
     }
 
