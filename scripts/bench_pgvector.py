@@ -1,43 +1,53 @@
-"""Helpers of scripts/bench-pgvector.sh: the synthetic export, and the recall and latency of sentence searches."""
+"""Helpers of scripts/bench-pgvector.sh: the synthetic export, the exact answers, and the recall and latency of
+sentence searches against them."""
 import base64
 import json
 import random
+import subprocess
 import sys
 import time
 import urllib.request
 
+import numpy as np
+
+FILTERS = (
+    ("unfiltered", None),
+    ("1%", {"bucket": 7}),
+    ("5%", {"bucket": {"$in": [0, 1, 2, 3, 4]}}),
+    ("10%", {"bucket": {"$in": list(range(10, 20))}}),
+    ("50%", {"half": 0}),
+)
+
 
 def export(bundle, n, path):
+    """N ternary codes in 1,000 clusters (a prototype each, a fifth of its positions redrawn per image)."""
     with open(f"{bundle}/bundle.json") as f:
-        m = json.load(f)
-    dim = m["fne"]["dim"]
+        dim = json.load(f)["fne"]["dim"]
     # The vision id as the server computes it is checked on import: read it from the server's own reading.
-    import subprocess
     text = subprocess.run(["target/release/jointspace", "bundle", "inspect", bundle],
                           capture_output=True, text=True, check=True).stdout
     bundle_id = text.split("bundle", 1)[1].split()[0]
     vision_id = text.split("vision id", 1)[1].split()[0]
-    rng = random.Random(44)
-    clusters = 1000
-    protos = [[rng.choice((-1, 0, 0, 1)) for _ in range(dim)] for _ in range(clusters)]
-    plane = (dim + 7) // 8
+    rng = np.random.default_rng(44)
+    values = np.array([-1, 0, 0, 1], dtype=np.int8)
+    protos = values[rng.integers(0, 4, size=(1000, dim))]
     with open(path, "w") as f:
         f.write(json.dumps({"header": {"format": "jointspace-export", "version": 1, "collection": "big",
                                        "description": "synthetic", "exported_at": "2026-11-26T00:00:00Z"}}) + "\n")
-        for i in range(n):
-            code = list(protos[i % clusters])
-            for j in rng.sample(range(dim), dim // 5):
-                code[j] = rng.choice((-1, 0, 0, 1))
-            packed = bytearray(2 * plane)
-            for j, v in enumerate(code):
-                if v == 1:
-                    packed[j // 8] |= 1 << (j % 8)
-                elif v == -1:
-                    packed[plane + j // 8] |= 1 << (j % 8)
-            f.write(json.dumps({"image": {"external_id": f"s{i}", "metadata": {"bucket": i % 100, "half": i % 2},
-                                          "width": 64, "height": 64, "code": base64.b64encode(packed).decode(),
-                                          "vision_id": vision_id, "bundle_id": bundle_id,
-                                          "created_at": "2026-11-26T00:00:00Z"}}) + "\n")
+        chunk = 2000
+        for start in range(0, n, chunk):
+            ids = np.arange(start, min(n, start + chunk))
+            codes = protos[ids % 1000].copy()
+            # dim // 5 distinct positions per row: the smallest of a row of uniform draws.
+            pos = np.argpartition(rng.random((len(ids), dim), dtype=np.float32), dim // 5, axis=1)[:, : dim // 5]
+            np.put_along_axis(codes, pos, values[rng.integers(0, 4, size=pos.shape)], axis=1)
+            plus = np.packbits(codes == 1, axis=1, bitorder="little")
+            minus = np.packbits(codes == -1, axis=1, bitorder="little")
+            for i, p, m in zip(ids.tolist(), plus, minus):
+                code = base64.b64encode(p.tobytes() + m.tobytes()).decode()
+                f.write(json.dumps({"image": {"external_id": f"s{i}", "metadata": {"bucket": i % 100, "half": i % 2},
+                                              "width": 64, "height": 64, "code": code, "vision_id": vision_id,
+                                              "bundle_id": bundle_id, "created_at": "2026-11-26T00:00:00Z"}}) + "\n")
         f.write(json.dumps({"end": {"images": n, "captions": 0}}) + "\n")
 
 
@@ -49,25 +59,41 @@ def search(port, body):
     return [(h["image"]["id"], h["score"]) for h in r["results"]], time.perf_counter() - t
 
 
-def searches(n, db, mem, exact):
-    words = ["dog", "man", "woman", "child", "beach", "grass", "water", "snow", "street", "ball", "bike", "red", "black", "white", "running", "jumping", "sitting", "two", "girl", "boy", "city", "mountain", "river", "car", "building"]
+def queries():
+    words = ["dog", "man", "woman", "child", "beach", "grass", "water", "snow", "street", "ball", "bike", "red",
+             "black", "white", "running", "jumping", "sitting", "two", "girl", "boy", "city", "mountain", "river",
+             "car", "building"]
     rng = random.Random(7)
     sentences = [" ".join(["a"] + rng.sample(words, 3)) for _ in range(100)]
-    for name, flt in (("unfiltered", None), ("1%", {"bucket": 7}), ("50%", {"half": 0})):
-        out = {"bench": "pgvector-search", "n": n, "filter": name}
-        lat = {"database": [], "memory": []}
-        rec = {"database": 0, "memory": 0}
-        total = 0
+    for name, flt in FILTERS:
         for s in sentences:
             body = {"text": s, "k": 10, "mode": "vector"}
             if flt:
                 body["filter"] = flt
-            want, _ = search(exact, body)
-            cut = want[-1][1] - 1e-6
-            ids = {h[0] for h in want}
-            total += len(want)
-            for mode, port in (("database", db), ("memory", mem)):
-                got, dt = search(port, body)
+            yield name, body
+
+
+def truth(exact, path):
+    """The exact server's answers, one JSON line per query, for `searches` to score against."""
+    with open(path, "w") as f:
+        f.writelines(json.dumps({"filter": name, "body": body, "hits": search(exact, body)[0]}) + "\n" for name, body in queries())
+
+
+def searches(n, truth_path, ports):
+    """Recall@10 against the exact answers and sequential latency, per filter and server (MODE=PORT ...)."""
+    with open(truth_path) as f:
+        want = [json.loads(line) for line in f]
+    for name, _ in FILTERS:
+        out = {"bench": "pgvector-search", "n": n, "filter": name}
+        lat = {mode: [] for mode in ports}
+        rec = {mode: 0 for mode in ports}
+        total = 0
+        for w in (w for w in want if w["filter"] == name):
+            cut = w["hits"][-1][1] - 1e-6
+            ids = {h[0] for h in w["hits"]}
+            total += len(w["hits"])
+            for mode, port in ports.items():
+                got, dt = search(port, w["body"])
                 lat[mode].append(dt)
                 rec[mode] += sum(1 for h in got if h[0] in ids or h[1] >= cut)
         for mode, times in lat.items():
@@ -81,5 +107,7 @@ def searches(n, db, mem, exact):
 if __name__ == "__main__":
     if sys.argv[1] == "export":
         export(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    elif sys.argv[1] == "truth":
+        truth(int(sys.argv[2]), sys.argv[3])
     else:
-        searches(int(sys.argv[2]), *map(int, sys.argv[3:6]))
+        searches(int(sys.argv[2]), sys.argv[3], dict(a.split("=") for a in sys.argv[4:]))
