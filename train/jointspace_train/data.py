@@ -1,6 +1,7 @@
 """Flickr8k as laid out in ../shared/data/flickr8k: images/, Flickr8k.token.txt and the official splits."""
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,24 @@ class Split:
             caps.extend(cs)
             owner.extend([i] * len(cs))
         return caps, owner
+
+
+def held_out_forms(words: str) -> set[str]:
+    """The words of a comma-separated list and their plurals (+s, +es, y -> ies), lower case."""
+    out = set()
+    for w in (w.strip().lower() for w in words.split(",") if w.strip()):
+        out |= {w, w + "s", w + "es"} | ({w[:-1] + "ies"} if w.endswith("y") else set())
+    return out
+
+
+def without_words(split: Split, forms: set[str]) -> Split:
+    """The split with every word in `forms` taken out of its captions (the held-out-word experiment: the model
+    never reads them, so a query with one finds its images only through what the word vectors know)."""
+    def strip(c: str) -> str:
+        kept = [t for t in re.findall(r"\w+|[^\w\s]+", c) if t.lower() not in forms]
+        return " ".join(kept)
+
+    return Split(split.name, split.images, [[strip(c) for c in cs] for cs in split.captions])
 
 
 def load_captions(root: str | Path) -> dict[str, list[str]]:

@@ -55,6 +55,7 @@ def export(s: Export) -> None:
     for run, (r, _) in zip(runs[1:], done[1:]):
         differ = [k for k in ("tap_point", "crop", "input", "weights") if r.features[k] != f[k]]
         differ += [k for k in ("min_count", "max_tokens") if r.settings[k] != st0[k]]
+        differ += ["hold_out"] * (r.settings.get("hold_out", "") != st0.get("hold_out", ""))
         if differ:
             sys.exit(f"{run} differs from {runs[0]} in {', '.join(differ)}: they cannot share one bundle")
     if len(runs) > 1 and any(similarity_of(r.settings["loss"]) != "cosine" for r, _ in done):
@@ -62,6 +63,10 @@ def export(s: Export) -> None:
     source = VisionWeights(cache=s.cache, weights=f["weights"], wheel=s.wheel)
     feats = Features(tap_point=f["tap_point"], crop=f["crop"], input=f["input"])
     d = prepare_or_unpack(s, source, feats, st0["min_count"])
+    if st0.get("hold_out"):  # the run's tokenizer, which never saw them
+        from .training_run import held_out
+
+        d = held_out(d, st0["hold_out"], st0["min_count"])
     models = models_of(d, [(st["proj"], st["text"]) for _, st in done], [r.settings for r, _ in done])
     if len(runs) == 1:
         return write_bundle(s.bundle, source, feats, s.extraction.data, d, *models[0], result)

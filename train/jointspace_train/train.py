@@ -54,6 +54,8 @@ class Settings:
     rnn: str = "gru"                   # the caption encoder: "gru" (the paper's) or "lstm"
     word_init: str = "random"          # "random", or GloVe rows ("glove100", "glove50") for the words it knows
     freeze_words: int = 0              # epochs during which the word table is not updated (with word_init)
+    hold_out: str = ""                 # comma-separated words (and their plurals) taken out of the training
+                                       # and dev captions: the held-out-word experiment (docs/results.md)
 
     def resolved(self) -> Settings:
         s = copy.copy(self)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import images
+from . import data, images
 from .inputs import Extraction, Features, prepare
 from .packs import from_pack, packed_features
 from .runs import open_run
@@ -36,6 +36,17 @@ class Train:
     argv: tuple[str, ...]  # the command line, recorded in result.json
 
 
+def held_out(d, words: str, min_count: int):
+    """`d` with the held-out words taken out of the training and dev captions, and the tokenizer built again
+    from what is left (so none of them is in its vocabulary)."""
+    from . import tokenizer
+
+    forms = data.held_out_forms(words)
+    splits = {k: sp if k == "test" else data.without_words(sp, forms) for k, sp in d.splits.items()}
+    tok = tokenizer.build([c for cs in splits["train"].captions for c in cs], min_count)
+    return replace(d, splits=splits, tok=tok)
+
+
 def run_training(s: Train) -> None:
     import torch
 
@@ -54,6 +65,8 @@ def run_training(s: Train) -> None:
             sys.exit("--crop-augment draws one of each image's crops: it needs --crop ten")
         d = prepare(source, s.extraction, feats, settings.min_count, settings.crop_augment)
     settings = replace(settings, image_input=feats.input)
+    if settings.hold_out:
+        d = held_out(d, settings.hold_out, settings.min_count)
     enc = {sp: Encoded(d.inputs[sp], d.splits[sp].captions, d.tok, settings.max_tokens,
                        crops=d.train_crops if sp == "train" else None) for sp in d.splits}
     run, say = open_run(s.run_dir)

@@ -42,6 +42,8 @@ def add_train(sub) -> None:
         p.add_argument("--" + f.replace("_", "-"), type=int)
     for f in FLOAT_SETTINGS:
         p.add_argument("--" + f.replace("_", "-"), type=float)
+    p.add_argument("--hold-out", help="comma-separated words taken out of the training and dev captions, with "
+                                      "their plurals (the held-out-word experiment, docs/results.md)")
     p.add_argument("--ema", type=float, help="keep, evaluate and export an exponential moving average of the "
                                              "weights with this decay per update, e.g. 0.997 (the raw weights "
                                              "are evaluated beside it)")
