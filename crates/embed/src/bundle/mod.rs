@@ -124,9 +124,14 @@ impl Bundle {
             .hubness
             .iter()
             .flat_map(|h| std::iter::once(&h.bank).chain(h.annotation.as_ref().map(|a| &a.bank)));
+        let vocabulary = t
+            .vocabulary
+            .iter()
+            .flat_map(|w| [&w.from.onnx, &w.from.tokenizer, &w.map]);
         for file in [&v.onnx, &f.stats, &p.weights, &t.onnx, &t.tokenizer]
             .into_iter()
             .chain(banks)
+            .chain(vocabulary)
         {
             if !manifest.files.contains_key(file.as_str()) {
                 return Err(
