@@ -16,7 +16,10 @@ from . import features, fne, hubness, tokenizer
 
 
 class Pipeline:
-    def __init__(self, directory, threads: int = 0):
+    """`trained_words`: with a whole-vocabulary bundle (text.vocabulary), read captions through the trained graph
+    and tokenizer it extends instead (every other word `<unk>`), to measure what the vocabulary adds."""
+
+    def __init__(self, directory, threads: int = 0, trained_words: bool = False):
         import onnxruntime as ort
 
         self.bundle = bundle_mod.read(directory)
@@ -26,9 +29,14 @@ class Pipeline:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads:
             so.intra_op_num_threads = threads
-        self.text_session = ort.InferenceSession(str(self.bundle.path("text.onnx")), so,
+        text = m["text"]
+        if trained_words:
+            if "vocabulary" not in text:
+                raise SystemExit(f"{directory}: no text.vocabulary, so its graph reads only its trained words already")
+            text = text["vocabulary"]["from"]
+        self.text_session = ort.InferenceSession(str(self.bundle.directory / text["onnx"]), so,
                                                  providers=["CPUExecutionProvider"])
-        self.tok = tokenizer.load(self.bundle.path("text.tokenizer"))
+        self.tok = tokenizer.load(self.bundle.directory / text["tokenizer"])
         self.m = m
 
     def raw_features(self, paths, crop_mode: str | None = None) -> np.ndarray:

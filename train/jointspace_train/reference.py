@@ -3,7 +3,10 @@ recorded in the bundle as the one its files give."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+import numpy as np
 
 from . import bundle as bundle_mod
 from . import data, evaluate, features
@@ -11,18 +14,44 @@ from . import data, evaluate, features
 RECORDED_SOURCE = "trainer, the bundle's own files run over the test images"
 
 
-def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mode: str | None = None) -> dict:
+def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mode: str | None = None,
+                   captions_with: str | None = None, trained_words: bool = False) -> dict:
     """Metrics of a bundle computed from the images themselves, through `pipeline.Pipeline`; `crop_mode`
-    overrides the bundle's (to measure what another mode would cost or gain with the same model)."""
+    overrides the bundle's (to measure what another mode would cost or gain with the same model).
+    `captions_with` (comma-separated words, plurals included): search only, by the captions holding one of them,
+    among all the split's images (the held-out-word experiment); `trained_words`: through the graph the
+    bundle's whole vocabulary extends."""
     from . import pipeline
 
-    p = pipeline.Pipeline(bundle_dir, threads)
+    p = pipeline.Pipeline(bundle_dir, threads, trained_words)
     sp = data.load_split(data_root, split)
     v = p.m["vision"]
     raw = features.extract(p.bundle.path("vision.onnx"), v, Path(data_root) / "images", sp.images,
                            crop_mode or v["crop_mode"])
     caps, owner = sp.flat_captions()
-    return evaluate.metrics(p.scores(p.project(p.codes(raw)), p.embed_texts(caps)), owner)
+    if captions_with is None:
+        return evaluate.metrics(p.scores(p.project(p.codes(raw)), p.embed_texts(caps)), owner)
+    forms = data.held_out_forms(captions_with)
+    words = [set(re.findall(r"\w+", c.lower())) for c in caps]
+    keep = [i for i, w in enumerate(words) if forms & w]
+    images = p.project(p.codes(raw))
+    r = evaluate.summarise(evaluate.ranks_t2i(p.scores(images, p.embed_texts([caps[i] for i in keep])),
+                                              np.asarray(owner)[keep]))
+    out = {"captions": len(keep), **{k: round(float(x), 2) for k, x in zip(evaluate.KEYS[4:8], r)}}
+    # The word alone ("a guitar"): of the 10 first images, the share whose captions use it (or its plural), and
+    # that share by chance; one query per word the split's captions use.
+    precision, chance = [], []
+    for word in (w.strip().lower() for w in captions_with.split(",") if w.strip()):
+        own = data.held_out_forms(word)
+        relevant = {owner[i] for i, w in enumerate(words) if own & w}
+        if not relevant:
+            continue
+        top = np.argsort(-p.scores(images, p.embed_texts([f"a {word}"]))[:, 0], kind="stable")[:10]
+        precision.append(len(relevant & set(top.tolist())) / 10)
+        chance.append(len(relevant) / len(images))
+    out |= {"word_queries": len(precision), "word_p_at_10": round(100 * float(np.mean(precision)), 2),
+            "word_p_at_10_chance": round(100 * float(np.mean(chance)), 2)}
+    return out
 
 
 def record(out: Path, metrics: dict) -> None:
