@@ -3,7 +3,9 @@
 `ingest`: the bundle's image path in Python on the same images, crop mode, batching and thread count as the
 server's bench: PIL decode -> the reference resize and crops (images.py) -> the vision graph -> FNE -> W.code,
 with the graph run by onnxruntime-python (the bundle's vision.onnx) or by PyTorch eager (the same weights,
-read out of that vision.onnx, as torch modules). `sgemm`: the machine's FLOP rate on a large SGEMM (numpy's
+read out of that vision.onnx, as torch modules). `text`: a whole-vocabulary bundle's cost per sentence against the
+trained graph it extends (`text.vocabulary.from`), interleaved rounds of test captions one at a time.
+`sgemm`: the machine's FLOP rate on a large SGEMM (numpy's
 OpenBLAS and torch's MKL) at the same thread count, and the graph's FLOP count, for the fraction of peak.
 Each prints one JSON object.
 """
@@ -264,12 +266,46 @@ def report(args) -> str:
     return "\n".join(out)
 
 
+def text(args) -> dict:
+    """ms per sentence (tokenizer call included, one thread) of the bundle's text graph and of the trained graph
+    its vocabulary extends: medians of `reps` interleaved rounds of the first `n` test captions one at a time."""
+    import statistics
+
+    import onnxruntime as ort
+
+    from . import data, tokenizer
+
+    d = Path(args.bundle)
+    t = bundle_mod.read(d).manifest["text"]
+    if "vocabulary" not in t:
+        raise SystemExit(f"{d}: no text.vocabulary to compare with")
+    caps = [c for cs in data.load_split(args.data, "test").captions for c in cs][: args.n]
+    forms = {}
+    for name, files in (("trained", t["vocabulary"]["from"]), ("whole_vocabulary", t)):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = so.inter_op_num_threads = 1
+        forms[name] = (ort.InferenceSession(str(d / files["onnx"]), so, providers=["CPUExecutionProvider"]),
+                       tokenizer.load(d / files["tokenizer"]))
+    ms = {k: [] for k in forms}
+    for _ in range(args.reps):
+        for k, (sess, tok) in forms.items():
+            t0 = time.perf_counter()
+            for c in caps:
+                ids, lengths = tokenizer.encode_batch(tok, [c], t["max_tokens"])
+                sess.run([t["output_name"]], {t["ids_name"]: ids, t["lengths_name"]: lengths})
+            ms[k].append(1e3 * (time.perf_counter() - t0) / len(caps))
+    med = {k: round(statistics.median(v), 3) for k, v in ms.items()}
+    return {"bench": "text", "sentences": len(caps), "ms_per_sentence": med, "rounds": ms,
+            "ratio": round(med["whole_vocabulary"] / med["trained"], 3), "loadavg": loadavg()}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m jointspace_train.bench", description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["ingest", "sgemm", "check", "report"])
+    p.add_argument("what", choices=["ingest", "sgemm", "check", "text", "report"])
     p.add_argument("--results", default="../target/bench/results.jsonl", help="report: scripts/bench.sh's output")
     p.add_argument("--bundle", default="models/flickr8k-vgg16-fne")
     p.add_argument("--images", default="/work/shared/data/flickr8k/images")
+    p.add_argument("--data", default="/work/shared/data/flickr8k", help="text: where the test captions are")
     p.add_argument("--list", help="image file names, one per line (default: the folder's first n by name)")
     p.add_argument("--n", type=int, default=32)
     p.add_argument("--crop", choices=images.CROP_MODES)
@@ -283,7 +319,7 @@ def main(argv=None) -> None:
     if args.what == "report":
         print(report(args))
         return
-    print(json.dumps({"ingest": ingest, "sgemm": sgemm, "check": check}[args.what](args), indent=2))
+    print(json.dumps({"ingest": ingest, "sgemm": sgemm, "check": check, "text": text}[args.what](args), indent=2))
 
 
 if __name__ == "__main__":
