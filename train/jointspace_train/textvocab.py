@@ -225,3 +225,5 @@ def rebuild(directory: str | Path, cache: str | Path) -> None:
             p.unlink()
             raise SystemExit(f"{p}: rebuilt with sha256 {got}, bundle.json says {want}: the package or the "
                              "builder differs from the one the bundle was made with")
+    print(f"{built.graph} and {built.tokenizer.name}: rebuilt from {vocabulary['package']} "
+          f"({built.added} words added), sha256 matches bundle.json")
