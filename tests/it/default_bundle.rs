@@ -170,7 +170,10 @@ async fn the_default_reads_every_word_glove_knows() {
         p.embed_text("a puppy").await.expect("text"),
         base.embed_text("a pup").await.expect("text"),
     );
-    assert!(base.sentence("a pup").expect("tokenises").unknown_words == ["pup"]);
+    assert_eq!(
+        base.sentence("a pup").expect("tokenises").unknown_words,
+        ["pup"]
+    );
     assert!(
         cos(&pup, &puppy) > cos(&unk, &puppy) + 0.1,
         "pup~puppy {} against <unk>~puppy {}",

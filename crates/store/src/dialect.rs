@@ -171,9 +171,6 @@ impl Compiler {
     }
 
     fn compare(&mut self, path: &FieldPath, cmp: Cmp, v: &Scalar) -> String {
-        if self.engine == Engine::Postgres && matches!(cmp, Cmp::Eq | Cmp::Ne) {
-            return self.contains(path, v);
-        }
         let op = match cmp {
             Cmp::Eq | Cmp::Ne => "=",
             Cmp::Gt => ">",
@@ -204,7 +201,8 @@ impl Compiler {
             Engine::Postgres => {
                 let p = pg_value(path);
                 match (cmp, v) {
-                    (Cmp::Eq | Cmp::Ne, _) => unreachable!("equality is containment on Postgres"),
+                    // Never NULL, so not wrapped in two_valued (which would hide it from the GIN index).
+                    (Cmp::Eq | Cmp::Ne, _) => return self.contains(path, v),
                     // Strings in byte order, as on SQLite, whatever the database's collation.
                     (_, Scalar::Str(s)) => {
                         let n = self.param(Bind::Text(s.clone()));
