@@ -217,6 +217,60 @@ async fn a_body_over_the_limit_is_refused_stating_the_limit() {
     app.stop().await;
 }
 
+/// A body a little over the limit is read to its end before the 413, so a client still writing it gets the
+/// answer rather than a reset connection (and may not retry a connection error), and the connection stays
+/// open; one far over the limit is refused at once and its connection closed.
+#[tokio::test]
+async fn a_refused_body_is_read_so_the_413_arrives_and_the_connection_survives() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(&dir.path().join("js.db"), &["--max-request-bytes", "4096"]).await;
+    let port: u16 = app.base.rsplit(':').next().unwrap().parse().unwrap();
+    let mut conn = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let body = "z".repeat(300_000);
+    let head = format!(
+        "POST /v1/embed/text HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await.expect("write head");
+    // Long enough for a server that answers on the headers alone to have answered and closed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    conn.write_all(body.as_bytes())
+        .await
+        .expect("the whole body is taken");
+    let res = read_response(&mut conn).await;
+    assert!(res.starts_with("HTTP/1.1 413"), "{res}");
+    assert!(res.contains("the limit is 4096 bytes"), "{res}");
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .expect("write the next request");
+    let next = read_response(&mut conn).await;
+    assert!(
+        next.starts_with("HTTP/1.1 200"),
+        "the same connection answers: {next}"
+    );
+
+    let mut far = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    far.write_all(
+        b"POST /v1/embed/text HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
+          content-length: 1000000000\r\n\r\n",
+    )
+    .await
+    .expect("write head");
+    let res = read_response(&mut far).await;
+    assert!(res.starts_with("HTTP/1.1 413"), "{res}");
+    assert!(
+        res.to_ascii_lowercase().contains("connection: close"),
+        "{res}"
+    );
+    app.assert_alive().await;
+    app.stop().await;
+}
+
 /// A full inference queue answers 429 with Retry-After at once; nothing else fails, and it recovers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_inference_queue_is_a_429_with_retry_after() {
