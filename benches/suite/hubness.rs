@@ -57,7 +57,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             let proj = Projection::new(&b);
             let hub = match o.side.as_str() {
                 "images" => b.hubness,
-                "captions" => b.annotation_hubness,
+                "captions" => b.annotation_hubness.map(std::sync::Arc::new),
                 other => anyhow::bail!("--side {other}: images or captions"),
             }
             .with_context(|| format!("{dir} has no hubness bank for the {} side", o.side))?;
@@ -70,7 +70,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             let scales = vec![1.0 / (127.0 * (o.joint as f32).sqrt()); o.captions];
             let w: Vec<f32> = (0..o.joint * o.dim).map(|_| rng.next()).collect();
             (
-                Hubness::from_int8(&bank, &scales, o.joint, o.k, 0.5),
+                std::sync::Arc::new(Hubness::from_int8(&bank, &scales, o.joint, o.k, 0.5)),
                 Projection::from_matrix(&w, o.joint, o.dim, false),
                 "random".to_string(),
             )

@@ -200,7 +200,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         st[4] += t.elapsed().as_secs_f64();
         let t = Instant::now();
         let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
-        let offsets = hubness::offsets(bundle.hubness.as_ref(), &refs);
+        let offsets = hubness::offsets(bundle.hubness.as_deref(), &refs);
         st[5] += t.elapsed().as_secs_f64();
         let rows: Vec<NewImage> = codes
             .iter()

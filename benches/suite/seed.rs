@@ -65,7 +65,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
             // Each image's search offset from the bundle's hubness bank, as an ingest computes it, so that
             // sentence searches re-rank by the scores they would have on real data.
             let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
-            let offsets = hubness::offsets(b.hubness.as_ref(), &refs);
+            let offsets = hubness::offsets(b.hubness.as_deref(), &refs);
             let rows: Vec<NewImage> = (start..(start + 1000).min(n))
                 .zip(vectors.into_iter().zip(offsets))
                 .map(|(i, (vector, offset))| {

@@ -276,6 +276,18 @@ async fn an_efficientnet_graph_matches_the_trainer() {
     .await;
 }
 
+/// The same graph with a labels section (models/fixture-tiny-labels: five random classes read off the head's
+/// codes, their name vectors fused in under a gate that lowers the weight of the images near its captions):
+/// the server's vectors and offsets are the trainer's, for the images the gate leaves whole and those it lowers.
+#[tokio::test]
+async fn labels_fused_into_image_vectors_match_the_trainer() {
+    check_windowed_fixture(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/models/fixture-tiny-labels"
+    ))
+    .await;
+}
+
 /// Every parity case of a windowed fixture bundle (8 fixture images, 4 real photos) through the server's path.
 async fn check_windowed_fixture(bundle: &str) {
     let p: Value = serde_json::from_slice(

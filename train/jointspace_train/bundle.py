@@ -74,6 +74,8 @@ def finish(directory: str | Path, manifest: dict) -> dict:
         named.append(manifest["hubness"]["bank"])
         if "annotation" in manifest["hubness"]:
             named.append(manifest["hubness"]["annotation"]["bank"])
+    if "labels" in manifest:
+        named.append(manifest["labels"]["weights"])
     manifest["files"] = {n: sha256_file(directory / n) for n in named}
     (directory / "bundle.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

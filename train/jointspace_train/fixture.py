@@ -13,13 +13,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from . import backbones, bundle, data, export, features, fne, hubness, images, photos, pipeline, tokenizer
+from . import backbones, bundle, data, export, features, fne, hubness, images, labels, photos, pipeline, tokenizer
 from .backbones import effnet, vgg16
 from .model import TextEncoder
 
@@ -100,6 +101,34 @@ def make_effnet(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
     graph = effnet.build_graph(weights, input_size=64, windowed_from=128)
     return _write(Path(out), "fixture-tiny-effnet", weights, graph, "windowed", paths, images_dir, seed,
                   cases=("windowed",))
+
+
+def make_labels(src: str | Path, out: str | Path, seed: int = 0) -> dict:
+    """fixture-tiny-effnet (`src`) with a labels section: five random classes read off its head features, random
+    name vectors, the top two combined at weight 1, under a gate whose middle is its images' median nearness
+    (so the gate lowers some images' weight and not others); its image bank and parity.json made again through
+    it. Run from the repository root, where parity.json's `images_dir` is."""
+    src, out = Path(src), Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(src, out)
+    old = json.loads((src / "parity.json").read_text())
+    paths = parity_images(src)
+    p = pipeline.Pipeline(out)
+    head = p.m["vision"]["taps"][-1]["channels"]
+    rng = np.random.default_rng(seed)
+    classes, joint = 5, p.m["projection"]["joint_dim"]
+    plus, minus = rng.normal(0, 1, (classes, head)), rng.normal(0, 1, (classes, head))
+    bias, vectors = rng.normal(0, 0.5, classes), labels.unit(rng.normal(0, 1, (classes, joint)))
+    near = labels.nearness(p.embed_images(paths)[1], p.bundle.hubness, p.m["hubness"]["k"])
+    spec = {"classes": classes, "code_start": p.m["fne"]["dim"] - head, "top": 2, "weight": 1.0,
+            "gate": {"middle": round(float(np.median(near)), 4), "slope": 20.0},
+            "source": {"names": "random vectors (fixture)", "classifier": f"random, seed {seed}"}}
+    m = labels.add(out, spec, plus, minus, bias, vectors)
+    bundle.finish(out, {**{k: v for k, v in m.items() if k != "files"}, "name": "fixture-tiny-labels"})
+    add_annotation_bank(out, paths)  # the bank of its images, now with their labels
+    return write_parity(out, old["images_dir"], paths, photos_dir=Path(old["photos"]["dir"]),
+                        name="fixture-tiny-labels", modes=("windowed",))
 
 
 def _write(out: Path, name: str, weights, graph, crop_mode: str, paths: list[Path], images_dir, seed: int,

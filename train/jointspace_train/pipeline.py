@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import bundle as bundle_mod
-from . import features, fne, hubness, tokenizer
+from . import features, fne, hubness, labels, tokenizer
 
 
 class Pipeline:
@@ -38,6 +38,7 @@ class Pipeline:
                                                  providers=["CPUExecutionProvider"])
         self.tok = tokenizer.load(self.bundle.directory / text["tokenizer"])
         self.m = m
+        self.labels = labels.read(self.bundle.directory, m["labels"]) if "labels" in m else None
 
     def raw_features(self, paths, crop_mode: str | None = None) -> np.ndarray:
         v = self.m["vision"]
@@ -55,6 +56,9 @@ class Pipeline:
             return v.astype(np.float32)
         n = np.linalg.norm(v, axis=1, keepdims=True)
         v = np.where(n > 0, v / np.where(n > 0, n, 1), 0).astype(np.float32)
+        if self.labels is not None:  # cosine bundles only
+            return labels.apply(v, codes, self.m["labels"], self.labels, self.bundle.hubness,
+                                self.m.get("hubness", {}).get("k"))
         return np.abs(v) if self.m["projection"]["abs"] else v
 
     def embed_images(self, paths, crop_mode: str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -94,7 +94,23 @@ impl Hubness {
         self.offsets_in_blocks(vectors, BLOCK_ROWS)
     }
 
+    /// How near each vector sits to the bank: the mean of its k highest cosines (the offset is -alpha x this).
+    pub fn nearness(&self, vectors: &[&[f32]]) -> Vec<f32> {
+        self.top_sums(vectors, BLOCK_ROWS)
+            .into_iter()
+            .map(|t| (t / self.k as f64) as f32)
+            .collect()
+    }
+
     fn offsets_in_blocks(&self, vectors: &[&[f32]], block: usize) -> Vec<f32> {
+        self.top_sums(vectors, block)
+            .into_iter()
+            .map(|t| self.offset_from(t))
+            .collect()
+    }
+
+    /// Each vector's sum of its k highest bank cosines.
+    fn top_sums(&self, vectors: &[&[f32]], block: usize) -> Vec<f64> {
         let rows = self.rows();
         for v in vectors {
             assert_eq!(v.len(), self.joint, "vector of the wrong size");
@@ -148,16 +164,23 @@ impl Hubness {
             }
         }
         sims.chunks_exact_mut(rows)
-            .map(|c| self.offset_of(c))
+            .map(|c| self.top_sum(c))
             .collect()
     }
 
     /// `-alpha * mean(top k)` of one point's bank cosines (reordered in place).
     pub fn offset_of(&self, sims: &mut [f32]) -> f32 {
+        self.offset_from(self.top_sum(sims))
+    }
+
+    fn offset_from(&self, top_sum: f64) -> f32 {
+        (-f64::from(self.alpha) * top_sum / self.k as f64) as f32
+    }
+
+    fn top_sum(&self, sims: &mut [f32]) -> f64 {
         let n = sims.len();
         sims.select_nth_unstable_by(n - self.k, |a, b| a.total_cmp(b));
-        let top: f64 = sims[n - self.k..].iter().map(|&s| f64::from(s)).sum();
-        (-f64::from(self.alpha) * top / self.k as f64) as f32
+        sims[n - self.k..].iter().map(|&s| f64::from(s)).sum()
     }
 }
 

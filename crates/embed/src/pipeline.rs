@@ -270,7 +270,7 @@ impl Pipeline {
                 .collect();
             if purpose == ImageUse::Store {
                 let vectors: Vec<&[f32]> = out.iter().map(|e| e.vector.as_slice()).collect();
-                let offsets = hubness::offsets(bundle.hubness.as_ref(), &vectors);
+                let offsets = hubness::offsets(bundle.hubness.as_deref(), &vectors);
                 for (e, o) in out.iter_mut().zip(offsets) {
                     e.offset = o;
                 }
@@ -290,7 +290,7 @@ impl Pipeline {
         blocking(move || {
             let vectors: Vec<Vec<f32>> = codes.iter().map(|c| projection.project(c)).collect();
             let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
-            let offsets = hubness::offsets(bundle.hubness.as_ref(), &refs);
+            let offsets = hubness::offsets(bundle.hubness.as_deref(), &refs);
             (vectors, offsets)
         })
         .await

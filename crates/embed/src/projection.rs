@@ -1,8 +1,15 @@
 //! Step 5: joint vector = W · code, as signed column sums (the code is ternary: no multiplications), plus
 //! the bias of an affine map (the closed-form systems), then L2 normalisation and, for order embeddings,
-//! |·|. Under euclidean similarity the vector is used as it is.
+//! |·|. Under euclidean similarity the vector is used as it is. A bundle with labels then adds what its
+//! ImageNet head names (ConSE, docs/bundle.md "The labels section"), read off the same code.
 
-use crate::{bundle::Bundle, fne::TernaryCode};
+use std::sync::Arc;
+
+use crate::{
+    bundle::{Bundle, LabelGate, LabelTensors, LabelsSpec},
+    fne::TernaryCode,
+    hubness::Hubness,
+};
 
 pub struct Projection {
     /// W transposed, `[fne_dim, joint_dim]`: column `j` of W is one contiguous row here.
@@ -12,6 +19,114 @@ pub struct Projection {
     abs: bool,
     bias: Option<Vec<f32>>,
     normalise: bool,
+    labels: Option<Labels>,
+}
+
+/// The classifier read off the code, and the classes' name vectors.
+struct Labels {
+    /// `[head, classes]`: the logits' change when head feature `c` is +1 (resp. -1), one contiguous row each.
+    plus_t: Vec<f32>,
+    minus_t: Vec<f32>,
+    bias: Vec<f32>,
+    /// `[classes, joint]`.
+    vectors: Vec<f32>,
+    classes: usize,
+    start: usize,
+    top: usize,
+    weight: f32,
+    /// The gate and the caption bank it reads.
+    gate: Option<(LabelGate, Arc<Hubness>)>,
+}
+
+impl Labels {
+    fn new(spec: &LabelsSpec, t: &LabelTensors, bank: Option<Arc<Hubness>>) -> Labels {
+        let transpose = |m: &[f32]| {
+            let head = m.len() / spec.classes;
+            let mut out = vec![0f32; m.len()];
+            for k in 0..spec.classes {
+                for c in 0..head {
+                    out[c * spec.classes + k] = m[k * head + c];
+                }
+            }
+            out
+        };
+        Labels {
+            plus_t: transpose(&t.plus),
+            minus_t: transpose(&t.minus),
+            bias: t.bias.clone(),
+            vectors: t.vectors.clone(),
+            classes: spec.classes,
+            start: spec.code_start,
+            top: spec.top,
+            weight: spec.weight,
+            gate: spec.gate.zip(bank),
+        }
+    }
+
+    /// The weight for this image: less the nearer `v` sits to the training captions, under a gate.
+    fn weight_for(&self, v: &[f32]) -> f32 {
+        match &self.gate {
+            None => self.weight,
+            Some((g, bank)) => {
+                let near = bank.nearness(&[v])[0];
+                self.weight / (1.0 + (g.slope * (near - g.middle)).exp())
+            }
+        }
+    }
+
+    /// The classes' scores: the bias plus a row per set head feature, in index order.
+    fn logits(&self, code: &TernaryCode) -> Vec<f32> {
+        let n = self.classes;
+        let mut l = self.bias.clone();
+        for (i, (&p, &m)) in code.plus().iter().zip(code.minus()).enumerate() {
+            let mut b = p | m;
+            while b != 0 {
+                let k = b.trailing_zeros();
+                let c = i * 8 + k as usize;
+                b &= b - 1;
+                let Some(h) = c.checked_sub(self.start) else {
+                    continue;
+                };
+                let rows = if p & (1 << k) != 0 {
+                    &self.plus_t
+                } else {
+                    &self.minus_t
+                };
+                l.iter_mut()
+                    .zip(&rows[h * n..(h + 1) * n])
+                    .for_each(|(a, d)| *a += d);
+            }
+        }
+        l
+    }
+
+    /// Adds `weight` x the unit ConSE vector to unit `v` and normalises again: the top classes (ties to the
+    /// lower index) weighted by their softmax among themselves.
+    fn fuse(&self, code: &TernaryCode, v: &mut [f32]) {
+        let l = self.logits(code);
+        let mut order: Vec<usize> = (0..self.classes).collect();
+        let by_score = |a: &usize, b: &usize| l[*b].total_cmp(&l[*a]).then(a.cmp(b));
+        if self.top < order.len() {
+            order.select_nth_unstable_by(self.top - 1, by_score);
+            order.truncate(self.top);
+        }
+        order.sort_unstable_by(by_score);
+        let best = l[order[0]];
+        let p: Vec<f32> = order.iter().map(|&k| (l[k] - best).exp()).collect();
+        let total: f32 = p.iter().sum();
+        let joint = v.len();
+        let mut c = vec![0f32; joint];
+        for (&k, &pk) in order.iter().zip(&p) {
+            let w = pk / total;
+            c.iter_mut()
+                .zip(&self.vectors[k * joint..(k + 1) * joint])
+                .for_each(|(a, x)| *a += w * x);
+        }
+        normalise(&mut c, false);
+        let weight = self.weight_for(v);
+        v.iter_mut().zip(&c).for_each(|(a, x)| *a += weight * x);
+        normalise(v, false);
+    }
 }
 
 impl Projection {
@@ -25,6 +140,11 @@ impl Projection {
         );
         p.bias = bundle.projection_bias.clone();
         p.normalise = m.similarity.normalises();
+        p.labels = m
+            .labels
+            .as_ref()
+            .zip(bundle.labels.as_ref())
+            .map(|(spec, t)| Labels::new(spec, t, bundle.hubness.clone()));
         p
     }
 
@@ -44,6 +164,7 @@ impl Projection {
             abs,
             bias: None,
             normalise: true,
+            labels: None,
         }
     }
 
@@ -85,6 +206,9 @@ impl Projection {
         }
         if self.normalise {
             normalise(&mut v, self.abs);
+        }
+        if let Some(l) = &self.labels {
+            l.fuse(code, &mut v);
         }
         v
     }
@@ -148,6 +272,98 @@ mod tests {
                 "signed sum differs from the dense product"
             );
         }
+    }
+
+    #[test]
+    fn labels_add_the_top_classes_name_vectors_read_off_the_code() {
+        // Identity W on 3 features, joint 2... W is [2, 3]: feature 0 -> x, features 1-2 unused by W.
+        let mut p = Projection::from_matrix(&[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], 2, 3, false);
+        // The head is features 1..3; three classes. Logits = bias + plus/minus rows of the set features.
+        let spec = LabelsSpec {
+            weights: String::new(),
+            classes: 3,
+            code_start: 1,
+            top: 2,
+            weight: 1.0,
+            gate: None,
+            source: serde_json::Value::Null,
+        };
+        let t = LabelTensors {
+            // [classes, head]: feature 1 at +1 raises class 2 by 3; feature 2 at -1 raises class 1 by 3.
+            plus: vec![0.0, 0.0, 0.0, 0.0, 3.0, 0.0],
+            minus: vec![0.0, 0.0, 0.0, 3.0, 0.0, 0.0],
+            bias: vec![1.0, 0.0, 0.0],
+            // Class 0 names +x, class 1 +y, class 2 -y.
+            vectors: vec![1.0, 0.0, 0.0, 1.0, 0.0, -1.0],
+        };
+        p.labels = Some(Labels::new(&spec, &t, None));
+        // Feature 1 +1: logits [1, 0, 3]; the top two are class 2 then class 0, softmax e^0 : e^-2.
+        let v = p.project(&TernaryCode::from_values(&[1, 1, 0]));
+        let (p2, p0) = (
+            1.0 / (1.0 + (-2f32).exp()),
+            (-2f32).exp() / (1.0 + (-2f32).exp()),
+        );
+        let n = (p0 * p0 + p2 * p2).sqrt();
+        let (cx, cy) = (p0 / n, -p2 / n);
+        let (fx, fy) = (1.0 + cx, cy);
+        let fnorm = (fx * fx + fy * fy).sqrt();
+        let want = [fx / fnorm, fy / fnorm];
+        assert!(
+            v.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
+            "{v:?} vs {want:?}"
+        );
+        // Features 1 and 2 both set: logits [1, 3, 3]: a tie goes to the lower class, 1 then 2, which cancel.
+        let v = p.project(&TernaryCode::from_values(&[1, 1, -1]));
+        assert!((v[0] - 1.0).abs() < 1e-6 && v[1].abs() < 1e-6, "{v:?}");
+        // A weight of 0 leaves W . code alone.
+        p.labels.as_mut().unwrap().weight = 0.0;
+        assert_eq!(
+            p.project(&TernaryCode::from_values(&[1, 1, 0])),
+            vec![1.0, 0.0]
+        );
+    }
+
+    #[test]
+    fn the_gate_lowers_the_labels_weight_near_the_training_captions() {
+        let mut p = Projection::from_matrix(&[1.0, 0.0, 0.0, 0.0], 2, 2, false);
+        let spec = LabelsSpec {
+            weights: String::new(),
+            classes: 1,
+            code_start: 1,
+            top: 1,
+            weight: 1.0,
+            gate: Some(LabelGate {
+                middle: 0.5,
+                slope: 10.0,
+            }),
+            source: serde_json::Value::Null,
+        };
+        let t = LabelTensors {
+            plus: vec![0.0],
+            minus: vec![0.0],
+            bias: vec![0.0],
+            vectors: vec![0.0, 1.0],
+        };
+        // The only caption of the bank is +x, where the image's own vector points (nearness 1).
+        let bank = |row: [i8; 2]| Arc::new(Hubness::from_int8(&row, &[1.0 / 127.0], 2, 1, 0.5));
+        let fused = |p: &Projection| p.project(&TernaryCode::from_values(&[1, 0]));
+        let expect = |w: f32| {
+            let n = (1.0 + w * w).sqrt();
+            [1.0 / n, w / n]
+        };
+        let close =
+            |v: Vec<f32>, want: [f32; 2]| v.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-5);
+        p.labels = Some(Labels::new(&spec, &t, Some(bank([127, 0]))));
+        let near = 1.0 / (1.0 + (10.0f32 * (1.0 - 0.5)).exp());
+        assert!(close(fused(&p), expect(near)), "{:?}", fused(&p));
+        // A bank of -x: nearness -1, the weight nearly whole.
+        p.labels = Some(Labels::new(&spec, &t, Some(bank([-127, 0]))));
+        let far = 1.0 / (1.0 + (10.0f32 * (-1.0 - 0.5)).exp());
+        assert!(
+            far > 0.99 && close(fused(&p), expect(far)),
+            "{:?}",
+            fused(&p)
+        );
     }
 
     #[test]

@@ -11,7 +11,15 @@ import sys
 from pathlib import Path
 
 from .. import features
-from .bundle_tools import add_check, add_fixture, add_prepare, add_quantize_text, add_rebuild_text, add_text_vocab
+from .bundle_tools import (
+    add_check,
+    add_fixture,
+    add_labels,
+    add_prepare,
+    add_quantize_text,
+    add_rebuild_text,
+    add_text_vocab,
+)
 from .ensemble import add_ensemble
 from .eval_bundle import add_eval
 from .export_runs import add_export
@@ -30,7 +38,8 @@ __all__ = ["main", "parser"]
 # in the order `--help` lists them
 COMMANDS = (add_vision_export, add_rebuild_vision, add_windowed, add_quantize_vision, add_features, add_train, add_fit,
             add_export, add_eval, add_ensemble, add_hubness, add_pack, add_split_run, add_join_run, add_fixture,
-            add_report, add_quantize_text, add_text_vocab, add_rebuild_text, add_prepare, add_photos, add_check)
+            add_report, add_quantize_text, add_text_vocab, add_rebuild_text, add_labels, add_prepare, add_photos,
+            add_check)
 
 
 def parser() -> argparse.ArgumentParser:

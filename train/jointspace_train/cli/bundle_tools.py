@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .. import bundle as bundle_mod
 from .. import data, quantize
+from .options import DEFAULT_DATA
 
 
 @dataclass(frozen=True)
@@ -17,10 +18,11 @@ class Fixture:
     windowed_out: str
     effnet_out: str
     order_out: str
+    labels_out: str
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Fixture:
-        return cls(ns.out, ns.images, ns.windowed_out, ns.effnet_out, ns.order_out)
+        return cls(ns.out, ns.images, ns.windowed_out, ns.effnet_out, ns.order_out, ns.labels_out)
 
 
 def write_fixture(s: Fixture, only_windowed: bool = False) -> None:
@@ -35,6 +37,8 @@ def write_fixture(s: Fixture, only_windowed: bool = False) -> None:
     print(f"the EfficientNet-shaped fixture written to {s.effnet_out}")
     fixture.make_order(s.order_out, s.images)
     print(f"the order-embedding fixture written to {s.order_out}")
+    fixture.make_labels(s.effnet_out, s.labels_out)
+    print(f"the EfficientNet-shaped fixture with labels written to {s.labels_out}")
 
 
 def add_fixture(sub) -> None:
@@ -44,8 +48,9 @@ def add_fixture(sub) -> None:
     p.add_argument("--windowed-out", default="models/fixture-tiny-windowed")
     p.add_argument("--effnet-out", default="models/fixture-tiny-effnet")
     p.add_argument("--order-out", default="models/fixture-tiny-order")
+    p.add_argument("--labels-out", default="models/fixture-tiny-labels")
     p.add_argument("--only-windowed", action="store_true",
-                   help="keep --out as it is and write only the other fixtures (windowed, effnet, order)")
+                   help="keep --out as it is and write only the other fixtures (windowed, effnet, order, labels)")
     p.set_defaults(fn=lambda ns, argv: write_fixture(Fixture.from_args(ns), ns.only_windowed))
 
 
@@ -150,3 +155,32 @@ def add_rebuild_text(sub) -> None:
     p.add_argument("bundle")
     p.set_defaults(fn=lambda ns, argv: textvocab.rebuild(ns.bundle, ns.cache))
 
+
+
+def add_labels(sub) -> None:
+    from .. import labels
+
+    p = sub.add_parser("labels", help="fuse what a bundle's ImageNet head names into its image vectors (ConSE: the "
+                                      "top classes' names embedded by its text graph); --sweep measures the "
+                                      "settings on Flickr8k dev and a gallery instead of writing")
+    p.add_argument("bundle")
+    p.add_argument("--data", default=str(DEFAULT_DATA))
+    p.add_argument("--top", type=int, default=3)
+    p.add_argument("--weight", type=float, default=0.5)
+    p.add_argument("--names", choices=("first", "lemmas"), default="first")
+    p.add_argument("--gate-percentile", type=float, help="lower the weight for photos near the training captions: "
+                   "the gate's middle is this percentile of the Flickr8k dev photos' nearness (none: no gate)")
+    p.add_argument("--gate-slope", type=float, default=20.0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--sweep", action="store_true")
+    p.add_argument("--gallery", help="with --sweep: scripts/openvocab.sh's manifest.jsonl")
+
+    def run(ns, argv):
+        if ns.sweep:
+            labels.sweep(ns.bundle, ns.cache, ns.data, ns.gallery, threads=ns.threads)
+            return
+        m = labels.write_labels(ns.bundle, ns.cache, ns.data, ns.top, ns.weight, ns.names, ns.gate_percentile,
+                                ns.gate_slope, ns.threads)
+        print(f"{ns.bundle}: labels {m['labels']['classes']} classes, top {ns.top}, weight {ns.weight}")
+
+    p.set_defaults(fn=run)

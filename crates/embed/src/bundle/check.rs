@@ -5,7 +5,7 @@ use std::{fs, path::Path};
 
 use sha2::{Digest, Sha256};
 
-use super::{BundleError, FORMAT, Manifest, Similarity};
+use super::{BundleError, FORMAT, LabelTensors, LabelsSpec, Manifest, Similarity};
 use crate::hubness::Hubness;
 
 pub(super) struct Checker<'a> {
@@ -83,7 +83,64 @@ impl Checker<'_> {
                     .or_else(bad)?;
             }
         }
+        if let Some(l) = &m.labels {
+            if m.similarity != Similarity::Cosine || m.projection.abs {
+                return bad("labels add unit vectors: they are for cosine bundles".into());
+            }
+            if l.code_start >= m.fne.dim {
+                return bad(format!(
+                    "labels.code_start {} must be below fne.dim ({})",
+                    l.code_start, m.fne.dim
+                ));
+            }
+            if l.top == 0 || l.top > l.classes {
+                return bad(format!(
+                    "labels.top {} must be in 1..=labels.classes ({})",
+                    l.top, l.classes
+                ));
+            }
+            if !(l.weight.is_finite() && l.weight >= 0.0) {
+                return bad(format!(
+                    "labels.weight {} must be a finite number >= 0",
+                    l.weight
+                ));
+            }
+            if let Some(g) = &l.gate {
+                if m.hubness.is_none() {
+                    return bad("labels.gate reads the hubness section's caption bank; this bundle has none".into());
+                }
+                if !(g.middle.is_finite() && g.slope.is_finite()) {
+                    return bad("labels.gate.middle and slope must be finite numbers".into());
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The labels' tensors, shaped by the manifest, every value finite.
+    pub(super) fn labels(
+        &self,
+        l: &LabelsSpec,
+        fne_dim: usize,
+        joint: usize,
+    ) -> Result<LabelTensors, BundleError> {
+        let file = l.weights.as_str();
+        let data = self.read(file)?;
+        let st = self.safetensors(file, &data)?;
+        let head = fne_dim - l.code_start;
+        let t = LabelTensors {
+            plus: self.tensor(file, &st, "plus", &[l.classes, head])?,
+            minus: self.tensor(file, &st, "minus", &[l.classes, head])?,
+            bias: self.tensor(file, &st, "bias", &[l.classes])?,
+            vectors: self.tensor(file, &st, "vectors", &[l.classes, joint])?,
+        };
+        if [&t.plus, &t.minus, &t.bias, &t.vectors]
+            .iter()
+            .any(|v| v.iter().any(|x| !x.is_finite()))
+        {
+            return Err(self.invalid(file, "a tensor has a non-finite value"));
+        }
+        Ok(t)
     }
 
     pub(super) fn read(&self, file: &str) -> Result<Vec<u8>, BundleError> {

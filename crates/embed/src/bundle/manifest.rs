@@ -21,6 +21,39 @@ pub struct Manifest {
     /// The search-score offset per image (docs/bundle.md, "The hubness section").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hubness: Option<HubnessSpec>,
+    /// What the ImageNet head names, fused into image vectors (docs/bundle.md, "The labels section").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<LabelsSpec>,
+}
+
+/// weight x sigmoid(slope x (middle - nearness)), nearness being the mean of the image's `hubness.k` highest
+/// cosines to the hubness section's caption bank.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct LabelGate {
+    pub middle: f32,
+    pub slope: f32,
+}
+
+/// ConSE: an image's top classes' name vectors, weighted by their probabilities, added to its joint vector.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LabelsSpec {
+    /// Tensors "plus" and "minus" `[classes, fne.dim - code_start]`, "bias" `[classes]` (the classifier read
+    /// off the code) and "vectors" `[classes, joint_dim]` (each class's name, embedded).
+    pub weights: String,
+    pub classes: usize,
+    /// The first code feature the classifier reads (the head's features run from here to the end).
+    pub code_start: usize,
+    /// How many of the highest-scoring classes are combined.
+    pub top: usize,
+    /// The combined name vector's weight against the image's own (both unit vectors).
+    pub weight: f32,
+    /// Lowers the weight for images that sit near the training captions, where the trained model knows its
+    /// way; none: the full weight for every image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<LabelGate>,
+    /// Where the names and the classifier come from, for people (not read).
+    #[serde(default)]
+    pub source: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -4,6 +4,7 @@
 use std::{
     fs,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 mod check;
@@ -14,8 +15,8 @@ use sha2::{Digest, Sha256};
 use crate::{hubness::Hubness, modality::Modality};
 use check::Checker;
 pub use manifest::{
-    AnnotationBankSpec, ColorOrder, CropMode, FneSpec, HubnessSpec, Manifest, Prepare,
-    PrepareFilter, ProjectionSpec, Similarity, Tap, TextSpec, VisionSpec,
+    AnnotationBankSpec, ColorOrder, CropMode, FneSpec, HubnessSpec, LabelGate, LabelsSpec,
+    Manifest, Prepare, PrepareFilter, ProjectionSpec, Similarity, Tap, TextSpec, VisionSpec,
 };
 
 /// The only `format` this server reads.
@@ -78,10 +79,22 @@ pub struct Bundle {
     pub projection: Vec<f32>,
     /// The affine maps' bias `[joint_dim]` (tensor "bias" beside W), added before any normalisation.
     pub projection_bias: Option<Vec<f32>>,
-    /// Offsets of stored images for caption queries: a bank of training captions.
-    pub hubness: Option<Hubness>,
+    /// Offsets of stored images for caption queries: a bank of training captions (shared with the labels'
+    /// gate, which reads the same bank).
+    pub hubness: Option<Arc<Hubness>>,
     /// Offsets of stored captions for image queries: a bank of training images (`hubness.annotation`).
     pub annotation_hubness: Option<Hubness>,
+    /// The classifier read off the code and the classes' name vectors (`labels`).
+    pub labels: Option<LabelTensors>,
+}
+
+/// `labels.safetensors`, as f32: row-major `[classes, head]` for plus and minus, `[classes, joint]` vectors.
+#[derive(Debug)]
+pub struct LabelTensors {
+    pub plus: Vec<f32>,
+    pub minus: Vec<f32>,
+    pub bias: Vec<f32>,
+    pub vectors: Vec<f32>,
 }
 
 impl Bundle {
@@ -92,7 +105,7 @@ impl Bundle {
     /// The bank that gives stored points of `target` their search offsets, if the bundle has one.
     pub fn offsets_bank(&self, target: Modality) -> Option<&Hubness> {
         match target {
-            Modality::Images => self.hubness.as_ref(),
+            Modality::Images => self.hubness.as_deref(),
             Modality::Captions => self.annotation_hubness.as_ref(),
         }
     }
@@ -132,6 +145,7 @@ impl Bundle {
             .into_iter()
             .chain(banks)
             .chain(vocabulary)
+            .chain(manifest.labels.iter().map(|l| &l.weights))
         {
             if !manifest.files.contains_key(file.as_str()) {
                 return Err(
@@ -157,7 +171,13 @@ impl Bundle {
         };
         let hubness = match &manifest.hubness {
             None => None,
-            Some(h) => Some(check.bank(&h.bank, h.captions, p.joint_dim, h.k, h.alpha)?),
+            Some(h) => Some(Arc::new(check.bank(
+                &h.bank,
+                h.captions,
+                p.joint_dim,
+                h.k,
+                h.alpha,
+            )?)),
         };
         let annotation_hubness = match manifest
             .hubness
@@ -166,6 +186,10 @@ impl Bundle {
         {
             None => None,
             Some(a) => Some(check.bank(&a.bank, a.images, p.joint_dim, a.k, a.alpha)?),
+        };
+        let labels = match &manifest.labels {
+            None => None,
+            Some(l) => Some(check.labels(l, f.dim, p.joint_dim)?),
         };
 
         let id = format!(
@@ -185,6 +209,7 @@ impl Bundle {
             projection_bias,
             hubness,
             annotation_hubness,
+            labels,
         })
     }
 }
