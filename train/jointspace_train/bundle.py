@@ -75,7 +75,7 @@ def finish(directory: str | Path, manifest: dict) -> dict:
         if "annotation" in manifest["hubness"]:
             named.append(manifest["hubness"]["annotation"]["bank"])
     if "labels" in manifest:
-        named.append(manifest["labels"]["weights"])
+        named += [manifest["labels"][k] for k in ("weights", "from") if k in manifest["labels"]]
     manifest["files"] = {n: sha256_file(directory / n) for n in named}
     (directory / "bundle.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

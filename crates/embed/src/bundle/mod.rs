@@ -145,7 +145,12 @@ impl Bundle {
             .into_iter()
             .chain(banks)
             .chain(vocabulary)
-            .chain(manifest.labels.iter().map(|l| &l.weights))
+            .chain(
+                manifest
+                    .labels
+                    .iter()
+                    .flat_map(|l| std::iter::once(&l.weights).chain(&l.from)),
+            )
         {
             if !manifest.files.contains_key(file.as_str()) {
                 return Err(
