@@ -35,15 +35,17 @@ impl Opts {
 
 pub fn run(o: &Opts) -> anyhow::Result<Value> {
     let mut rng = Rng::new(17);
-    let (w, joint, dim, source) = match &o.bundle {
+    // With a bundle, also the whole step as the server runs it (normalisation, and labels where it has them).
+    let (w, joint, dim, source, served) = match &o.bundle {
         Some(dir) => {
             let b = Bundle::load(std::path::Path::new(dir))?;
             let (j, d) = (b.manifest.projection.joint_dim, b.manifest.fne.dim);
-            (b.projection, j, d, format!("bundle {}", b.id))
+            let served = Projection::new(&b);
+            (b.projection, j, d, format!("bundle {}", b.id), Some(served))
         }
         None => {
             let w = (0..o.joint * o.dim).map(|_| rng.next()).collect();
-            (w, o.joint, o.dim, "random".to_string())
+            (w, o.joint, o.dim, "random".to_string(), None)
         }
     };
     let p = Projection::from_matrix(&w, joint, dim, false);
@@ -61,6 +63,16 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
         (t.elapsed().as_secs_f64() * 1e6 / o.codes as f64, out)
     };
     let (signed_us, signed) = time(&mut |i| p.signed_sum(&packed[i]));
+    let project_us = served
+        .as_ref()
+        .map(|s| time(&mut |i| s.project(&packed[i])).0);
+    // In batches of 16, as a request's images are projected together.
+    let batched_us = served.as_ref().map(|s| {
+        let refs: Vec<&TernaryCode> = packed.iter().collect();
+        let t = Instant::now();
+        let n: usize = refs.chunks(16).map(|b| s.project_all(b).len()).sum();
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    });
     let (dense_us, dense) = time(&mut |i| dense_matvec(&w, joint, dim, &dense_x[i]));
     let wv = ArrayView2::from_shape((joint, dim), &w)?;
     let (nd_us, nd) = time(&mut |i| wv.dot(&Array1::from(dense_x[i].clone())).to_vec());
@@ -85,6 +97,8 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
     Ok(json!({
         "w": source, "joint": joint, "dim": dim, "codes": o.codes, "nonzero_fraction": round(nonzero, 3),
         "signed_sum_us": round(signed_us, 1),
+        "project_us": project_us.map(|u| round(u, 1)),
+        "project_batch16_us": batched_us.map(|u| round(u, 1)),
         "dense_in_order_us": round(dense_us, 1),
         "dense_ndarray_us": round(nd_us, 1),
         "speedup_vs_dense_in_order": round(dense_us / signed_us, 2),

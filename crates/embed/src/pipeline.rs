@@ -255,19 +255,20 @@ impl Pipeline {
                 .into_iter()
                 .zip(thumbs)
                 .enumerate()
-                .map(|(i, ((width, height), thumbnail))| {
-                    let code = fne.code(&raw[i * per * dim..(i + 1) * per * dim]);
-                    let vector = projection.project(&code);
-                    ImageEmbedding {
-                        code,
-                        vector,
-                        offset: 0.0,
-                        width,
-                        height,
-                        thumbnail,
-                    }
+                .map(|(i, ((width, height), thumbnail))| ImageEmbedding {
+                    code: fne.code(&raw[i * per * dim..(i + 1) * per * dim]),
+                    vector: Vec::new(),
+                    offset: 0.0,
+                    width,
+                    height,
+                    thumbnail,
                 })
                 .collect();
+            let codes: Vec<&TernaryCode> = out.iter().map(|e| &e.code).collect();
+            let vectors = projection.project_all(&codes);
+            for (e, v) in out.iter_mut().zip(vectors) {
+                e.vector = v;
+            }
             if purpose == ImageUse::Store {
                 let vectors: Vec<&[f32]> = out.iter().map(|e| e.vector.as_slice()).collect();
                 let offsets = hubness::offsets(bundle.hubness.as_deref(), &vectors);
@@ -288,7 +289,7 @@ impl Pipeline {
     ) -> Result<(Vec<Vec<f32>>, Vec<f32>), EmbedError> {
         let (projection, bundle) = (self.projection.clone(), self.bundle.clone());
         blocking(move || {
-            let vectors: Vec<Vec<f32>> = codes.iter().map(|c| projection.project(c)).collect();
+            let vectors = projection.project_all(&codes.iter().collect::<Vec<_>>());
             let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
             let offsets = hubness::offsets(bundle.hubness.as_deref(), &refs);
             (vectors, offsets)

@@ -63,13 +63,17 @@ impl Labels {
         }
     }
 
-    /// The weight for this image: less the nearer `v` sits to the training captions, under a gate.
-    fn weight_for(&self, v: &[f32]) -> f32 {
+    /// The weight for each image: less the nearer its vector sits to the training captions, under a gate.
+    /// One bank product for the whole batch (the bank read once; from a few vectors on, a matrix product).
+    fn weights_for(&self, vectors: &[Vec<f32>]) -> Vec<f32> {
         match &self.gate {
-            None => self.weight,
+            None => vec![self.weight; vectors.len()],
             Some((g, bank)) => {
-                let near = bank.nearness(&[v])[0];
-                self.weight / (1.0 + (g.slope * (near - g.middle)).exp())
+                let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+                bank.nearness(&refs)
+                    .into_iter()
+                    .map(|near| self.weight / (1.0 + (g.slope * (near - g.middle)).exp()))
+                    .collect()
             }
         }
     }
@@ -102,7 +106,7 @@ impl Labels {
 
     /// Adds `weight` x the unit ConSE vector to unit `v` and normalises again: the top classes (ties to the
     /// lower index) weighted by their softmax among themselves.
-    fn fuse(&self, code: &TernaryCode, v: &mut [f32]) {
+    fn fuse(&self, code: &TernaryCode, v: &mut [f32], weight: f32) {
         let l = self.logits(code);
         let mut order: Vec<usize> = (0..self.classes).collect();
         let by_score = |a: &usize, b: &usize| l[*b].total_cmp(&l[*a]).then(a.cmp(b));
@@ -123,7 +127,6 @@ impl Labels {
                 .for_each(|(a, x)| *a += w * x);
         }
         normalise(&mut c, false);
-        let weight = self.weight_for(v);
         v.iter_mut().zip(&c).for_each(|(a, x)| *a += weight * x);
         normalise(v, false);
     }
@@ -200,17 +203,31 @@ impl Projection {
     }
 
     pub fn project(&self, code: &TernaryCode) -> Vec<f32> {
-        let mut v = self.signed_sum(code);
-        if let Some(b) = &self.bias {
-            v.iter_mut().zip(b).for_each(|(x, b)| *x += b);
-        }
-        if self.normalise {
-            normalise(&mut v, self.abs);
-        }
+        self.project_all(&[code]).pop().expect("one vector")
+    }
+
+    /// The vectors of a batch of codes (a batch shares the labels' gate's bank product).
+    pub fn project_all(&self, codes: &[&TernaryCode]) -> Vec<Vec<f32>> {
+        let mut vectors: Vec<Vec<f32>> = codes
+            .iter()
+            .map(|code| {
+                let mut v = self.signed_sum(code);
+                if let Some(b) = &self.bias {
+                    v.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+                }
+                if self.normalise {
+                    normalise(&mut v, self.abs);
+                }
+                v
+            })
+            .collect();
         if let Some(l) = &self.labels {
-            l.fuse(code, &mut v);
+            let weights = l.weights_for(&vectors);
+            for ((v, code), w) in vectors.iter_mut().zip(codes).zip(weights) {
+                l.fuse(code, v, w);
+            }
         }
-        v
+        vectors
     }
 }
 
