@@ -11,6 +11,7 @@ pub mod crops;
 pub mod decode;
 pub mod fne;
 pub mod hubness;
+mod labels;
 pub mod pipeline;
 pub mod prepare;
 pub mod projection;
