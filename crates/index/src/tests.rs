@@ -315,7 +315,7 @@ fn a_broad_filter_on_the_graph_never_gives_a_short_or_wrong_page() {
         all.into_iter().take(10).map(|h| h.0).collect()
     };
     // Half the points, all on the far side of the query: none of the graph's nearest candidates is allowed,
-    // so the page must come from the exact scan, not be cut short.
+    // so the page must come from the filtered walk or the exact scan, exact and not cut short.
     let far: HashSet<i64> = data
         .iter()
         .filter(|(_, v)| Score::Cosine.eval(q, v) < 0.0)
