@@ -39,8 +39,8 @@ def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mod
                                               np.asarray(owner)[keep]))
     out = {"captions": len(keep), **{k: round(float(x), 2) for k, x in zip(evaluate.KEYS[4:8], r)}}
     # The word alone ("a guitar"): of the 10 first images, the share whose captions use it (or its plural), and
-    # that share by chance; one query per word the split's captions use.
-    precision, chance = [], []
+    # that share by chance; whether any of them does (R@10); one query per word the split's captions use.
+    precision, chance, hit = [], [], []
     for word in data.held_out_words(captions_with):
         own = data.held_out_forms(word)
         relevant = {owner[i] for i, w in enumerate(words) if own & w}
@@ -49,8 +49,10 @@ def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mod
         top = np.argsort(-p.scores(images, p.embed_texts([f"a {word}"]))[:, 0], kind="stable")[:10]
         precision.append(len(relevant & set(top.tolist())) / 10)
         chance.append(len(relevant) / len(images))
+        hit.append(bool(relevant & set(top.tolist())))
     out |= {"word_queries": len(precision), "word_p_at_10": round(100 * float(np.mean(precision)), 2),
-            "word_p_at_10_chance": round(100 * float(np.mean(chance)), 2)}
+            "word_p_at_10_chance": round(100 * float(np.mean(chance)), 2),
+            "word_r_at_10": round(100 * float(np.mean(hit)), 2)}
     return out
 
 
