@@ -13,7 +13,7 @@ import numpy as np
 from safetensors.numpy import load_file
 
 from . import bundle as bundle_mod
-from .labels import FILE, SOURCE, combine, gated, logits, nearness, tensors, unit, write
+from .labels import FILE, SOURCE, combine, gated, head_rows, logits, nearness, tensors, unit, write
 from .weights import wheel
 
 TIMM = "timm==1.0.15"
@@ -151,8 +151,8 @@ def sweep(directory, cache, data, gallery: str | None, threads: int = 0) -> list
     p, start, fc, decoder, dev, dev_codes, names = prepare(directory, cache, data, threads)
     if p.labels is not None:
         raise SystemExit(f"{directory}: has labels already; sweep a bundle without them")
-    t = tensors(fc[0], {**decoder, "vectors": np.zeros((1, 1))})
-    plus, minus, bias = (t[k].astype(np.float32) for k in ("plus", "minus", "bias"))
+    plus, minus = (x.astype(np.float32) for x in head_rows(fc[0], decoder["up"], decoder["down"]))
+    bias = decoder["bias"]
     if p.bundle.hubness is None:
         raise SystemExit(f"{directory}: no hubness bank for the gate to read; run `hubness` first")
     bank, k = p.bundle.hubness, p.m["hubness"]["k"]

@@ -29,18 +29,24 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from . import hubness
 from .filemode import shareable
 
 FILE, SOURCE = "labels.safetensors", "labels-source.safetensors"
 
 
-def tensors(fc_weight: np.ndarray, source: dict) -> dict[str, np.ndarray]:
-    """labels.safetensors' tensors from the classifier's weight and the source: element-wise float32 products,
-    so the same inputs give the same bytes on any machine."""
+def head_rows(fc_weight: np.ndarray, up: np.ndarray, down: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """"plus" and "minus" [classes, head] float16: the classifier's weight times each head feature's mean
+    difference, element-wise float32 products, so the same inputs give the same bytes on any machine."""
     w = np.asarray(fc_weight, np.float32)
-    return {"plus": (w * source["up"][None, :]).astype(np.float16),
-            "minus": (w * source["down"][None, :]).astype(np.float16),
-            "bias": np.asarray(source["bias"], np.float32), "vectors": np.asarray(source["vectors"], np.float16)}
+    return (w * up[None, :]).astype(np.float16), (w * down[None, :]).astype(np.float16)
+
+
+def tensors(fc_weight: np.ndarray, source: dict) -> dict[str, np.ndarray]:
+    """labels.safetensors' tensors from the classifier's weight and the source."""
+    plus, minus = head_rows(fc_weight, source["up"], source["down"])
+    return {"plus": plus, "minus": minus, "bias": np.asarray(source["bias"], np.float32),
+            "vectors": np.asarray(source["vectors"], np.float16)}
 
 
 def logits(codes: np.ndarray, plus: np.ndarray, minus: np.ndarray, bias: np.ndarray, start: int) -> np.ndarray:
@@ -78,11 +84,9 @@ def read(directory: Path, spec: dict) -> dict[str, np.ndarray]:
     return {k: t[k].astype(np.float32) for k in ("plus", "minus", "bias", "vectors")}
 
 
-def nearness(vectors: np.ndarray, bank: np.ndarray, k: int, chunk: int = 1024) -> np.ndarray:
-    """Each vector's mean of its k highest cosines to the caption bank (the hubness offset is -alpha x this)."""
-    out = [np.sort(vectors[i:i + chunk] @ bank.T, axis=1)[:, -k:].astype(np.float64).mean(1)
-           for i in range(0, len(vectors), chunk)]
-    return np.concatenate(out).astype(np.float32) if out else np.zeros(0, np.float32)
+def nearness(vectors: np.ndarray, bank: np.ndarray, k: int) -> np.ndarray:
+    """Each vector's mean of its k highest cosines to the caption bank: the hubness offset at alpha 1, negated."""
+    return -hubness.offsets(vectors, bank, k, 1.0)
 
 
 def gated(weight: float, near: np.ndarray | None, gate: dict | None) -> np.ndarray | float:

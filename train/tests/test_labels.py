@@ -14,8 +14,9 @@ def test_the_logits_read_off_the_code_are_the_classifier_on_each_codes_training_
     codes = fne.encode(raw, mean, std)
     fc = (rng.normal(0, 1, (7, 5)).astype(np.float32), rng.normal(0, 1, 7).astype(np.float32))
     start = 7  # the "head" is features 7..12
-    t = labels.tensors(fc[0], {**conse.head_decoder(raw, codes, fc, start), "vectors": np.zeros((1, 1))})
-    plus, minus, bias = (t[k].astype(np.float32) for k in ("plus", "minus", "bias"))
+    decoder = conse.head_decoder(raw, codes, fc, start)
+    plus, minus = (x.astype(np.float32) for x in labels.head_rows(fc[0], decoder["up"], decoder["down"]))
+    bias = decoder["bias"]
     # Each head feature read back as its training mean given its code, then the classifier.
     head, q = raw[:, start:], codes[:, start:]
     recon = np.stack([np.array([head[q[:, c] == v, c].mean() for v in (-1, 0, 1)])[q[:, c] + 1]
