@@ -77,11 +77,22 @@ pub async fn open_database(store_args: &StoreArgs) -> anyhow::Result<Database> {
     Database::open(&store_args.database_url, timeout).await
 }
 
+/// What a command opens the service for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Searches (the server, `eval`, `reindex`): the index as `--index` says.
+    Search,
+    /// Writes only (`import`, `ingest`): under `--index memory` a graph is kept only where its snapshot can
+    /// be written; otherwise the rows alone are written, and the server builds its graph from them at start.
+    Write,
+}
+
 pub async fn open_service(
     pipeline: Arc<Pipeline>,
     store_args: &StoreArgs,
     metrics: Arc<Metrics>,
     url_fetcher: Option<Arc<Fetcher>>,
+    purpose: Purpose,
 ) -> anyhow::Result<Arc<Service>> {
     let db = open_database(store_args).await?;
     let snapshot_dir: Option<PathBuf> = store_args.index_dir.clone().or_else(|| {
@@ -93,6 +104,9 @@ pub async fn open_service(
     });
     let opts = ServiceOptions {
         backend: match store_args.index {
+            IndexMode::Memory if purpose == Purpose::Write && snapshot_dir.is_none() => {
+                IndexBackend::RowsOnly
+            }
             IndexMode::Memory => IndexBackend::Memory,
             IndexMode::Database => IndexBackend::Database,
         },
@@ -188,7 +202,14 @@ impl Application {
         }
         let url_fetcher = url_fetcher(&cfg.url_ingest, cfg.model.max_image_bytes)?;
         let pipeline = load_wrapped(&cfg.model, &metrics, wrap)?;
-        let service = open_service(pipeline, &cfg.store, metrics.clone(), url_fetcher).await?;
+        let service = open_service(
+            pipeline,
+            &cfg.store,
+            metrics.clone(),
+            url_fetcher,
+            Purpose::Search,
+        )
+        .await?;
         // Before the listener: the first requests find the runtime's buffers sized and the pages warm.
         match service.warm_up().await {
             Ok(took) => tracing::info!(ms = took.as_millis() as u64, "warmed up"),

@@ -21,12 +21,12 @@ use sha2::{Digest, Sha256};
 
 use super::{offline_pipeline, progress};
 use crate::{
-    app::{open_service, url_fetcher},
+    app::{Purpose, open_service, url_fetcher},
     config::{ImportArgs, ModelArgs, StoreArgs, UrlIngestArgs},
     metrics::Metrics,
     service::{
         CollectionName, EXPORT_FORMAT, ExportLine, ImageItem, ImageLine, ImageSource, ImportMark,
-        Service,
+        IndexBackend, Service,
     },
 };
 
@@ -206,7 +206,14 @@ pub(super) async fn fetching_service(
 ) -> anyhow::Result<(Arc<Service>, Arc<Metrics>)> {
     let fetcher = url_fetcher(url_ingest, model.max_image_bytes)?;
     let metrics = Arc::new(Metrics::new());
-    let svc = open_service(offline_pipeline(model)?, store, metrics.clone(), fetcher).await?;
+    let svc = open_service(
+        offline_pipeline(model)?,
+        store,
+        metrics.clone(),
+        fetcher,
+        Purpose::Write,
+    )
+    .await?;
     Ok((svc, metrics))
 }
 
@@ -309,6 +316,12 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
         metrics.embedded("image"),
         metrics.embedded("text"),
     );
+    if svc.index_backend() == IndexBackend::RowsOnly {
+        println!(
+            "rows only: no HNSW graph built here (nowhere to keep it without --index-dir); a server builds \
+             its own from the rows at start"
+        );
+    }
     if job.failed > 0 {
         println!(
             "{} photos given by URL were left out (--skip-failed; each is logged above with its line)",

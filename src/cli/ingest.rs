@@ -9,12 +9,24 @@ use super::{
     add::{Folder, add_all},
     ensure_collection, offline_pipeline, read_captions,
 };
-use crate::{app::open_service, config::IngestArgs, metrics::Metrics, service::CollectionName};
+use crate::{
+    app::{Purpose, open_service},
+    config::IngestArgs,
+    metrics::Metrics,
+    service::CollectionName,
+};
 
 pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     let collection = CollectionName::parse(&args.collection)?;
     let pipeline = offline_pipeline(&args.model)?;
-    let svc = open_service(pipeline, &args.store, Arc::new(Metrics::new()), None).await?;
+    let svc = open_service(
+        pipeline,
+        &args.store,
+        Arc::new(Metrics::new()),
+        None,
+        Purpose::Write,
+    )
+    .await?;
     let captions = match &args.captions {
         Some(p) => read_captions(p)?,
         None => HashMap::new(),

@@ -3,11 +3,22 @@
 use std::sync::Arc;
 
 use super::offline_pipeline;
-use crate::{app::open_service, config::ReindexArgs, metrics::Metrics};
+use crate::{
+    app::{Purpose, open_service},
+    config::ReindexArgs,
+    metrics::Metrics,
+};
 
 pub async fn reindex(args: ReindexArgs) -> anyhow::Result<()> {
     let pipeline = offline_pipeline(&args.model)?;
-    let svc = open_service(pipeline, &args.store, Arc::new(Metrics::new()), None).await?;
+    let svc = open_service(
+        pipeline,
+        &args.store,
+        Arc::new(Metrics::new()),
+        None,
+        Purpose::Search,
+    )
+    .await?;
     let r = svc.reindex(args.page_rows).await?;
     svc.snapshot().await?;
     svc.close().await;

@@ -269,7 +269,7 @@ async fn indexes_that_stop_following_the_database_are_not_ready() {
     let metrics = Arc::new(Metrics::new());
     let pipeline = app::load_pipeline_with(&cfg.model, &metrics).expect("pipeline");
     // A service whose follower never runs: its indexes are as current as its opening.
-    let svc = app::open_service(pipeline, &cfg.store, metrics, None)
+    let svc = app::open_service(pipeline, &cfg.store, metrics, None, app::Purpose::Search)
         .await
         .expect("service");
     let opts = ReadyOptions {

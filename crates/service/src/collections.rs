@@ -83,7 +83,7 @@ impl Service {
             .store
             .create_collection_with(name.as_str(), description, text_fields)
             .await?;
-        if self.in_database() {
+        if !self.holds_graphs() {
             return Ok(row);
         }
         let params = self.opts.index;

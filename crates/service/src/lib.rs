@@ -93,6 +93,10 @@ pub enum IndexBackend {
     /// pgvector columns and HNSW indexes inside Postgres, written with the rows; this process holds no graph
     /// (docs/storage.md, "The index in the database").
     Database,
+    /// No index here or in the database: an offline command's writes go to the rows only, because a graph
+    /// built as it writes would have nowhere to be kept (`jointspace import` into Postgres without
+    /// `--index-dir`); a server builds or fills its own index from the rows, as it would anyway.
+    RowsOnly,
 }
 
 pub struct ServiceOptions {
@@ -151,13 +155,15 @@ impl Service {
             probes: Default::default(),
         };
         svc.check_provenance().await?;
-        if svc.in_database() {
-            svc.enable_database_index().await?;
-        } else {
-            for c in svc.store.list_collections().await? {
-                let idx = svc.load_indexes(&c).await?;
-                svc.indexes.put(c.id, idx);
+        match svc.opts.backend {
+            IndexBackend::Database => svc.enable_database_index().await?,
+            IndexBackend::Memory => {
+                for c in svc.store.list_collections().await? {
+                    let idx = svc.load_indexes(&c).await?;
+                    svc.indexes.put(c.id, idx);
+                }
             }
+            IndexBackend::RowsOnly => {}
         }
         svc.update_gauges();
         Ok(svc)
@@ -291,6 +297,16 @@ impl Service {
         self.opts.backend == IndexBackend::Database
     }
 
+    /// Where this process's vector index lives.
+    pub fn index_backend(&self) -> IndexBackend {
+        self.opts.backend
+    }
+
+    /// Whether this process keeps HNSW graphs (`--index memory`, where they can be used or kept).
+    fn holds_graphs(&self) -> bool {
+        self.opts.backend == IndexBackend::Memory
+    }
+
     /// Readies the database's pgvector columns and HNSW indexes for the loaded bundle (built at the first start
     /// in this mode, found at later ones).
     async fn enable_database_index(&self) -> Result<()> {
@@ -322,10 +338,10 @@ impl Service {
         Ok(())
     }
 
-    /// A collection's in-memory indexes, or none under `--index database` (the caller's write is then
-    /// searchable through the rows it committed, with nothing more to do).
+    /// A collection's in-memory indexes, or none where this process holds no graph (under `--index database`
+    /// the caller's write is then searchable through the rows it committed, with nothing more to do).
     fn memory_indexes(&self, collection_id: i64) -> Result<Option<CollectionIndexes>> {
-        if self.in_database() {
+        if !self.holds_graphs() {
             return Ok(None);
         }
         self.indexes_of(collection_id).map(Some)
@@ -364,7 +380,7 @@ impl Service {
             .opts
             .snapshot_dir
             .clone()
-            .filter(|_| !self.in_database())
+            .filter(|_| self.holds_graphs())
         else {
             return Ok(0);
         };

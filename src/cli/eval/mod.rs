@@ -21,7 +21,7 @@ use super::{
     ensure_collection, offline_pipeline,
 };
 use crate::{
-    app::open_service,
+    app::{Purpose, open_service},
     config::{EvalArgs, StoreArgs},
     metrics::Metrics,
     modality::Modality,
@@ -59,6 +59,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         &store_args,
         Arc::new(Metrics::new()),
         None,
+        Purpose::Search,
     )
     .await?;
     let collection = CollectionName::parse(&format!("eval-{}", args.split))?;

@@ -60,7 +60,7 @@ impl Service {
                         .list_collections()
                         .await?
                         .into_iter()
-                        .filter(|_| !self.in_database())
+                        .filter(|_| self.holds_graphs())
                     {
                         let idx = self.load_indexes(&c).await?;
                         self.indexes.put(c.id, idx);
