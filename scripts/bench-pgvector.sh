@@ -5,16 +5,18 @@
 # `jointspace serve`, and for sentence searches recall@10 against an exact scan (unfiltered, 1% and 50% filters),
 # sequential latency p50/p99 and an open-loop load; plus the first database-mode start (column fill + HNSW build),
 # the memory index's first build, and the database size.
-# Usage: N=100000 [EFS="256 512"] [RATE=200] scripts/bench-pgvector.sh
+# Usage: N=100000 [SET=flickr8k|clusters] [EFS="256 512"] [RATE=200] scripts/bench-pgvector.sh
 #   results: one JSON line per measurement in target/bench/pgvector.jsonl; EFS: the searches again at those
 #   --ef-search values (the default being 128). Resumable: the database, the memory index's snapshot and the exact
-#   answers live in BENCH_DIR (default .cache/bench-pgvector-N, ignored by git), so a rerun (or one after a crash)
+#   answers live in BENCH_DIR (default .cache/bench-pgvector-SET-N, ignored by git), so a rerun (or one after a crash)
 #   skips the import and the builds it already made; their times are kept there and printed again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-100000}
 BUNDLE=${BENCH_BUNDLE:-models/flickr8k-vgg16-fne}
-DIR=${BENCH_DIR:-$PWD/.cache/bench-pgvector-$N}
+SET=${SET:-flickr8k}
+DATA=${BENCH_DATA:-$PWD/../shared/data/flickr8k}
+DIR=${BENCH_DIR:-$PWD/.cache/bench-pgvector-$SET-$N}
 OUT=target/bench; mkdir -p "$OUT" "$DIR"
 PY=$PWD/.venv/bin/python
 source scripts/lib.sh
@@ -37,7 +39,9 @@ cleanup() {
 trap cleanup EXIT
 URL="postgres://postgres@127.0.0.1:$port/bench"
 export JOINTSPACE_BUNDLE=$BUNDLE JOINTSPACE_DATABASE_URL=$URL RUST_LOG=warn
-emit() { echo "$1" | tee -a "$OUT/pgvector.jsonl"; }
+# Each JSON line names the set it measured.
+tag() { sed "s/^{/{\"set\": \"$SET\", /"; }
+emit() { echo "$1" | tag | tee -a "$OUT/pgvector.jsonl"; }
 # A step done once per BENCH_DIR: its JSON line is kept in DIR/NAME.json and printed again on later runs.
 once() { # name command...
   local name=$1; shift
@@ -47,7 +51,7 @@ once() { # name command...
 import() {
   "$PGBIN/psql" -qh 127.0.0.1 -p "$port" -U postgres -c "DROP DATABASE IF EXISTS bench" -c "CREATE DATABASE bench" \
     -c "\c bench" -c "CREATE EXTENSION vector" >/dev/null
-  "$PY" scripts/bench_pgvector.py export "$BUNDLE" "$N" "$DIR/big.jsonl"
+  "$PY" scripts/bench_pgvector.py export "$BUNDLE" "$N" "$DIR/big.jsonl" "$SET" "$DATA"
   local t0 t1; t0=$(date +%s.%N)
   "$JS" import "$DIR/big.jsonl" --batch 256 >/dev/null
   t1=$(date +%s.%N)
@@ -88,10 +92,9 @@ read -r db_ready db_rss < <(start 28601 --index database "${EB[@]}")
 read -r mem_ready mem_rss < <(start 28602 --index memory --index-dir "$DIR/snapshot" "${EB[@]}")
 size=$("$PGBIN/psql" -qtAh 127.0.0.1 -p "$port" -U postgres -d bench -c "SELECT pg_database_size('bench')")
 emit "{\"bench\": \"pgvector-start\", \"n\": $N, \"database_ready_s\": $db_ready, \"database_rss_kb\": $db_rss, \"memory_ready_from_snapshot_s\": $mem_ready, \"memory_rss_kb\": $mem_rss, \"database_bytes\": $size}"
-"$PY" scripts/bench_pgvector.py search "$N" "$DIR/truth.jsonl" database=28601 memory=28602 | tee -a "$OUT/pgvector.jsonl"
+"$PY" scripts/bench_pgvector.py search "$N" "$DIR/truth.jsonl" database=28601 memory=28602 | tag | tee -a "$OUT/pgvector.jsonl"
 # Open-loop load at RATE req/s (200) on each server: the bench's `load` with Flickr8k's captions, latency counted
 # from each request's scheduled start.
-DATA=${BENCH_DATA:-$PWD/../shared/data/flickr8k}
 BENCH=$(bench_binary)
 for p in 28601 28602; do
   mode=database; [[ $p == 28602 ]] && mode=memory
@@ -99,7 +102,7 @@ for p in 28601 28602; do
       --texts "$DATA/Flickr8k.token.txt" --rate "${RATE:-200}" --seconds 10 --server-pid "$(cat "$DIR/pid-$p")" \
     | python3 -c 'import json, sys; d = json.load(sys.stdin); print(json.dumps({"bench": "pgvector-load", "n": int(sys.argv[1]),
       "index": sys.argv[2], **{k: d.get(k) for k in ("rate", "throughput_ok_per_s", "latency_all", "statuses",
-      "server_cpu_ms_per_request", "loadavg")}}))' "$N" "$mode" | tee -a "$OUT/pgvector.jsonl"
+      "server_cpu_ms_per_request", "loadavg")}}))' "$N" "$mode" | tag | tee -a "$OUT/pgvector.jsonl"
 done
 # EFS="256 512": recall and latency again with a wider search (--ef-search); the memory index reloads its snapshot.
 for ef in ${EFS:-}; do
@@ -107,6 +110,6 @@ for ef in ${EFS:-}; do
   start 28601 --index database --ef-search "$ef" "${EB[@]}" >/dev/null
   start 28602 --index memory --index-dir "$DIR/snapshot" --ef-search "$ef" "${EB[@]}" >/dev/null
   "$PY" scripts/bench_pgvector.py search "$N" "$DIR/truth.jsonl" database=28601 memory=28602 \
-    | sed "s/^{/{\"ef_search\": $ef, /" | tee -a "$OUT/pgvector.jsonl"
+    | sed "s/^{/{\"ef_search\": $ef, /" | tag | tee -a "$OUT/pgvector.jsonl"
 done
 stop 28601; stop 28602

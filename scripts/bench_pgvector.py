@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 
@@ -19,8 +20,48 @@ FILTERS = (
 )
 
 
-def export(bundle, n, path):
-    """N ternary codes in 1,000 clusters (a prototype each, a fifth of its positions redrawn per image)."""
+VALUES = np.array([-1, 0, 0, 1], dtype=np.int8)
+
+
+def cluster_codes(rng, protos, n, start):
+    """The first synthetic set: 1,000 random prototypes, a fifth of each one's positions redrawn per image. At 1M
+    its 1,000 near-copies a cluster leave hundreds of codes within rounding of a query's tenth neighbour."""
+    dim = protos.shape[1]
+    ids = np.arange(start, start + n)
+    codes = protos[ids % 1000].copy()
+    # dim // 5 distinct positions per row: the smallest of a row of uniform draws.
+    pos = np.argpartition(rng.random((n, dim), dtype=np.float32), dim // 5, axis=1)[:, : dim // 5]
+    np.put_along_axis(codes, pos, VALUES[rng.integers(0, 4, size=pos.shape)], axis=1)
+    return codes
+
+
+def flickr8k_photos(bundle, data):
+    """Flickr8k's photos' ternary codes under the bundle (its vision graph, crop mode and FNE statistics), from the
+    trainer's feature cache (computed there, once, when missing)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "train"))
+    from jointspace_train import data as data_mod
+    from jointspace_train import features, pipeline
+
+    p = pipeline.Pipeline(bundle)
+    v = p.m["vision"]
+    raw = features.extract(p.bundle.path("vision.onnx"), v, Path(data) / "images", data_mod.all_images(data),
+                           v["crop_mode"])
+    return p.codes(raw)
+
+
+def crossover_codes(rng, photos, n):
+    """Real photos' codes re-drawn: each image takes every position from one of two random Flickr8k photos, a
+    share of 50-90% from the first, so the vectors spread as photos do (between two real ones, some close to
+    one) rather than in tight clusters of near-copies."""
+    a = photos[rng.integers(0, len(photos), size=n)]
+    b = photos[rng.integers(0, len(photos), size=n)]
+    share = rng.uniform(0.5, 0.9, size=(n, 1)).astype(np.float32)
+    return np.where(rng.random(a.shape, dtype=np.float32) < share, a, b)
+
+
+def export(bundle, n, path, kind, data):
+    """N synthetic images' codes (KIND: `flickr8k`, re-drawn photos, or `clusters`) as a `jointspace import`
+    file; metadata `bucket` (id % 100) and `half` (id % 2) for the filters."""
     with open(f"{bundle}/bundle.json") as f:
         dim = json.load(f)["fne"]["dim"]
     # The vision id as the server computes it is checked on import: read it from the server's own reading.
@@ -29,22 +70,20 @@ def export(bundle, n, path):
     bundle_id = text.split("bundle", 1)[1].split()[0]
     vision_id = text.split("vision id", 1)[1].split()[0]
     rng = np.random.default_rng(44)
-    values = np.array([-1, 0, 0, 1], dtype=np.int8)
-    protos = values[rng.integers(0, 4, size=(1000, dim))]
+    photos = flickr8k_photos(bundle, data) if kind == "flickr8k" else None
+    protos = VALUES[rng.integers(0, 4, size=(1000, dim))] if photos is None else None
     with open(path, "w") as f:
         f.write(json.dumps({"header": {"format": "jointspace-export", "version": 1, "collection": "big",
-                                       "description": "synthetic", "exported_at": "2026-11-26T00:00:00Z"}}) + "\n")
+                                       "description": f"synthetic ({kind})",
+                                       "exported_at": "2026-11-26T00:00:00Z"}}) + "\n")
         chunk = 2000
         for start in range(0, n, chunk):
-            ids = np.arange(start, min(n, start + chunk))
-            codes = protos[ids % 1000].copy()
-            # dim // 5 distinct positions per row: the smallest of a row of uniform draws.
-            pos = np.argpartition(rng.random((len(ids), dim), dtype=np.float32), dim // 5, axis=1)[:, : dim // 5]
-            np.put_along_axis(codes, pos, values[rng.integers(0, 4, size=pos.shape)], axis=1)
+            m = min(n, start + chunk) - start
+            codes = cluster_codes(rng, protos, m, start) if photos is None else crossover_codes(rng, photos, m)
             plus = np.packbits(codes == 1, axis=1, bitorder="little")
             minus = np.packbits(codes == -1, axis=1, bitorder="little")
-            for i, p, m in zip(ids.tolist(), plus, minus):
-                code = base64.b64encode(p.tobytes() + m.tobytes()).decode()
+            for i, p, q in zip(range(start, start + m), plus, minus):
+                code = base64.b64encode(p.tobytes() + q.tobytes()).decode()
                 f.write(json.dumps({"image": {"external_id": f"s{i}", "metadata": {"bucket": i % 100, "half": i % 2},
                                               "width": 64, "height": 64, "code": code, "vision_id": vision_id,
                                               "bundle_id": bundle_id, "created_at": "2026-11-26T00:00:00Z"}}) + "\n")
@@ -76,7 +115,8 @@ def queries():
 def truth(exact, path):
     """The exact server's answers, one JSON line per query, for `searches` to score against."""
     with open(path, "w") as f:
-        f.writelines(json.dumps({"filter": name, "body": body, "hits": search(exact, body)[0]}) + "\n" for name, body in queries())
+        for name, body in queries():
+            f.write(json.dumps({"filter": name, "body": body, "hits": search(exact, body)[0]}) + "\n")
 
 
 def searches(n, truth_path, ports):
@@ -106,7 +146,7 @@ def searches(n, truth_path, ports):
 
 if __name__ == "__main__":
     if sys.argv[1] == "export":
-        export(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        export(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6])
     elif sys.argv[1] == "truth":
         truth(int(sys.argv[2]), sys.argv[3])
     else:
