@@ -130,6 +130,8 @@ pub struct Service {
     /// When the indexes last held everything committed (the open, then each follow step that succeeded).
     followed_at_ms: AtomicU64,
     probes: admin::readiness::ProbeCache,
+    /// Under `--index database`, collections' sizes for the scan-or-walk choice of a filtered search.
+    sizes: search::database::CollectionSizes,
 }
 
 impl Service {
@@ -153,6 +155,7 @@ impl Service {
             started,
             followed_at_ms: AtomicU64::new(0),
             probes: Default::default(),
+            sizes: Default::default(),
         };
         svc.check_provenance().await?;
         match svc.opts.backend {

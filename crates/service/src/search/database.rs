@@ -4,6 +4,12 @@
 //! (`index::rank_candidates`), so the two backends score and order alike and differ only in which candidates
 //! the graph walk finds.
 
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
 use crate::{
     Result, Service,
     filter::Filter,
@@ -21,6 +27,27 @@ pub(crate) fn metric_of(score: Score) -> VectorMetric {
         Score::Order { .. } | Score::NegL2 => VectorMetric::L2,
     }
 }
+
+/// A filtered walk through pgvector's index visits about `limit x live / matches` tuples (its iterative scan goes
+/// on until `limit` of them pass the filter), each costing about `WALK_COST` times a row of the exact scan, which
+/// reads the `matches` rows: the scan costs less while matches^2 <= WALK_COST x limit x live, and is exact.
+/// Measured at 1M (docs/benchmarks.md, session 31): the scan about 5 us a row (10,000 rows 96 ms, 50,000 308 ms),
+/// a visited tuple about 60 us (a heap fetch to test the filter), so about 35,000 rows (3.5%) at 100 candidates.
+const WALK_COST: f64 = 12.0;
+
+/// Whether the filtered walk costs less than the exact scan of the `matches` rows of a collection of `live`.
+pub(crate) fn walk_beats_scan(matches: usize, live: usize, limit: usize) -> bool {
+    let m = matches as f64;
+    m * m > WALK_COST * limit as f64 * live as f64
+}
+
+/// How long a collection's counted size serves the scan-or-walk choice: it needs the order of magnitude only,
+/// and a count of 1M rows costs a search's worth of time.
+const SIZE_TTL: Duration = Duration::from_secs(60);
+
+/// Collections' sizes as last counted, and when.
+#[derive(Default)]
+pub(crate) struct CollectionSizes(Mutex<HashMap<i64, (Instant, usize)>>);
 
 /// The one query, its settings and what to ask for.
 pub(crate) struct DbQuery<'a> {
@@ -79,14 +106,52 @@ impl Service {
         Ok((ranked, matches))
     }
 
+    /// A collection's image count, counted at most once a `SIZE_TTL`.
+    async fn collection_size(&self, collection_id: i64) -> Result<usize> {
+        if let Some((at, n)) = self.sizes.0.lock().expect("sizes").get(&collection_id) {
+            if at.elapsed() < SIZE_TTL {
+                return Ok(*n);
+            }
+        }
+        let n = self
+            .timed_db(
+                "count_images",
+                self.store.count_images(collection_id, &Filter::all()),
+            )
+            .await?
+            .max(0) as usize;
+        self.sizes
+            .0
+            .lock()
+            .expect("sizes")
+            .insert(collection_id, (Instant::now(), n));
+        Ok(n)
+    }
+
+    /// Whether a filter admitting `matches` rows is scanned exactly rather than walked: at most
+    /// `--exact-below` rows, or whenever the scan costs less than the walk (`walk_beats_scan`).
+    async fn scans(
+        &self,
+        collection_id: i64,
+        matches: Option<usize>,
+        limit: usize,
+    ) -> Result<bool> {
+        Ok(match matches {
+            None => false,
+            Some(m) if m <= self.opts.index.exact_below => true,
+            Some(m) => !walk_beats_scan(m, self.collection_size(collection_id).await?, limit),
+        })
+    }
+
     /// The page of hits: the graph walk for `score.candidates(offset + k)` rows, re-ranked exactly. A filter
-    /// that admits at most `--exact-below` rows scans them exactly instead (cheaper than a walk that skips
-    /// nearly everything, and exact); a walk that comes back short (pgvector's iterative scan stops after
-    /// `hnsw.max_scan_tuples` visits, and a small collection is a narrow filter on the shared table) is
-    /// replaced by the exact scan, so a page is never short while rows remain.
+    /// narrow enough (`scans`) is scanned exactly instead (cheaper than a walk that skips nearly everything,
+    /// and exact); a walk that comes back short (pgvector's iterative scan stops after `hnsw.max_scan_tuples`
+    /// visits, and a small collection is a narrow filter on the shared table) is replaced by the exact scan,
+    /// so a page is never short while rows remain.
     pub(crate) async fn nearest_in_database(&self, q: DbQuery<'_>) -> Result<Vec<Hit>> {
         let score = self.score(q.query_modality, q.target);
         let limit = score.candidates(q.offset + q.k);
+        let exact = self.scans(q.collection_id, q.matches, limit).await?;
         let mut n = Nearest {
             collection_id: q.collection_id,
             modality: q.target,
@@ -96,7 +161,7 @@ impl Service {
             filter: q.filter,
             exclude: q.exclude,
             ef_search: self.opts.index.ef_search.max(limit),
-            exact: q.matches.is_some_and(|m| m <= self.opts.index.exact_below),
+            exact,
         };
         let mut found = self.timed_db("nearest", self.store.nearest(&n)).await?;
         if !n.exact && found.len() < limit && q.matches.is_none_or(|m| found.len() < m) {
@@ -110,5 +175,22 @@ impl Service {
             q.offset,
             q.k,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::walk_beats_scan;
+
+    #[test]
+    fn narrow_filters_are_scanned_and_broad_ones_walked() {
+        // 1M images, 100 candidates (hubness offsets at k 10): the scan wins up to 34,641 matches (3.5%).
+        assert!(!walk_beats_scan(10_000, 1_000_000, 100), "1%: scan");
+        assert!(!walk_beats_scan(34_641, 1_000_000, 100));
+        assert!(walk_beats_scan(34_642, 1_000_000, 100));
+        assert!(walk_beats_scan(50_000, 1_000_000, 100), "5%: walk");
+        // In a collection of 10,000 a filter keeping 30% is still scanned, half of it walked.
+        assert!(!walk_beats_scan(3_000, 10_000, 100));
+        assert!(walk_beats_scan(5_000, 10_000, 100));
     }
 }
