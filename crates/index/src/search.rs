@@ -49,7 +49,8 @@ impl VectorIndex {
             }
             None => (score.candidates(want), None),
         };
-        let walk_pays = allowed.is_none() || walk_beats_scan(pool, inner.live.len(), count);
+        let walk_pays =
+            allowed.is_none() || walk_beats_scan(WALK_COST, pool, inner.live.len(), count);
         let hits = match &inner.graph {
             Some(graph) if pool > self.params.exact_below && want < pool && walk_pays => {
                 let walk = |count: usize, filter: Option<&HashSet<i64>>| {
@@ -93,12 +94,13 @@ impl VectorIndex {
 /// A walk through a filter that keeps 1 point in `t` costs about `WALK_COST x count x t` vector comparisons of an
 /// exact scan. Measured at 1M (1,024-d, m 24, 800 candidates; docs/benchmarks.md): the filtered walk took 260,
 /// 74-98 and 55 ms at 1%, 5% and 10%, the scan of the allowed ids 24, 94 and 176 ms: they meet near 5%.
-const WALK_COST: f64 = 3.0;
+pub(crate) const WALK_COST: f64 = 3.0;
 
-/// Whether a walk through the graph for `count` candidates among the `pool` ids a filter allows (of `live`)
-/// costs less than scoring the pool exactly: the scan costs `pool`, the walk `WALK_COST x count x live / pool`,
-/// so the scan wins while pool^2 <= WALK_COST x count x live (about 49,000 of 1M at k 10).
-pub(crate) fn walk_beats_scan(pool: usize, live: usize, count: usize) -> bool {
+/// Whether a walk through a graph for `count` candidates among the `pool` ids a filter allows (of `live`)
+/// costs less than scoring the pool exactly, a walked point costing `walk_cost` scanned ones: the scan costs
+/// `pool`, the walk `walk_cost x count x live / pool`, so the scan wins while pool^2 <= walk_cost x count x live
+/// (here, WALK_COST: about 49,000 of 1M at k 10; pgvector's walk has its own cost, the service's database.rs).
+pub fn walk_beats_scan(walk_cost: f64, pool: usize, live: usize, count: usize) -> bool {
     let pool = pool as f64;
-    pool * pool > WALK_COST * count as f64 * live as f64
+    pool * pool > walk_cost * count as f64 * live as f64
 }

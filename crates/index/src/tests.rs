@@ -341,13 +341,22 @@ fn a_broad_filter_on_the_graph_never_gives_a_short_or_wrong_page() {
 
 #[test]
 fn a_filter_narrow_enough_for_the_scan_to_cost_less_is_scanned() {
-    use crate::search::walk_beats_scan;
+    use crate::search::{WALK_COST, walk_beats_scan};
     // 1M points, 100 candidates x 8: the scan costs less up to sqrt(3 x 800 x 1M) = 48,990 allowed.
-    assert!(!walk_beats_scan(10_000, 1_000_000, 800), "1%: scan");
-    assert!(!walk_beats_scan(48_900, 1_000_000, 800));
-    assert!(walk_beats_scan(49_000, 1_000_000, 800));
-    assert!(walk_beats_scan(100_000, 1_000_000, 800), "10%: walk");
-    assert!(walk_beats_scan(500_000, 1_000_000, 200), "50%: walk");
+    assert!(
+        !walk_beats_scan(WALK_COST, 10_000, 1_000_000, 800),
+        "1%: scan"
+    );
+    assert!(!walk_beats_scan(WALK_COST, 48_900, 1_000_000, 800));
+    assert!(walk_beats_scan(WALK_COST, 49_000, 1_000_000, 800));
+    assert!(
+        walk_beats_scan(WALK_COST, 100_000, 1_000_000, 800),
+        "10%: walk"
+    );
+    assert!(
+        walk_beats_scan(WALK_COST, 500_000, 1_000_000, 200),
+        "50%: walk"
+    );
     // A small collection's narrow filters are scanned.
-    assert!(!walk_beats_scan(2_000, 5_000, 800));
+    assert!(!walk_beats_scan(WALK_COST, 2_000, 5_000, 800));
 }

@@ -13,7 +13,7 @@ use std::{
 use crate::{
     Result, Service,
     filter::Filter,
-    index::{Hit, Score, rank_candidates},
+    index::{Hit, Score, rank_candidates, walk_beats_scan},
     modality::Modality,
     search::{QueryVector, Ranked, SearchParams},
     store::{Nearest, VectorMetric},
@@ -34,12 +34,6 @@ pub(crate) fn metric_of(score: Score) -> VectorMetric {
 /// Measured at 1M (docs/benchmarks.md, session 31): the scan about 5 us a row (10,000 rows 96 ms, 50,000 308 ms),
 /// a visited tuple about 60 us (a heap fetch to test the filter), so about 35,000 rows (3.5%) at 100 candidates.
 const WALK_COST: f64 = 12.0;
-
-/// Whether the filtered walk costs less than the exact scan of the `matches` rows of a collection of `live`.
-pub(crate) fn walk_beats_scan(matches: usize, live: usize, limit: usize) -> bool {
-    let m = matches as f64;
-    m * m > WALK_COST * limit as f64 * live as f64
-}
 
 /// How long a collection's counted size serves the scan-or-walk choice: it needs the order of magnitude only,
 /// and a count of 1M rows costs a search's worth of time.
@@ -129,7 +123,8 @@ impl Service {
     }
 
     /// Whether a filter admitting `matches` rows is scanned exactly rather than walked: at most
-    /// `--exact-below` rows, or whenever the scan costs less than the walk (`walk_beats_scan`).
+    /// `--exact-below` rows, or whenever the scan costs less than pgvector's walk (`index::walk_beats_scan` at
+    /// this WALK_COST).
     async fn scans(
         &self,
         collection_id: i64,
@@ -139,7 +134,10 @@ impl Service {
         Ok(match matches {
             None => false,
             Some(m) if m <= self.opts.index.exact_below => true,
-            Some(m) => !walk_beats_scan(m, self.collection_size(collection_id).await?, limit),
+            Some(m) => {
+                let live = self.collection_size(collection_id).await?;
+                !walk_beats_scan(WALK_COST, m, live, limit)
+            }
         })
     }
 
@@ -180,17 +178,23 @@ impl Service {
 
 #[cfg(test)]
 mod tests {
-    use super::walk_beats_scan;
+    use super::{WALK_COST, walk_beats_scan};
 
     #[test]
     fn narrow_filters_are_scanned_and_broad_ones_walked() {
         // 1M images, 100 candidates (hubness offsets at k 10): the scan wins up to 34,641 matches (3.5%).
-        assert!(!walk_beats_scan(10_000, 1_000_000, 100), "1%: scan");
-        assert!(!walk_beats_scan(34_641, 1_000_000, 100));
-        assert!(walk_beats_scan(34_642, 1_000_000, 100));
-        assert!(walk_beats_scan(50_000, 1_000_000, 100), "5%: walk");
+        assert!(
+            !walk_beats_scan(WALK_COST, 10_000, 1_000_000, 100),
+            "1%: scan"
+        );
+        assert!(!walk_beats_scan(WALK_COST, 34_641, 1_000_000, 100));
+        assert!(walk_beats_scan(WALK_COST, 34_642, 1_000_000, 100));
+        assert!(
+            walk_beats_scan(WALK_COST, 50_000, 1_000_000, 100),
+            "5%: walk"
+        );
         // In a collection of 10,000 a filter keeping 30% is still scanned, half of it walked.
-        assert!(!walk_beats_scan(3_000, 10_000, 100));
-        assert!(walk_beats_scan(5_000, 10_000, 100));
+        assert!(!walk_beats_scan(WALK_COST, 3_000, 10_000, 100));
+        assert!(walk_beats_scan(WALK_COST, 5_000, 10_000, 100));
     }
 }
