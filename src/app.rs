@@ -82,8 +82,8 @@ pub async fn open_database(store_args: &StoreArgs) -> anyhow::Result<Database> {
 pub enum Purpose {
     /// Searches (the server, `eval`, `reindex`): the index as `--index` says.
     Search,
-    /// Writes only (`import`, `ingest`): under `--index memory` a graph is kept only where its snapshot can
-    /// be written; otherwise the rows alone are written, and the server builds its graph from them at start.
+    /// Writes only (`import`, `ingest`, `sync`): under `--index memory` a graph is kept only where its snapshot
+    /// can be written; otherwise the rows alone are written, and the server builds its graph from them at start.
     Write,
 }
 

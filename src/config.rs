@@ -210,8 +210,8 @@ pub struct StoreArgs {
     /// Where index snapshots go (default: an `index` folder next to the database file).
     #[arg(long, env = "JOINTSPACE_INDEX_DIR")]
     pub index_dir: Option<PathBuf>,
-    /// Collections (or filtered subsets) smaller than this are searched exactly instead of through HNSW (the
-    /// in-memory index also scans a filter's ids whenever that costs less than the walk).
+    /// Collections (or filtered subsets) smaller than this are searched exactly instead of through HNSW (either
+    /// index also scans a filter's matches whenever that costs less than the walk).
     #[arg(long, env = "JOINTSPACE_EXACT_BELOW", default_value_t = 2000)]
     pub exact_below: usize,
     /// HNSW search breadth (higher: better recall, slower; grow it with the collection: 1000 keeps recall@10

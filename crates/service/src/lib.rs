@@ -94,8 +94,8 @@ pub enum IndexBackend {
     /// (docs/storage.md, "The index in the database").
     Database,
     /// No index here or in the database: an offline command's writes go to the rows only, because a graph
-    /// built as it writes would have nowhere to be kept (`jointspace import` into Postgres without
-    /// `--index-dir`); a server builds or fills its own index from the rows, as it would anyway.
+    /// built as it writes would have nowhere to be kept (`jointspace import`, `ingest` or `sync` into Postgres
+    /// without `--index-dir`); a server builds or fills its own index from the rows, as it would anyway.
     RowsOnly,
 }
 
