@@ -12,8 +12,9 @@ source scripts/browser-env.sh
 
 # Three real photos to upload: Flickr8k's first test photos when the data set is beside the checkout (as in
 # CI), else the repository's fixture images.
-flickr=../shared/data/flickr8k
-if [[ -f $flickr/Flickr_8k.testImages.txt ]]; then
+source scripts/lib.sh
+flickr=$(flickr8k_dir)
+if flickr8k_present && [[ -f $flickr/Flickr_8k.testImages.txt ]]; then
   BROWSER_PHOTOS=$(head -n 3 "$flickr/Flickr_8k.testImages.txt" | sed "s|^|$(cd "$flickr" && pwd)/images/|")
 else
   BROWSER_PHOTOS=$(ls "$PWD"/tests/fixtures/images/fixture_{4,5,7}.png)

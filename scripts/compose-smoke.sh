@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # deploy/compose.yaml, really run: podman-compose (PyPI, pinned) brings up Postgres and two jointspace replicas,
-# a Flickr8k photo is ingested with its captions through replica 1 (admin key), found by one of its captions
+# a photo is ingested with its captions through replica 1 (admin key; a Flickr8k photo where the data set is
+# there, else a fixture photo of the repository: scripts/lib.sh, smoke_photo), found by one of its captions
 # through replica 2 (read key) once replica 2 has followed the change sequence, and everything is taken down
 # with its volumes.
 #
-#   bash ../shared/tools/container-sandbox.sh && source /tmp/container-sandbox/env.sh   # once, on this kind of VM
+#   scripts/container-setup.sh && source /tmp/container-sandbox/env.sh   # once, on this kind of VM
 #   scripts/compose-smoke.sh              # SKIP_BUILD=1: use jointspace:cpu as already built
 #
 # With no registry in reach, Postgres is deploy/standins/postgres (Debian's PostgreSQL 15 behind the official
@@ -13,8 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 [[ -f /tmp/container-sandbox/env.sh && -z "${CONTAINERS_CONF:-}" ]] && source /tmp/container-sandbox/env.sh
-command -v podman >/dev/null || { echo "compose-smoke: needs podman (bash ../shared/tools/container-sandbox.sh)" >&2; exit 1; }
-DATA=${DATA:-../shared/data/flickr8k}
+command -v podman >/dev/null || { echo "compose-smoke: needs podman (scripts/container-setup.sh)" >&2; exit 1; }
 PROJECT=jointspace-smoke-$$
 export JOINTSPACE_PORT_1=${JOINTSPACE_PORT_1:-18181} JOINTSPACE_PORT_2=${JOINTSPACE_PORT_2:-18182}
 export JOINTSPACE_ADMIN_KEY=compose-admin-$RANDOM$RANDOM$RANDOM JOINTSPACE_READ_KEY=compose-read-$RANDOM$RANDOM$RANDOM
@@ -65,9 +65,9 @@ echo "$ps" | sed 's/^/compose-smoke:   /'
 adm=(-H "Authorization: Bearer $JOINTSPACE_ADMIN_KEY"); rd=(-H "Authorization: Bearer $JOINTSPACE_READ_KEY")
 curl -fsS "${adm[@]}" -H 'content-type: application/json' -d '{"name":"compose"}' "$r1/v1/collections" >/dev/null \
   || fail "create a collection on replica 1"
-img=$(sed -n 5p "$DATA/Flickr8k.token.txt" | cut -d'#' -f1)
-mapfile -t caps < <(grep "^$img#" "$DATA/Flickr8k.token.txt" | cut -f2)
-form=(-F "image=@$DATA/images/$img" -F "external_id=$img")
+smoke_photo 5 || fail "no photo to ingest"
+img=$photo_name
+form=(-F "image=@$photo" -F "external_id=$img")
 for c in "${caps[@]}"; do form+=(-F "caption=$c"); done
 added=$(curl -fsS "${adm[@]}" "${form[@]}" "$r1/v1/collections/compose/images") || fail "ingest on replica 1"
 id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["images"][0]["id"])' <<<"$added")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Podman, ready to build and run the Dockerfile, on a machine that may have no container registry in reach
-# (what scripts/test.sh needs for its container stage; the same steps as ../shared/tools/container-sandbox.sh).
+# (what scripts/test.sh needs for its container stage).
 #
 #   scripts/container-setup.sh && source "${CONTAINER_SANDBOX:-/tmp/container-sandbox}/env.sh"
 #

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the container image (CPU target) and smoke-tests it: start with API keys, wait for /readyz, check the
-# health check and the non-root user, create a collection, ingest one Flickr8k photo with its captions, search
-# by text (read key), check a read key cannot write, stop with SIGTERM and check the graceful shutdown.
+# health check and the non-root user, create a collection, ingest one photo with its captions (Flickr8k's first
+# where the data set is there, else a fixture photo of the repository: scripts/lib.sh, smoke_photo), search by text
+# (read key), check a read key cannot write, stop with SIGTERM and check the graceful shutdown.
 #
 #   scripts/container-smoke.sh                 # podman (here: source /tmp/container-sandbox/env.sh first) or docker
 #   ENGINE=docker IMAGE=jointspace:cpu scripts/container-smoke.sh
@@ -12,7 +13,6 @@ source scripts/lib.sh
 ENGINE=${ENGINE:-$(command -v podman >/dev/null && echo podman || echo docker)}
 IMAGE=${IMAGE:-jointspace:smoke}
 PORT=${PORT:-18080}
-DATA=${DATA:-../shared/data/flickr8k}
 NAME=jointspace-smoke-$$
 ADMIN=smoke-admin-key-$RANDOM$RANDOM$RANDOM
 READ=smoke-read-key-$RANDOM$RANDOM$RANDOM
@@ -51,9 +51,9 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "$base/v1/collections")
 [[ "$code" == 401 ]] || fail "no key: expected 401, got $code"
 curl -fsS "${adm[@]}" -H 'content-type: application/json' -d '{"name":"smoke"}' "$base/v1/collections" >/dev/null \
   || fail "create collection"
-img=$(head -n 1 "$DATA/Flickr8k.token.txt" | cut -d'#' -f1)
-mapfile -t caps < <(grep "^$img#" "$DATA/Flickr8k.token.txt" | cut -f2)
-form=(-F "image=@$DATA/images/$img" -F "external_id=$img")
+smoke_photo 1 || fail "no photo to ingest"
+img=$photo_name
+form=(-F "image=@$photo" -F "external_id=$img")
 for c in "${caps[@]}"; do form+=(-F "caption=$c"); done
 added=$(curl -fsS "${adm[@]}" "${form[@]}" "$base/v1/collections/smoke/images") || fail "ingest"
 id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["images"][0]["id"])' <<<"$added")

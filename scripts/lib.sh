@@ -1,5 +1,31 @@
 # Sourced by the scripts that run the server (serve.sh, server.sh, test.sh, bench.sh, memory.sh,
-# page-screenshot.sh, container-smoke.sh, compose-smoke.sh): the two things each needs, written once.
+# page-screenshot.sh, container-smoke.sh, compose-smoke.sh, browser-test.sh): what each needs, written once.
+
+# The Flickr8k folder (images/, Flickr8k.token.txt, the splits): JOINTSPACE_FLICKR8K, else ../shared/data/flickr8k
+# beside the checkout. The one place a script names a path outside the repository; the test command runs without
+# it (flickr8k_present says whether it is there, and the smoke tests fall back to the repository's fixtures).
+flickr8k_dir() { echo "${JOINTSPACE_FLICKR8K:-../shared/data/flickr8k}"; }
+flickr8k_present() { [[ -f "$(flickr8k_dir)/Flickr8k.token.txt" && -d "$(flickr8k_dir)/images" ]]; }
+
+# smoke_photo N: sets `photo` (a path), `photo_name` and `caps` (its captions, an array) for the smoke tests: the
+# image of Flickr8k's Nth caption line with its five captions where the data set is there, else one of the
+# repository's fixture photos with its captions in tests/fixtures/images/captions.tsv (a line each: file, tab, caption).
+smoke_photo() {
+  local n=$1 data
+  if flickr8k_present; then
+    data=$(flickr8k_dir)
+    photo_name=$(sed -n "${n}p" "$data/Flickr8k.token.txt" | cut -d'#' -f1)
+    photo="$data/images/$photo_name"
+    mapfile -t caps < <(grep "^$photo_name#" "$data/Flickr8k.token.txt" | cut -f2)
+  else
+    local fixtures=tests/fixtures/images files
+    mapfile -t files < <(cut -f1 "$fixtures/captions.tsv" | awk '!seen[$0]++')
+    photo_name=${files[$(( (n - 1) % ${#files[@]} ))]}
+    photo="$fixtures/$photo_name"
+    mapfile -t caps < <(awk -F'\t' -v f="$photo_name" '$1 == f { print $2 }' "$fixtures/captions.tsv")
+  fi
+  [[ -f "$photo" && ${#caps[@]} -gt 0 ]] || { echo "smoke_photo: no photo with captions for line $n" >&2; return 1; }
+}
 
 # ORT_DYLIB_PATH, exported: the caller's, or onnxruntime's shared library from the .venv that
 # scripts/setup-python.sh made (the server loads it at start: ort's load-dynamic).

@@ -26,6 +26,7 @@ mod postgres_tls;
 mod readiness;
 mod reindex;
 mod replicas;
+mod self_contained;
 mod sharded;
 mod similarity;
 mod sync;
