@@ -9,7 +9,7 @@ flickr8k_present() { [[ -f "$(flickr8k_dir)/Flickr8k.token.txt" && -d "$(flickr8
 
 # smoke_photo N: sets `photo` (a path), `photo_name` and `caps` (its captions, an array) for the smoke tests: the
 # image of Flickr8k's Nth caption line with its five captions where the data set is there, else one of the
-# repository's fixture photos with its captions in tests/fixtures/images/captions.tsv (a line each: file, tab, caption).
+# repository's fixture photos (tests/fixtures/images) with its captions in tests/fixtures/captions.tsv (a line each: file, tab, caption).
 smoke_photo() {
   local n=$1 data
   if flickr8k_present; then
@@ -18,10 +18,10 @@ smoke_photo() {
     photo="$data/images/$photo_name"
     mapfile -t caps < <(grep "^$photo_name#" "$data/Flickr8k.token.txt" | cut -f2)
   else
-    local fixtures=tests/fixtures/images files
+    local fixtures=tests/fixtures files
     mapfile -t files < <(cut -f1 "$fixtures/captions.tsv" | awk '!seen[$0]++')
     photo_name=${files[$(( (n - 1) % ${#files[@]} ))]}
-    photo="$fixtures/$photo_name"
+    photo="$fixtures/images/$photo_name"
     mapfile -t caps < <(awk -F'\t' -v f="$photo_name" '$1 == f { print $2 }' "$fixtures/captions.tsv")
   fi
   [[ -f "$photo" && ${#caps[@]} -gt 0 ]] || { echo "smoke_photo: no photo with captions for line $n" >&2; return 1; }
