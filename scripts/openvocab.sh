@@ -11,6 +11,7 @@
 # and a table on stdout.
 # Environment: OPENVOCAB_LIMIT (only the first N stamps, a quick check), OPENVOCAB_CROP_MODE (the server's
 # --crop-mode; default the bundle's), OPENVOCAB_BATCH (pictures per request, 16), OPENVOCAB_PORT (28611),
+# OPENVOCAB_QUERIES (all, tune: the even stamps' queries, held-back: the odd ones'; the gallery is whole),
 # JOINTSPACE_BIN (target/release/jointspace), ORT_DYLIB_PATH (scripts/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -102,7 +103,7 @@ for bundle in "${bundles[@]}"; do
   wait_ready "$URL" 60 kill -0 "$SERVER_PID"
 
   ov measure --url "$URL" --manifest "$PWD/$GALLERY/manifest.jsonl" --limit "$LIMIT" --plain ov-plain \
-    --named ov-named --ranks "$PWD/$CACHE/results/$name.ranks.jsonl" >"$work/measure.json"
+    --named ov-named --queries "${OPENVOCAB_QUERIES:-all}" --ranks "$PWD/$CACHE/results/$name.ranks.jsonl" >"$work/measure.json"
   "$PY" - "$work/ingest.json" "$work/measure.json" "$(cut -d' ' -f1-3 /proc/loadavg)" >"$CACHE/results/$name.json" <<'EOF'
 import json, sys
 out = json.load(open(sys.argv[2]))

@@ -380,10 +380,15 @@ pub struct EvalArgs {
     pub batch: usize,
     #[arg(long, env = "JOINTSPACE_EVAL_CONCURRENCY", default_value_t = 2)]
     pub concurrency: usize,
-    /// Also measure hybrid search: each image keeps its first caption as a keyword-searchable title and its
-    /// other four are the queries, in vector, hybrid and keyword mode (docs/api.md, "Hybrid search").
+    /// Also measure hybrid search: each image keeps its first caption as its `title` text field and its other
+    /// four are the queries, by each channel alone (vector, text, keyword) and fused (docs/api.md, "Hybrid
+    /// search").
     #[arg(long, env = "JOINTSPACE_EVAL_HYBRID", value_parser = clap::builder::FalseyValueParser::new())]
     pub hybrid: bool,
+    /// With --hybrid: also every weighting of the three channels on a 0.1 grid, per fusion method (the five
+    /// best of each), measured on the same candidates: how the served weights were chosen (on --split dev).
+    #[arg(long, env = "JOINTSPACE_EVAL_FUSION_SWEEP", value_parser = clap::builder::FalseyValueParser::new())]
+    pub fusion_sweep: bool,
     #[command(flatten)]
     pub model: ModelArgs,
 }

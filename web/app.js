@@ -151,6 +151,8 @@ function forgetThumbnails() {
 
 const state = {
   collection: sessionStorage.getItem("jointspace.collection") || "",
+  textFields: {}, // collection name -> its text_fields: the first one found names a result
+
   query: null, // {kind: "text", text} | {kind: "photo", file} | {kind: "image", id}
   offset: 0,
 };
@@ -165,6 +167,7 @@ async function loadCollections(select) {
       state.collection = collections.length ? collections[0].name : "";
     }
     for (const c of collections) {
+      state.textFields[c.name] = c.text_fields || [];
       const o = document.createElement("option");
       o.value = c.name;
       o.textContent = `${c.name} (${c.images} photo${c.images === 1 ? "" : "s"})`;
@@ -423,7 +426,12 @@ function renderResults({ results, mode, unknown_words: unknown }, k, filter) {
   showStatus(`${results.length} result${results.length === 1 ? "" : "s"}.`);
 }
 
+// A result's name: its first text field with a value (a product's name, say), else its external id.
 function label(image) {
+  for (const path of state.textFields[state.collection] || []) {
+    const v = path.split(".").reduce((o, k) => (o && typeof o === "object" ? o[k] : undefined), image.metadata);
+    if (typeof v === "string" && v.trim()) return v.trim();
+  }
   return image.external_id ? image.external_id : `#${image.id}`;
 }
 
@@ -431,8 +439,18 @@ function label(image) {
 const SCORE_MEANS = {
   vector: "similarity score (higher is closer)",
   keyword: "text relevance of the words (higher matches better)",
-  hybrid: "fused rank score of meaning and words (higher ranks better in both)",
+  hybrid: "fused score of the photo, the words by meaning and the words as keywords (0 is average)",
 };
+
+// Why a hybrid or keyword result was found: what each channel said of it (ImageResult.channels).
+function why(channels) {
+  if (!channels) return "";
+  const parts = [];
+  if (channels.vector !== undefined) parts.push(`photo ${channels.vector.toFixed(2)}`);
+  if (channels.text !== undefined) parts.push(`words ${channels.text.toFixed(2)}`);
+  if (channels.keyword !== undefined) parts.push("keywords");
+  return parts.join(" · ");
+}
 
 function card(result, rank, mode) {
   const { image, score } = result;
@@ -454,6 +472,8 @@ function card(result, rank, mode) {
   const s = Object.assign(document.createElement("span"), { className: "score", textContent: score.toFixed(3) });
   s.title = SCORE_MEANS[mode] || SCORE_MEANS.vector;
   meta.append(name, s);
+  const reasons = why(result.channels);
+  if (reasons) meta.append(Object.assign(document.createElement("span"), { className: "card-why", textContent: reasons }));
   b.append(img, meta);
   b.addEventListener("click", () => openDetail(image.id));
   li.append(b);

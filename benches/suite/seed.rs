@@ -101,11 +101,10 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                 .zip(cap_vectors.into_iter().zip(cap_offsets))
                 .map(|(i, (vector, offset))| NewCaption {
                     image_id: None,
-                    caption: EmbeddedCaption {
-                        text: format!("synthetic caption {i}"),
-                        vector,
-                        offset,
-                    },
+                    caption: EmbeddedCaption::new(
+                        format!("synthetic caption {i}"),
+                        (vector, offset),
+                    ),
                 })
                 .collect();
             store.insert_captions(c.id, &cap_rows, &b.id, None).await?;

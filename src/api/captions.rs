@@ -36,6 +36,11 @@ pub struct Caption {
     pub id: i64,
     pub image_id: Option<i64>,
     pub text: String,
+    /// A sentence of the image's text field of this name (the collection's `text_fields`, embedded when the
+    /// image was written); absent for a caption someone wrote. Caption search finds both; lists show only
+    /// written captions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
     pub created_at: String,
 }
 
@@ -45,6 +50,7 @@ impl From<CaptionRow> for Caption {
             id: r.id,
             image_id: r.image_id,
             text: r.text,
+            field: r.field,
             created_at: r.created_at,
         }
     }

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     filter::Filter,
-    service::{CaptionHit, ImageHit, Query, SearchMode, SearchParams},
+    service::{CaptionHit, Channel, ImageHit, Query, SearchMode, SearchParams},
 };
 
 /// Exactly one of `text`, `image` and `image_id`.
@@ -45,13 +45,62 @@ pub struct SearchRequest {
     /// shortens the page; what a score means depends on the bundle's similarity: see `score` in the
     /// results); in keyword and hybrid modes their `similarity`.
     pub min_score: Option<f32>,
-    /// Image searches by `text` only: `vector` (the sentence's vector), `keyword` (its words in each image's
-    /// captions, external id and the collection's `text_fields`, full-text ranked), or `hybrid` (both,
-    /// fused by reciprocal rank). Default: `hybrid` in a collection created with `text_fields`, else `vector`.
+    /// Image searches by `text` only: `vector` (the sentence's vector against the photos'), `keyword` (its
+    /// words in each image's captions, external id and the collection's `text_fields`, full-text ranked), or
+    /// `hybrid` (the channels fused by calibrated scores: the photo, the words by meaning, the words as
+    /// keywords). Default: `hybrid` in a collection with `text_fields` or captions, else `vector`.
     pub mode: Option<Mode>,
-    /// Hybrid mode: the keyword ranking's weight in the fusion, 0..=1 (the vector ranking has the rest).
-    #[schema(default = 0.5, minimum = 0.0, maximum = 1.0)]
+    /// Hybrid mode: the keyword channel's weight in the fusion, 0..=1 (the photo and the words by meaning
+    /// share the rest equally). Default 0.3, raised towards 1 by the share of the sentence's words the text
+    /// model does not know.
+    #[schema(default = 0.3, minimum = 0.0, maximum = 1.0)]
     pub keyword_weight: Option<f32>,
+    /// Hybrid mode: the channels to fuse, any of `vector` (the photo), `text` (the image's captions and
+    /// text fields by meaning) and `keyword` (its words as keywords). Default: all three. Implies hybrid.
+    pub channels: Option<Vec<ChannelName>>,
+}
+
+/// A channel of hybrid search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelName {
+    Vector,
+    Text,
+    Keyword,
+}
+
+impl From<ChannelName> for Channel {
+    fn from(c: ChannelName) -> Self {
+        match c {
+            ChannelName::Vector => Channel::Vector,
+            ChannelName::Text => Channel::Text,
+            ChannelName::Keyword => Channel::Keyword,
+        }
+    }
+}
+
+/// What each channel said of a hybrid or keyword result.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChannelScores {
+    /// Hybrid: the photo's score as vector mode ranks it (`similarity`, plus the image's offset under a
+    /// bundle with a hubness bank).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector: Option<f32>,
+    /// The similarity of the image's caption or text-field sentence nearest to the sentence, by meaning;
+    /// absent when none came near.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<f32>,
+    /// The database's text relevance of its words (as `score` in keyword mode); absent when none matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keyword: Option<f32>,
+}
+
+/// The weights a hybrid search gave its channels (0 for a channel not asked).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChannelWeights {
+    pub vector: f32,
+    pub text: f32,
+    pub keyword: f32,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
@@ -97,6 +146,8 @@ pub struct SearchMultipart {
     pub min_score: Option<f32>,
     pub mode: Option<Mode>,
     pub keyword_weight: Option<f32>,
+    /// A JSON array, e.g. ["vector", "text"].
+    pub channels: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -104,14 +155,18 @@ pub struct ImageResult {
     /// What the results are ordered by, higher first. Vector mode: `similarity`, except for a sentence query
     /// under a bundle with a hubness bank, where it is `similarity` plus the image's offset (<= 0 for an
     /// image close to many training captions, which demotes images that match many sentences loosely);
-    /// comparable within one bundle only. Hybrid mode: the fused reciprocal-rank score, the sum over the two
-    /// rankings of weight / (60 + rank) (at most 1/61). Keyword mode: the database's text relevance (SQLite:
-    /// -bm25; Postgres: ts_rank_cd), comparable within one engine only.
+    /// comparable within one bundle only. Hybrid mode: the fused score, the weighted sum over the channels of
+    /// each one's score standardised over the query's candidates (0 is a candidate of average standing;
+    /// comparable within one query only). Keyword mode: the database's text relevance (SQLite: -bm25;
+    /// Postgres: ts_rank_cd), comparable within one engine only.
     pub score: f32,
     /// The bundle's similarity of query and image: the cosine (-1..1) for `cosine` bundles, the
     /// order-embedding score -||max(0, c - i)||^2 (<= 0) for `order` ones, the negative squared distance
     /// (<= 0) for `euclidean` ones.
     pub similarity: f32,
+    /// Keyword and hybrid modes: what each channel said of this image, so a caller can see why it was found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channels: Option<ChannelScores>,
     pub image: Image,
 }
 
@@ -120,6 +175,11 @@ impl From<ImageHit> for ImageResult {
         ImageResult {
             score: h.score,
             similarity: h.similarity,
+            channels: h.channels.map(|c| ChannelScores {
+                vector: c.vector,
+                text: c.text,
+                keyword: c.keyword,
+            }),
             image: h.row.into(),
         }
     }
@@ -133,10 +193,13 @@ pub struct ImageResults {
     pub matches: Option<usize>,
     /// The mode the search ran in.
     pub mode: Mode,
-    /// Hybrid: the keyword ranking's share of the fused score, as asked, or by default 0.5 raised towards 1 by
+    /// Hybrid: the keyword channel's share of the fused score, as asked, or by default 0.3 raised towards 1 by
     /// the share of the sentence's words the text model does not know (`unknown_words`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keyword_weight: Option<f32>,
+    /// Hybrid: every channel's weight in the fusion.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weights: Option<ChannelWeights>,
     /// The words of a `text` query the text model does not know (it reads each as "unknown"): the vector
     /// ranking ignores them; keyword and hybrid modes still match them in the images' text.
     pub unknown_words: Vec<String>,
@@ -182,6 +245,7 @@ const FORM: &[upload::Field] = &[
     field(&["min_score"], "min_score", Kind::Json),
     field(&["mode"], "mode", Kind::Text),
     field(&["keyword_weight"], "keyword_weight", Kind::Json),
+    field(&["channels"], "channels", Kind::Json),
 ];
 
 async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
@@ -218,9 +282,19 @@ fn params(r: &SearchRequest) -> ApiResult<SearchParams> {
     if r.keyword_weight.is_some_and(|w| !(0.0..=1.0).contains(&w)) {
         return Err(ApiError::invalid("keyword_weight must be between 0 and 1"));
     }
+    if r.channels.as_ref().is_some_and(Vec::is_empty) {
+        return Err(ApiError::invalid(
+            "channels is empty: name at least one of \"vector\", \"text\" and \"keyword\" (or leave it out for all)",
+        ));
+    }
     Ok(SearchParams {
         mode: r.mode.map(Into::into),
         keyword_weight: r.keyword_weight,
+        channels: r
+            .channels
+            .as_ref()
+            .map(|cs| cs.iter().map(|c| (*c).into()).collect()),
+        fusion: Default::default(),
         min_score: r.min_score,
         k: r.k.unwrap_or(10),
         offset: r.offset.unwrap_or(0),
@@ -250,7 +324,12 @@ pub async fn images(
         results: found.hits.into_iter().map(Into::into).collect(),
         matches: found.matches,
         mode: found.mode.unwrap_or(SearchMode::Vector).into(),
-        keyword_weight: found.keyword_weight,
+        keyword_weight: found.weights.map(|w| w[2].1),
+        weights: found.weights.map(|w| ChannelWeights {
+            vector: w[0].1,
+            text: w[1].1,
+            keyword: w[2].1,
+        }),
         unknown_words: found.unknown_words,
     }))
 }

@@ -1,7 +1,9 @@
-//! Hybrid search on both engines: product words the text model does not know find their products by
-//! keyword (in captions, external ids and declared metadata fields), fused with the vector ranking; the
-//! response names the unknown words; the keyword index follows every write (PATCH, captions added and
-//! deleted, upserts, deletes) in the same transaction.
+//! Hybrid search on both engines and both index modes: product words the text model does not know find their
+//! products by keyword (in captions, external ids and declared metadata fields), text fields are found by
+//! meaning (embedded when written, again after a text-only change without the CNN), the channels fused by
+//! calibrated scores with each hit's channel scores in the answer; the response names the unknown words;
+//! the keyword index and the fields' sentences follow every write (PATCH, captions added and deleted,
+//! upserts, deletes) in the same transaction.
 
 use crate::common;
 
@@ -51,7 +53,7 @@ async fn products(url: &str, flags: &[&str]) {
          "metadata": {"title": "Loafer", "brand": {"name": "Acme"}, "tags": ["suede", "brown"], "price": 90},
          "captions": ["a dog runs on the beach"]},
         {"data": b64(&fixture_image(2)), "external_id": "sku-3000",
-         "metadata": {"title": "Sandal", "brand": {"name": "Acme"}, "note": "espadrille style", "price": 20}},
+         "metadata": {"title": "a small green sandal", "brand": {"name": "Acme"}, "note": "espadrille style", "price": 20}},
         {"data": b64(&fixture_image(3)), "external_id": "sku-5000",
          "metadata": {"title": "Boot", "brand": {"name": "Zeta"}, "price": 120}}
     ]});
@@ -70,8 +72,20 @@ async fn products(url: &str, flags: &[&str]) {
     assert_eq!(r["mode"], "hybrid");
     assert_eq!(r["unknown_words"], json!(["espadrille"]));
     assert_eq!(r["results"][0]["image"]["external_id"], "sku-4411", "{r}");
-    assert!(r["results"][0]["score"].as_f64().expect("score") <= 1.0 / 61.0 + 1e-6);
+    assert!(
+        r["results"][0]["score"]
+            .as_f64()
+            .expect("score")
+            .is_finite()
+    );
     assert!(r["results"][0]["similarity"].as_f64().is_some());
+    // Each hit says what each channel made of it: the keyword match is there, the photo's score always.
+    let why = &r["results"][0]["channels"];
+    assert!(why["keyword"].as_f64().expect("keyword") > 0.0, "{r}");
+    assert!(why["vector"].as_f64().is_some(), "{r}");
+    let w = &r["weights"];
+    let sum = ["vector", "text", "keyword"].map(|c| w[c].as_f64().expect("weight"));
+    assert!((sum.iter().sum::<f64>() - 1.0).abs() < 1e-6, "{r}");
     // A field not declared searchable is not searched: sku-3000's "note" says espadrille too.
     assert_eq!(
         found(
@@ -91,7 +105,8 @@ async fn products(url: &str, flags: &[&str]) {
         let got = found(&app, "shop", json!({"text": q, "k": 4})).await;
         assert_eq!(got[0], want, "{q}: {got:?}");
     }
-    // Vector mode ranks every image by the sentence's vector; keyword_weight 0 is the vector ranking too.
+    // Vector mode ranks every image by the sentence's vector; hybrid with the vector channel alone is the
+    // vector ranking too.
     let vector = found(
         &app,
         "shop",
@@ -102,7 +117,7 @@ async fn products(url: &str, flags: &[&str]) {
     let fused_as_vector = found(
         &app,
         "shop",
-        json!({"text": "a dog runs", "k": 4, "keyword_weight": 0.0}),
+        json!({"text": "a dog runs", "k": 4, "channels": ["vector"]}),
     )
     .await;
     assert_eq!(
@@ -144,20 +159,132 @@ async fn products(url: &str, flags: &[&str]) {
     assert_eq!(s, 422);
     let (s, _) = search(&app, "shop", json!({"text": "shoe", "mode": "fuzzy"})).await;
     assert!(s == 400 || s == 422, "{s}");
+    let (s, e) = search(&app, "shop", json!({"text": "shoe", "channels": []})).await;
+    assert_eq!(s, 422, "{e}");
+    let (s, e) = search(
+        &app,
+        "shop",
+        json!({"text": "shoe", "mode": "vector", "channels": ["text"]}),
+    )
+    .await;
+    assert_eq!(s, 422, "{e}");
+    let (s, _) = search(
+        &app,
+        "shop",
+        json!({"text": "shoe", "channels": ["colour"]}),
+    )
+    .await;
+    assert!(s == 400 || s == 422, "{s}");
 
-    // The keyword index follows writes: a patched title, a caption added then deleted, a delete.
+    // The words by meaning: each text field's sentences are embedded by the text model when the image is
+    // written, so a sentence equal to one of them finds its image by the text channel alone (its vector is the
+    // sentence's own: similarity 1), and no caption list shows them.
+    let by_meaning = |r: &Value| {
+        (
+            r["results"][0]["image"]["external_id"]
+                .as_str()
+                .map(String::from),
+            r["results"][0]["channels"]["text"].as_f64().unwrap_or(0.0),
+        )
+    };
+    let (s, r) = search(
+        &app,
+        "shop",
+        json!({"text": "a small green sandal", "channels": ["text"]}),
+    )
+    .await;
+    assert_eq!(s, 200, "{r}");
+    let (first, sim) = by_meaning(&r);
+    assert_eq!(first.as_deref(), Some("sku-3000"), "{r}");
+    assert!(sim > 0.999, "{r}");
+    assert_eq!(
+        r["weights"],
+        json!({"vector": 0.0, "text": 1.0, "keyword": 0.0}),
+        "{r}"
+    );
+    let (s, r) = app
+        .get_json(&format!("/v1/collections/shop/images/{}", ids[2]))
+        .await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(
+        r["captions"],
+        json!([]),
+        "a field's sentences are not captions: {r}"
+    );
+    // Caption search finds them, tagged with their field.
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/shop/captions/search",
+            json!({"text": "a small green sandal", "k": 1}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["results"][0]["caption"]["field"], "title", "{r}");
+    assert_eq!(r["results"][0]["caption"]["image_id"], ids[2], "{r}");
+
+    // The keyword index follows writes: a patched title, a caption added then deleted, a delete. The
+    // patched title is embedded again by the text model alone: one sentence, no photo.
+    let embedded = |m: &str, kind: &str| {
+        let line = format!("jointspace_embedded_items_total{{kind=\"{kind}\"}} ");
+        m.lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .map_or(0, |v| v.trim().parse::<u64>().expect("a count"))
+    };
+    let before = app.metrics().await;
     let (s, _) = app
         .client
         .patch(app.url(&format!("/v1/collections/shop/images/{}", ids[3])))
-        .json(&json!({"metadata": {"title": "Chelsea boot"}}))
+        .json(&json!({"metadata": {"title": "Chelsea boot on a white sofa"}}))
+        .send()
+        .await
+        .map(|r| (r.status().as_u16(), ()))
+        .expect("patch");
+    assert_eq!(s, 200);
+    let after = app.metrics().await;
+    assert_eq!(embedded(&after, "image"), embedded(&before, "image"));
+    assert_eq!(embedded(&after, "text"), embedded(&before, "text") + 1);
+    assert_eq!(
+        found(&app, "shop", json!({"text": "chelsea", "mode": "keyword"})).await,
+        vec!["sku-5000"]
+    );
+    let (_, r) = search(
+        &app,
+        "shop",
+        json!({"text": "Chelsea boot on a white sofa", "channels": ["text"]}),
+    )
+    .await;
+    assert_eq!(by_meaning(&r).0.as_deref(), Some("sku-5000"), "{r}");
+    assert!(by_meaning(&r).1 > 0.999, "{r}");
+    // The old title's sentence is gone: caption search (which sees every sentence) no longer has it.
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/shop/captions/search",
+            json!({"text": "Boot", "k": 100}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    let texts: Vec<&str> = r["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|h| h["caption"]["text"].as_str())
+        .collect();
+    assert!(texts.contains(&"Chelsea boot on a white sofa"), "{r}");
+    assert!(!texts.contains(&"Boot"), "the old title is gone: {r}");
+    // A PATCH that leaves the text fields as they were embeds nothing.
+    let before = app.metrics().await;
+    let (s, _) = app
+        .client
+        .patch(app.url(&format!("/v1/collections/shop/images/{}", ids[3])))
+        .json(&json!({"metadata": {"price": 130}}))
         .send()
         .await
         .map(|r| (r.status().as_u16(), ()))
         .expect("patch");
     assert_eq!(s, 200);
     assert_eq!(
-        found(&app, "shop", json!({"text": "chelsea", "mode": "keyword"})).await,
-        vec!["sku-5000"]
+        embedded(&app.metrics().await, "text"),
+        embedded(&before, "text")
     );
     let (s, r) = app
         .post_json(
@@ -211,7 +338,9 @@ async fn products(url: &str, flags: &[&str]) {
     let r = app
         .client
         .put(app.url("/v1/collections/shop/images/by-external-id/sku-2000"))
-        .json(&json!({"data": b64(&fixture_image(5)), "metadata": {"title": "Moccasin"}}))
+        .json(
+            &json!({"data": b64(&fixture_image(5)), "metadata": {"title": "Moccasin in the park"}}),
+        )
         .send()
         .await
         .expect("put");
@@ -220,6 +349,15 @@ async fn products(url: &str, flags: &[&str]) {
     assert_eq!(s, 200);
     assert_eq!(r["results"].as_array().map(Vec::len), Some(1), "{r}");
     assert_ne!(r["results"][0]["image"]["id"].as_i64(), Some(ids[1]));
+    let moccasin = r["results"][0]["image"]["external_id"].clone();
+    let (_, r) = search(
+        &app,
+        "shop",
+        json!({"text": "Moccasin in the park", "channels": ["text"]}),
+    )
+    .await;
+    assert_eq!(r["results"][0]["image"]["external_id"], moccasin, "{r}");
+    assert!(by_meaning(&r).1 > 0.999, "{r}");
     assert!(
         found(&app, "shop", json!({"text": "loafer", "mode": "keyword"}))
             .await
@@ -255,13 +393,10 @@ async fn products(url: &str, flags: &[&str]) {
     assert_eq!(r["results"][0]["image"]["external_id"], "x-1", "{r}");
     let weight = |r: &Value| r["keyword_weight"].as_f64().expect("keyword_weight");
     let (_, r) = search(&app, "plain", json!({"text": "a red espadrille"})).await;
-    assert!((weight(&r) - (0.5 + 0.5 / 3.0)).abs() < 1e-6, "{r}");
+    assert!((weight(&r) - (0.3 + 0.7 / 3.0)).abs() < 1e-6, "{r}");
     let (_, r) = search(&app, "plain", json!({"text": "a dog runs"})).await;
-    assert_eq!(
-        (r["mode"].as_str(), weight(&r)),
-        (Some("hybrid"), 0.5),
-        "{r}"
-    );
+    assert_eq!(r["mode"].as_str(), Some("hybrid"), "{r}");
+    assert!((weight(&r) - 0.3).abs() < 1e-6, "{r}");
     let (_, r) = search(
         &app,
         "plain",

@@ -207,11 +207,7 @@ async fn a_late_commit_with_an_earlier_sequence_number_is_not_skipped() {
             c.id,
             &[NewCaption {
                 image_id: None,
-                caption: EmbeddedCaption {
-                    text: "committed first".into(),
-                    vector: vec![0.25; 16],
-                    offset: 0.0,
-                },
+                caption: EmbeddedCaption::new("committed first".into(), (vec![0.25; 16], 0.0)),
             }],
             "b",
             None,

@@ -64,7 +64,12 @@ fn reached_from_the_test_command() -> BTreeSet<String> {
 /// The test files run by the test command: the server's integration tests, the trainer's and the browser's.
 fn test_sources() -> Vec<String> {
     let mut files = Vec::new();
-    for dir in ["tests/it", "tests/it/common", "train/tests", "tests/browser"] {
+    for dir in [
+        "tests/it",
+        "tests/it/common",
+        "train/tests",
+        "tests/browser",
+    ] {
         let Ok(entries) = std::fs::read_dir(Path::new(ROOT).join(dir)) else {
             continue;
         };
@@ -90,8 +95,14 @@ fn the_scanner_finds_a_planted_path_and_passes_comments_and_the_one_default() {
     assert!(outside_paths("scripts/lib.sh", lib).is_empty());
     assert_eq!(outside_paths("scripts/other.sh", lib).len(), 1);
     assert_eq!(
-        scripts_named("scripts/lib.sh; source scripts/server.sh && (cd x && clients/python/test.sh)"),
-        ["scripts/lib.sh", "scripts/server.sh", "clients/python/test.sh"]
+        scripts_named(
+            "scripts/lib.sh; source scripts/server.sh && (cd x && clients/python/test.sh)"
+        ),
+        [
+            "scripts/lib.sh",
+            "scripts/server.sh",
+            "clients/python/test.sh"
+        ]
     );
 }
 

@@ -166,20 +166,31 @@ def add_all(srv: Server, coll: str, rows: list[dict], base: Path, batch: int, lo
     return time.monotonic() - t0
 
 
-def search_ranks(srv: Server, coll: str, rows: list[dict], mode: str) -> list[dict]:
-    """For each stamp's query: the rank of its own picture (inf when not returned), of the best picture whose
-    query is the same sentence (several stamps share one), and the unknown words."""
+# How each reported mode asks the server: its request fields, and the mode the server must say it ran.
+MODES = {
+    "vector": ({"mode": "vector"}, "vector"),
+    "text": ({"channels": ["text"]}, "hybrid"),
+    "keyword": ({"mode": "keyword"}, "keyword"),
+    "hybrid": ({"mode": "hybrid"}, "hybrid"),
+}
+
+
+def search_ranks(srv: Server, coll: str, rows: list[dict], mode: str, asked: list[dict] | None = None) -> list[dict]:
+    """For each query of `asked` (default: every stamp of the gallery `rows`): the rank of its own picture
+    (inf when not returned), of the best picture whose query is the same sentence (several stamps share one),
+    and the unknown words."""
+    fields, ran = MODES[mode]
     by_query: dict[str, set[str]] = {}
     for r in rows:
         by_query.setdefault(r["query"], set()).add(r["external_id"])
     out, cache = [], {}
     inf = float("inf")
-    for r in rows:
+    for r in rows if asked is None else asked:
         q = r["query"]
         if q not in cache:
-            ans = srv.call("POST", f"/v1/collections/{coll}/images/search", {"text": q, "k": len(rows), "mode": mode})
-            if ans.get("mode") != mode:
-                raise RuntimeError(f"asked for mode {mode}, the server ran {ans.get('mode')}")
+            ans = srv.call("POST", f"/v1/collections/{coll}/images/search", {"text": q, "k": len(rows), **fields})
+            if ans.get("mode") != ran:
+                raise RuntimeError(f"asked for {fields}, the server ran {ans.get('mode')}")
             cache[q] = ({h["image"]["external_id"]: i + 1 for i, h in enumerate(ans["results"])},
                         ans.get("unknown_words", []))
         pos, unknown = cache[q]
@@ -188,7 +199,9 @@ def search_ranks(srv: Server, coll: str, rows: list[dict], mode: str) -> list[di
     return out
 
 
-def summarise(rows: list[dict], per_mode: dict[str, list[dict]]) -> dict:
+def summarise(rows: list[dict], per_mode: dict[str, list[dict]], gallery: int | None = None) -> dict:
+    """`rows`: the stamps whose queries were asked; `gallery`: how many pictures were searched (default all
+    of `rows`)."""
     n = len(rows)
     cats = sorted({r["category"] for r in rows})
     summary = {}
@@ -205,7 +218,7 @@ def summarise(rows: list[dict], per_mode: dict[str, list[dict]]) -> dict:
     # counting only unknown words with a letter in them.
     with_word = sum(1 for x in first if any(re.search(r"[^\W\d_]", w) for w in x["unknown_words"]))
     words = Counter(w.lower() for x in first for w in set(x["unknown_words"]))
-    return {"gallery": n, "queries": n, "distinct_queries": len({r["query"] for r in rows}),
+    return {"gallery": gallery or n, "queries": n, "distinct_queries": len({r["query"] for r in rows}),
             "queries_with_unknown_word": with_unknown, "unknown_share": round(100 * with_unknown / n, 2),
             "queries_with_unknown_letter_word": with_word, "unknown_letter_word_share": round(100 * with_word / n, 2),
             "most_common_unknown_words": words.most_common(25), "modes": summary}
@@ -236,16 +249,19 @@ def measure(args) -> dict:
     rows = read_manifest(args.manifest, args.limit)
     srv = Server(args.url, args.key)
     bundle = srv.call("GET", "/v1/bundle")
+    # The held-back half (odd positions) is what results report; the other half is for tuning.
+    asked = {"all": rows, "tune": rows[0::2], "held-back": rows[1::2]}[args.queries]
     per_mode, timing = {}, {}
-    for mode, coll in (("vector", args.plain), ("keyword", args.named), ("hybrid", args.named)):
+    for mode, coll in (("vector", args.plain), ("text", args.named), ("keyword", args.named), ("hybrid", args.named)):
         t = time.monotonic()
-        per_mode[mode] = search_ranks(srv, coll, rows, mode)
+        per_mode[mode] = search_ranks(srv, coll, rows, mode, asked)
         timing[f"search_{mode}_s"] = round(time.monotonic() - t, 1)
         log(f"{mode}: {recall_table([x['rank'] for x in per_mode[mode]])}")
     # The vector ranking does not depend on text fields: the named collection, asked in vector mode, agrees.
-    check = search_ranks(srv, args.named, rows, "vector")
+    check = search_ranks(srv, args.named, rows, "vector", asked)
     agree = sum(a["rank"] == b["rank"] for a, b in zip(check, per_mode["vector"]))
-    out = {"bundle": bundle.get("id"), "crop_mode": bundle.get("crop_mode"), **summarise(rows, per_mode),
+    out = {"bundle": bundle.get("id"), "crop_mode": bundle.get("crop_mode"), "queries_asked": args.queries,
+           **summarise(asked, per_mode, len(rows)),
            "vector_on_named_agrees": f"{agree}/{len(check)}", **timing}
     if args.ranks:
         with open(args.ranks, "w", encoding="utf-8") as f:
@@ -275,6 +291,8 @@ def main(argv=None) -> None:
     pm.add_argument("--plain", required=True, help="the collection without text fields (vector mode)")
     pm.add_argument("--named", required=True, help='the collection with text_fields ["name"] (keyword, hybrid)')
     pm.add_argument("--ranks", type=Path, default=None, help="write every query's rank per mode here (JSON lines)")
+    pm.add_argument("--queries", choices=("all", "tune", "held-back"), default="all",
+                    help="which stamps' queries to ask (tune: even positions, held-back: odd; the gallery is whole)")
     args = p.parse_args(argv)
     out = {"prepare": lambda a: prepare(a.stamps, a.out), "ingest": ingest, "measure": measure}[args.cmd](args)
     print(json.dumps(out, ensure_ascii=False, default=str))

@@ -143,6 +143,11 @@ impl VectorIndex {
         self.read().live.get(&id).cloned()
     }
 
+    /// A live point's search offset (0 without one).
+    pub fn offset(&self, id: i64) -> f32 {
+        self.read().offsets.get(&id).copied().unwrap_or(0.0)
+    }
+
     /// Sets the search offsets of live points (after a build from the database); others are ignored.
     pub fn set_offsets(&self, offsets: impl IntoIterator<Item = (i64, f32)>) {
         let mut inner = self.write();

@@ -54,7 +54,10 @@ pub use items::transfer::{
 };
 pub use items::updates::{UpsertInput, UpsertOutcome, UpsertedImage, content_hash};
 pub use items::url_ingest::{AddReport, ImageItem, ImageSource, ItemFailure};
-pub use search::{CaptionHit, Hits, ImageHit, Query, SearchMode, SearchParams};
+pub use search::{
+    Candidates, CaptionHit, Hits, ImageHit, Query, SearchMode, SearchParams,
+    fusion::{Channel, ChannelScores, ChannelValues, Fusion, fuse},
+};
 
 use crate::{
     index::{Attributes, VectorIndex, snapshot_name},

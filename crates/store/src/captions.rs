@@ -13,8 +13,13 @@ pub struct CaptionRow {
     pub id: i64,
     pub image_id: Option<i64>,
     pub text: String,
+    /// The text field of the image this sentence was taken from; None for a caption someone wrote.
+    pub field: Option<String>,
     pub created_at: String,
 }
+
+/// The columns `caption_row` reads.
+const CAPTION_COLUMNS: &str = "id, image_id, text, field, created_at";
 
 /// A sentence with what the server derives from it to store: its joint vector and its search offset
 /// (docs/bundle.md, "The annotation side"; 0 without an annotation bank).
@@ -23,6 +28,8 @@ pub struct EmbeddedCaption {
     pub text: String,
     pub vector: Vec<f32>,
     pub offset: f32,
+    /// The text field it was taken from (a sentence of the image's metadata); None for a written caption.
+    pub field: Option<String>,
 }
 
 pub struct NewCaption {
@@ -37,7 +44,22 @@ impl EmbeddedCaption {
             text,
             vector,
             offset,
+            field: None,
         }
+    }
+
+    /// A sentence of the image's text field `field`, with its (vector, offset).
+    pub fn of_field(field: String, text: String, v: (Vec<f32>, f32)) -> EmbeddedCaption {
+        EmbeddedCaption {
+            field: Some(field),
+            ..EmbeddedCaption::new(text, v)
+        }
+    }
+
+    /// A field's sentence that is stored already, so the store keeps its row and vector (an upsert or a PATCH
+    /// that leaves the field's text as it was).
+    pub fn kept_field(field: String, text: String) -> EmbeddedCaption {
+        EmbeddedCaption::of_field(field, text, (vec![], 0.0))
     }
 }
 
@@ -54,6 +76,7 @@ fn caption_row(r: &AnyRow) -> CaptionRow {
         id: r.get("id"),
         image_id: r.get("image_id"),
         text: r.get("text"),
+        field: r.get("field"),
         created_at: r.get("created_at"),
     }
 }
@@ -118,10 +141,17 @@ impl Store {
         now: &str,
     ) -> Result<i64, StoreError> {
         // The pgvector column, when the database holds the vector index: in the same statement as the row.
-        let embedding = self.embedding_insert(8, &caption.vector);
+        if caption.vector.is_empty() {
+            // A field's sentence the caller took to be stored already, which is not (a write in between).
+            return Err(StoreError::Conflict(format!(
+                "the image's text changed while this write ran (\"{}\"); send it again",
+                caption.text
+            )));
+        }
+        let embedding = self.embedding_insert(9, &caption.vector);
         let sql = format!(
-            "INSERT INTO captions (collection_id, image_id, text, vector, bundle_id, created_at, hub_offset{}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7{}) RETURNING id",
+            "INSERT INTO captions (collection_id, image_id, text, vector, bundle_id, created_at, hub_offset, field{}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8{}) RETURNING id",
             if embedding.is_some() {
                 ", embedding"
             } else {
@@ -136,7 +166,8 @@ impl Store {
             .bind(vector_to_blob(&caption.vector))
             .bind(bundle_id)
             .bind(now)
-            .bind(f64::from(caption.offset));
+            .bind(f64::from(caption.offset))
+            .bind(&caption.field);
         match embedding {
             Some((_, text)) => q.bind(text),
             None => q,
@@ -155,14 +186,14 @@ impl Store {
     ) -> Result<Vec<CaptionRow>, StoreError> {
         let rows = match image_id {
             Some(img) => sqlx::query(&format!(
-                "SELECT id, image_id, text, created_at FROM captions WHERE collection_id = $1 AND image_id = $2 ORDER BY id LIMIT {limit} OFFSET {offset}"
+                "SELECT {CAPTION_COLUMNS} FROM captions WHERE collection_id = $1 AND image_id = $2 AND field IS NULL ORDER BY id LIMIT {limit} OFFSET {offset}"
             ))
             .bind(collection_id)
             .bind(img)
             .fetch_all(&self.pool)
             .await?,
             None => sqlx::query(&format!(
-                "SELECT id, image_id, text, created_at FROM captions WHERE collection_id = $1 ORDER BY id LIMIT {limit} OFFSET {offset}"
+                "SELECT {CAPTION_COLUMNS} FROM captions WHERE collection_id = $1 AND field IS NULL ORDER BY id LIMIT {limit} OFFSET {offset}"
             ))
             .bind(collection_id)
             .fetch_all(&self.pool)
@@ -190,7 +221,7 @@ impl Store {
         Ok(match image_id {
             Some(img) => {
                 sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM captions WHERE collection_id = $1 AND image_id = $2",
+                    "SELECT COUNT(*) FROM captions WHERE collection_id = $1 AND image_id = $2 AND field IS NULL",
                 )
                 .bind(collection_id)
                 .bind(img)
@@ -198,12 +229,34 @@ impl Store {
                 .await?
             }
             None => {
-                sqlx::query_scalar("SELECT COUNT(*) FROM captions WHERE collection_id = $1")
+                sqlx::query_scalar("SELECT COUNT(*) FROM captions WHERE collection_id = $1 AND field IS NULL")
                     .bind(collection_id)
                     .fetch_one(&self.pool)
                     .await?
             }
         })
+    }
+
+    /// The (field, sentence) pairs stored for an image's text fields, embedded by bundle `bundle_id`.
+    pub async fn field_captions(
+        &self,
+        collection_id: i64,
+        image_id: i64,
+        bundle_id: &str,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT field, text FROM captions WHERE collection_id = $1 AND image_id = $2 \
+             AND field IS NOT NULL AND bundle_id = $3 ORDER BY id",
+        )
+        .bind(collection_id)
+        .bind(image_id)
+        .bind(bundle_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get("field"), r.get("text")))
+            .collect())
     }
 
     pub async fn captions_by_ids(
@@ -212,7 +265,7 @@ impl Store {
         ids: &[i64],
     ) -> Result<Vec<CaptionRow>, StoreError> {
         self.fetch_by_ids(
-            "SELECT id, image_id, text, created_at FROM captions WHERE collection_id = $1 AND id IN",
+            &format!("SELECT {CAPTION_COLUMNS} FROM captions WHERE collection_id = $1 AND id IN"),
             collection_id,
             ids,
             caption_row,

@@ -20,7 +20,7 @@ pub struct CollectionRow {
 
 const COLLECTION_SELECT: &str = "SELECT c.id, c.name, c.description, c.created_at, c.generation, c.text_fields, \
     (SELECT COUNT(*) FROM images i WHERE i.collection_id = c.id) AS images, \
-    (SELECT COUNT(*) FROM captions p WHERE p.collection_id = c.id) AS captions FROM collections c";
+    (SELECT COUNT(*) FROM captions p WHERE p.collection_id = c.id AND p.field IS NULL) AS captions FROM collections c";
 
 fn collection_row(r: &AnyRow) -> CollectionRow {
     CollectionRow {

@@ -328,6 +328,37 @@ impl Store {
         Ok(rows.iter().map(|r| r.get::<i64, _>(0)).collect())
     }
 
+    /// Which of `ids` are images of the collection whose metadata matches `filter` (a few hundred candidates
+    /// of a search, checked in one query per 500).
+    pub async fn matching_among(
+        &self,
+        collection_id: i64,
+        filter: &Filter,
+        ids: &[i64],
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let list = dialect::placeholders(2, chunk.len());
+            let f = dialect::compile_filter(self.engine, filter, 2 + chunk.len());
+            let sql = format!(
+                "SELECT id FROM images WHERE collection_id = $1 AND id IN ({list}){}",
+                f.clause
+            );
+            let mut q = sqlx::query(&sql).bind(collection_id);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            let q = f.bind(q);
+            out.extend(
+                q.fetch_all(&self.pool)
+                    .await?
+                    .iter()
+                    .map(|r| r.get::<i64, _>(0)),
+            );
+        }
+        Ok(out)
+    }
+
     /// `columns` of the collection's images whose metadata matches `filter`, in id order, then `tail`
     /// (a LIMIT/OFFSET, or nothing).
     async fn filtered_images(

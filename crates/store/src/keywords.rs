@@ -136,7 +136,7 @@ impl Store {
                 .map(|r| (r.get("id"), r.get("external_id"), r.get("metadata")))
                 .collect();
             let sql = format!(
-                "SELECT image_id, text FROM captions WHERE image_id IN ({list}) ORDER BY id"
+                "SELECT image_id, text FROM captions WHERE image_id IN ({list}) AND field IS NULL ORDER BY id"
             );
             let mut q = sqlx::query(&sql);
             for id in chunk {

@@ -42,7 +42,9 @@ pub use self::{
     pgvector::{HnswBuild, Nearest, VectorIndexReport, VectorMetric},
     reindex::Switch,
     transfer::{ExportedImage, ImportMark, ReadSnapshot, SyncedImage},
-    upsert::{ImagePatch, ImageState, Photo, Upsert, Upserted, merge_patch},
+    upsert::{
+        FieldSentences, ImagePatch, ImageState, Patched, Photo, Upsert, Upserted, merge_patch,
+    },
     vectors::StoredVector,
 };
 pub use crate::modality::Modality;

@@ -201,7 +201,7 @@ impl ReadSnapshot {
             return Ok(out);
         };
         let caps = sqlx::query(
-            "SELECT image_id, text FROM captions WHERE collection_id = $1 AND image_id >= $2 \
+            "SELECT image_id, text FROM captions WHERE collection_id = $1 AND field IS NULL AND image_id >= $2 \
              AND image_id <= $3 ORDER BY id",
         )
         .bind(collection_id)

@@ -21,6 +21,23 @@ pub struct ImagePatch {
     pub external_id: Option<Option<String>>,
 }
 
+/// A PATCH's text fields: their sentences after the patch (embedded, or `EmbeddedCaption::kept_field` for one
+/// stored already), derived from the metadata `seen` as read before the patch, under bundle `bundle_id`.
+pub struct FieldSentences<'a> {
+    pub seen: &'a Value,
+    pub captions: &'a [EmbeddedCaption],
+    pub bundle_id: &'a str,
+}
+
+/// What a PATCH did: the image as it now is, and its fields' sentences added ((id, index in
+/// `FieldSentences::captions`)) and removed.
+#[derive(Debug)]
+pub struct Patched {
+    pub image: ImageRow,
+    pub added_captions: Vec<(i64, usize)>,
+    pub removed_captions: Vec<i64>,
+}
+
 /// The photo of an upsert.
 pub enum Photo<'a> {
     /// The bytes sent have the stored photo's digest and it was coded by the loaded vision model: keep its
@@ -88,6 +105,9 @@ pub struct Upserted {
     pub removed_captions: Vec<i64>,
 }
 
+/// A stored caption as an upsert compares it: its id, and its (field, text) if it may be kept.
+type StoredCaption = (i64, Option<(Option<String>, String)>);
+
 /// RFC 7396: objects merge key by key, `null` removes a key, anything else replaces.
 pub fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(p) = patch else {
@@ -110,13 +130,17 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 impl Store {
     /// Merges `patch` into an image's metadata and sets its external id; returns the image as it now is.
     /// The vector does not change; the change sequence says the image changed, so that other replicas read
-    /// its metadata again (their filters are evaluated in memory).
+    /// its metadata again (their filters are evaluated in memory). With `fields`, the image's text fields'
+    /// sentences become `fields.captions` (as an upsert's captions: the same text kept), which the caller
+    /// derived from the metadata `fields.seen`: `Ok(None)` when the stored metadata is no longer that.
     pub async fn patch_image(
         &self,
         collection_id: i64,
         id: i64,
         patch: &ImagePatch,
-    ) -> Result<ImageRow, StoreError> {
+        fields: Option<FieldSentences<'_>>,
+    ) -> Result<Option<Patched>, StoreError> {
+        let now = now_rfc3339();
         let mut tx = self.write_tx().await?;
         let select = format!(
             "SELECT {} FROM images WHERE collection_id = $1 AND id = $2{}",
@@ -130,6 +154,9 @@ impl Store {
             .await?
             .ok_or_else(|| no_image(id))?;
         let mut img = super::images::image_row(&row);
+        if fields.as_ref().is_some_and(|f| *f.seen != img.metadata) {
+            return Ok(None);
+        }
         if let Some(p) = &patch.metadata {
             merge_patch(&mut img.metadata, p);
             self.set_metadata(&mut tx, id, &img.metadata).await?;
@@ -150,10 +177,38 @@ impl Store {
                 })?;
             img.external_id = ext.clone();
         }
+        let (mut added, mut removed) = (vec![], vec![]);
+        if let Some(f) = fields {
+            let prov = Provenance {
+                bundle_id: f.bundle_id,
+                vision_id: "",
+            };
+            let stored = Self::stored_captions(&mut tx, id, &prov, true).await?;
+            (_, added, removed) = self
+                .sync_captions(&mut tx, collection_id, id, &stored, f.captions, &prov, &now)
+                .await?;
+            Self::log(&mut tx, collection_id, ChangeKind::Caption, true, &removed).await?;
+            let added_ids: Vec<i64> = added.iter().map(|(c, _)| *c).collect();
+            Self::log(
+                &mut tx,
+                collection_id,
+                ChangeKind::Caption,
+                false,
+                &added_ids,
+            )
+            .await?;
+        }
         self.refresh_text(&mut tx, collection_id, &[id]).await?;
         Self::log(&mut tx, collection_id, ChangeKind::Image, false, &[id]).await?;
+        if !added.is_empty() || !removed.is_empty() {
+            Self::bump(&mut tx, collection_id).await?;
+        }
         tx.commit().await?;
-        Ok(img)
+        Ok(Some(Patched {
+            image: img,
+            added_captions: added,
+            removed_captions: removed,
+        }))
     }
 
     /// The id, photo digest and vision model stored under an external id, if any (what `Upsert::seen`
@@ -206,19 +261,8 @@ impl Store {
         });
         // A caption another bundle embedded is not kept, whatever its text: its vector is another model's,
         // and the caller's (in `u.captions`) the loaded one's.
-        let stored_caps: Vec<(i64, Option<String>)> = match &old {
-            Some((id, ..)) => sqlx::query(
-                "SELECT id, text, bundle_id FROM captions WHERE image_id = $1 ORDER BY id",
-            )
-            .bind(id)
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|r| {
-                let same_bundle = r.get::<String, _>("bundle_id") == prov.bundle_id;
-                (r.get("id"), same_bundle.then(|| r.get("text")))
-            })
-            .collect(),
+        let stored_caps = match &old {
+            Some((id, ..)) => Self::stored_captions(&mut tx, *id, &prov, false).await?,
             None => vec![],
         };
         let (id, previous_id, width, height) = match (&old, &u.photo) {
@@ -324,10 +368,42 @@ impl Store {
         Ok(())
     }
 
+    /// An image's stored captions as `sync_captions` compares them: (id, Some((field, text))), or (id, None)
+    /// for one another bundle embedded (its vector is another model's: never kept, whatever its text). Only
+    /// its fields' sentences with `fields_only`.
+    async fn stored_captions(
+        tx: &mut Tx<'_>,
+        image_id: i64,
+        prov: &Provenance<'_>,
+        fields_only: bool,
+    ) -> Result<Vec<StoredCaption>, StoreError> {
+        let sql = format!(
+            "SELECT id, text, field, bundle_id FROM captions WHERE image_id = $1{} ORDER BY id",
+            if fields_only {
+                " AND field IS NOT NULL"
+            } else {
+                ""
+            }
+        );
+        Ok(sqlx::query(&sql)
+            .bind(image_id)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|r| {
+                let same_bundle = r.get::<String, _>("bundle_id") == prov.bundle_id;
+                (
+                    r.get("id"),
+                    same_bundle.then(|| (r.get("field"), r.get("text"))),
+                )
+            })
+            .collect())
+    }
+
     /// Makes image `id`'s captions `wanted`: a stored caption (of `stored`, which may belong to the image
-    /// being replaced) whose text is wanted is kept under its id and moved to `id`; the rest (and those
-    /// without a text: not to be kept) are deleted, and wanted texts left over are inserted. Returns the
-    /// caption ids in `wanted` order, the added (id, index) and the deleted ids.
+    /// being replaced) with a wanted text (from the same field, or written) is kept under its id and moved to
+    /// `id`; the rest (and those without a text: not to be kept) are deleted, and wanted texts left over are
+    /// inserted. Returns the caption ids in `wanted` order, the added (id, index) and the deleted ids.
     // `&self` (for the pgvector column of inserted captions) is the eighth argument; the rest are the
     // caller's transaction and what it names.
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
@@ -336,18 +412,23 @@ impl Store {
         tx: &mut Tx<'_>,
         collection_id: i64,
         id: i64,
-        stored: &[(i64, Option<String>)],
+        stored: &[StoredCaption],
         wanted: &[EmbeddedCaption],
         prov: &Provenance<'_>,
         now: &str,
     ) -> Result<(Vec<i64>, Vec<(i64, usize)>, Vec<i64>), StoreError> {
-        let mut free: Vec<Option<&(i64, Option<String>)>> = stored.iter().map(Some).collect();
+        let mut free: Vec<Option<&StoredCaption>> = stored.iter().map(Some).collect();
         let mut ids = Vec::with_capacity(wanted.len());
         let mut added = vec![];
         for (i, caption) in wanted.iter().enumerate() {
             let kept = free
                 .iter_mut()
-                .find(|s| s.is_some_and(|(_, t)| t.as_ref() == Some(&caption.text)))
+                .find(|s| {
+                    s.is_some_and(|(_, t)| {
+                        t.as_ref()
+                            .is_some_and(|(f, t)| *f == caption.field && *t == caption.text)
+                    })
+                })
                 .and_then(Option::take);
             match kept {
                 Some((cid, _)) => {
@@ -633,9 +714,12 @@ mod tests {
                     metadata: Some(json!({"stock": {"l": 3}, "color": null})),
                     external_id: Some(Some("a2".into())),
                 },
+                None,
             )
             .await
-            .expect("patch");
+            .expect("patch")
+            .expect("no fields to check")
+            .image;
         assert_eq!(patched.metadata, json!({"stock": {"m": 1, "l": 3}}));
         assert_eq!(patched.external_id.as_deref(), Some("a2"));
         let row = store.image(c.id, id).await.expect("row");
@@ -651,12 +735,15 @@ mod tests {
                     metadata: None,
                     external_id: Some(Some("b".into())),
                 },
+                None,
             )
             .await
             .expect_err("b is taken");
         assert!(matches!(taken, StoreError::Conflict(_)), "{taken}");
         assert!(matches!(
-            store.patch_image(c.id, 999, &ImagePatch::default()).await,
+            store
+                .patch_image(c.id, 999, &ImagePatch::default(), None)
+                .await,
             Err(StoreError::NotFound(_))
         ));
     }

@@ -1,8 +1,11 @@
-//! `eval --hybrid`: does fusing the keyword ranking with the vector ranking lower recall for Flickr-style
-//! sentences? Each image of the split is copied from its stored code (no CNN) into a collection that keeps
-//! its first caption as a searchable `title`, as a shop keeps a product description; its other four captions
-//! are the queries, other people's words for the same photo. Each query runs through the service's own image
-//! search in vector, hybrid and keyword mode (k = 10), and R@1/5/10 are reported per mode.
+//! `eval --hybrid`: what does each channel of a sentence search find, and what does their fusion? Each image
+//! of the split is copied from its stored code (no CNN) into a collection that keeps its first caption as its
+//! `title` text field, as a shop keeps a product's name (searched by meaning and as keywords); its other four
+//! captions are the queries, other people's words for the same photo. Each query runs through the service's
+//! own image search by each channel alone (vector, text, keyword) and fused (hybrid by calibrated scores, as
+//! served; by min-max scores; by reciprocal rank), k = 10, and R@1/5/10 are reported per mode. With
+//! `--fusion-sweep`, every weighting of the three channels on a 0.1 grid is measured for each fusion method
+//! from the same candidates (the service's `channel_scores`), best first.
 
 use std::collections::HashMap;
 
@@ -11,7 +14,8 @@ use serde_json::{Value, json};
 
 use super::metrics::round2;
 use crate::service::{
-    CollectionName, ImageLine, ImportMark, Query, SearchMode, SearchParams, Service,
+    Candidates, Channel, CollectionName, Fusion, ImageLine, ImportMark, Query, SearchMode,
+    SearchParams, Service, fuse,
 };
 
 /// R@1, R@5 and R@10 (percent) of ranks (None: not in the top 10).
@@ -29,6 +33,7 @@ pub(super) async fn measure(
     names: &[String],
     ids: &HashMap<String, i64>,
     captions: &HashMap<String, Vec<String>>,
+    sweep: bool,
 ) -> anyhow::Result<Value> {
     let to = CollectionName::parse(&format!("{}-hybrid", from.as_str()))?;
     if svc.collection(&to).await.is_ok() {
@@ -68,15 +73,27 @@ pub(super) async fn measure(
     }
     let mut out = serde_json::Map::new();
     let mut queries = 0;
-    for mode in [SearchMode::Vector, SearchMode::Hybrid, SearchMode::Keyword] {
+    let modes: [(&str, SearchParams); 6] = [
+        ("vector", mode(SearchMode::Vector, None, Fusion::Score)),
+        (
+            "text",
+            mode(SearchMode::Hybrid, Some(Channel::Text), Fusion::Score),
+        ),
+        ("keyword", mode(SearchMode::Keyword, None, Fusion::Score)),
+        ("hybrid", mode(SearchMode::Hybrid, None, Fusion::Score)),
+        (
+            "hybrid_minmax",
+            mode(SearchMode::Hybrid, None, Fusion::MinMax),
+        ),
+        ("hybrid_rank", mode(SearchMode::Hybrid, None, Fusion::Rank)),
+    ];
+    for (label, p) in modes {
         let mut ranks = vec![];
         for name in names {
             for q in captions.get(name).map(|c| &c[1..]).unwrap_or_default() {
-                let p = SearchParams {
-                    mode: Some(mode),
-                    ..SearchParams::page(10, 0)
-                };
-                let hits = svc.search_images(&to, Query::Text(q.clone()), p).await?;
+                let hits = svc
+                    .search_images(&to, Query::Text(q.clone()), p.clone())
+                    .await?;
                 ranks.push(
                     hits.hits
                         .iter()
@@ -86,9 +103,99 @@ pub(super) async fn measure(
             }
         }
         queries = ranks.len();
-        out.insert(mode.as_str().into(), recalls(&ranks));
+        out.insert(label.into(), recalls(&ranks));
+    }
+    if sweep {
+        out.insert(
+            "sweep".into(),
+            sweep_weights(svc, &to, names, captions).await?,
+        );
     }
     svc.delete_collection(&to).await?;
     out.insert("queries".into(), json!(queries));
     Ok(Value::Object(out))
+}
+
+/// Search parameters for one row of the report: k = 10 in `m`, with only `only` as a channel if given.
+fn mode(m: SearchMode, only: Option<Channel>, fusion: Fusion) -> SearchParams {
+    SearchParams {
+        mode: Some(m),
+        channels: only.map(|c| vec![c]),
+        fusion,
+        ..SearchParams::page(10, 0)
+    }
+}
+
+/// Every weighting (vector, text, keyword) on a 0.1 grid of the simplex under each fusion method, measured on
+/// the same candidates: the five best by R@1 (then R@5) per method.
+async fn sweep_weights(
+    svc: &Service,
+    to: &CollectionName,
+    names: &[String],
+    captions: &HashMap<String, Vec<String>>,
+) -> anyhow::Result<Value> {
+    // (the target's external id, its candidates) per query; the target's candidate id found by name below.
+    let mut per_query: Vec<(String, Candidates)> = vec![];
+    for name in names {
+        for q in captions.get(name).map(|c| &c[1..]).unwrap_or_default() {
+            per_query.push((name.clone(), svc.channel_scores(to, q).await?));
+        }
+    }
+    let mut stored: HashMap<String, i64> = HashMap::new();
+    for name in names {
+        stored.insert(name.clone(), svc.image_by_external_id(to, name).await?.id);
+    }
+    let grid: Vec<[f32; 3]> = (0..=10)
+        .flat_map(|v| {
+            (0..=10 - v)
+                .map(move |t| [v as f32 / 10.0, t as f32 / 10.0, (10 - v - t) as f32 / 10.0])
+        })
+        .collect();
+    let mut out = serde_json::Map::new();
+    for (label, how) in [
+        ("score", Fusion::Score),
+        ("minmax", Fusion::MinMax),
+        ("rank", Fusion::Rank),
+    ] {
+        let mut rows: Vec<(f64, f64, Value)> = vec![];
+        for w in &grid {
+            let mut ranks = Vec::with_capacity(per_query.len());
+            for (name, cands) in &mut per_query {
+                for (ch, wi) in cands.channels.iter_mut().zip(w) {
+                    ch.weight = *wi;
+                }
+                let scores = fuse(&cands.ids, &cands.channels, how);
+                let target = stored.get(name.as_str()).copied();
+                ranks.push(target.and_then(|t| rank_of(t, &cands.ids, &scores, &cands.similarity)));
+            }
+            let r = recalls(&ranks);
+            let key = (
+                r["r1"].as_f64().unwrap_or(0.0),
+                r["r5"].as_f64().unwrap_or(0.0),
+            );
+            rows.push((key.0, key.1, json!({"weights": w, "recall": r})));
+        }
+        rows.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)));
+        out.insert(
+            label.into(),
+            Value::Array(rows.into_iter().take(5).map(|r| r.2).collect()),
+        );
+    }
+    Ok(Value::Object(out))
+}
+
+/// The 1-based rank of `target` among candidates ordered as a page orders them (score, then similarity,
+/// then id), if in the first ten.
+fn rank_of(target: i64, ids: &[i64], scores: &[f32], sim: &[f32]) -> Option<usize> {
+    let k = ids.iter().position(|i| *i == target)?;
+    let better = (0..ids.len())
+        .filter(|&j| {
+            scores[j]
+                .total_cmp(&scores[k])
+                .then(sim[j].total_cmp(&sim[k]))
+                .then(ids[k].cmp(&ids[j]))
+                .is_gt()
+        })
+        .count();
+    (better < 10).then_some(better + 1)
 }

@@ -106,7 +106,17 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
             .unwrap_or(serde_json::Value::Null),
     };
     let hybrid = if args.hybrid {
-        Some(hybrid::measure(&svc, &collection, &split.names, &ids, &split.captions).await?)
+        Some(
+            hybrid::measure(
+                &svc,
+                &collection,
+                &split.names,
+                &ids,
+                &split.captions,
+                args.fusion_sweep,
+            )
+            .await?,
+        )
     } else {
         None
     };

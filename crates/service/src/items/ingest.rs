@@ -104,30 +104,44 @@ impl Service {
             .into_iter()
             .map(|i| {
                 let hash = content_hash(&i.bytes);
-                (i.bytes, (i.external_id, i.metadata, i.captions, hash))
+                let metadata = i
+                    .metadata
+                    .unwrap_or_else(|| Value::Object(Default::default()));
+                (i.bytes, (i.external_id, metadata, i.captions, hash))
             })
             .unzip();
         let embeddings = self.embed_images(bytes, ImageUse::Store).await?;
         let text_vecs = self.embed_tokens(tokens).await?;
         let mut text_vecs = self.with_caption_offsets(text_vecs).await?.into_iter();
+        let metadatas: Vec<&Value> = rest.iter().map(|r| &r.1).collect();
+        let fields = self
+            .embed_fields(c.text_fields.as_deref(), &metadatas, &HashSet::new())
+            .await?;
+        let written: Vec<usize> = rest.iter().map(|r| r.2.len()).collect();
         let rows: Vec<NewImage> = embeddings
             .into_iter()
             .zip(rest)
-            .map(|(e, (external_id, metadata, captions, hash))| NewImage {
-                external_id,
-                metadata: metadata.unwrap_or_else(|| Value::Object(Default::default())),
-                width: e.width,
-                height: e.height,
-                code: e.code.packed().to_vec(),
-                vector: e.vector,
-                offset: e.offset,
-                thumbnail: e.thumbnail,
-                content_hash: Some(hash),
-                captions: captions
-                    .into_iter()
-                    .map(|text| EmbeddedCaption::new(text, text_vecs.next().unwrap_or_default()))
-                    .collect(),
-            })
+            .zip(fields)
+            .map(
+                |((e, (external_id, metadata, captions, hash)), fields)| NewImage {
+                    external_id,
+                    metadata,
+                    width: e.width,
+                    height: e.height,
+                    code: e.code.packed().to_vec(),
+                    vector: e.vector,
+                    offset: e.offset,
+                    thumbnail: e.thumbnail,
+                    content_hash: Some(hash),
+                    captions: captions
+                        .into_iter()
+                        .map(|text| {
+                            EmbeddedCaption::new(text, text_vecs.next().unwrap_or_default())
+                        })
+                        .chain(fields)
+                        .collect(),
+                },
+            )
             .collect();
         let b = &self.pipeline.bundle;
         let ids = self
@@ -147,10 +161,12 @@ impl Service {
         let out = rows
             .iter()
             .zip(&ids)
-            .map(|(row, (id, cap_ids))| AddedImage {
+            .zip(written)
+            .map(|((row, (id, cap_ids)), n)| AddedImage {
                 id: *id,
                 external_id: row.external_id.clone(),
-                caption_ids: cap_ids.clone(),
+                // The written captions' ids; the fields' sentences follow them.
+                caption_ids: cap_ids[..n].to_vec(),
                 width: row.width,
                 height: row.height,
             })

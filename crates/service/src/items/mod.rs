@@ -4,6 +4,7 @@
 //! delete leaves the index at once (and starts a background rebuild when the holes pile up).
 
 pub(crate) mod feed;
+pub(crate) mod fields;
 pub(crate) mod ingest;
 pub(crate) mod transfer;
 pub(crate) mod updates;

@@ -209,8 +209,8 @@ impl Service {
     }
 
     /// Restores exported images without the CNN: each code projected by the loaded bundle (so the bundle's
-    /// vision model must be the one that made the codes), captions embedded by its text model, in one
-    /// transaction that also records `mark`.
+    /// vision model must be the one that made the codes), captions and text fields embedded by its text
+    /// model, in one transaction that also records `mark`.
     pub async fn restore_images(
         &self,
         collection: &CollectionName,
@@ -254,6 +254,11 @@ impl Service {
         }
         let texts: Vec<String> = images.iter().flat_map(|i| i.captions.clone()).collect();
         let mut text_vecs = self.embed_captions(&texts).await?.into_iter();
+        let metadatas: Vec<&Value> = images.iter().map(|i| &i.metadata).collect();
+        let mut fields = self
+            .embed_fields(c.text_fields.as_deref(), &metadatas, &Default::default())
+            .await?
+            .into_iter();
         let (vectors, offsets) = self
             .pipeline
             .project_codes(codes.clone())
@@ -276,6 +281,7 @@ impl Service {
                     .captions
                     .into_iter()
                     .map(|text| EmbeddedCaption::new(text, text_vecs.next().unwrap_or_default()))
+                    .chain(fields.next().unwrap_or_default())
                     .collect(),
                 thumbnail,
                 content_hash: img.content_hash,

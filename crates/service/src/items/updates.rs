@@ -10,7 +10,10 @@ use sha2::{Digest, Sha256};
 use crate::{CollectionName, Result, Service, ServiceError, items::hide};
 use crate::{
     pipeline::ImageUse,
-    store::{EmbeddedCaption, ImagePatch, ImageRow, NewImage, Photo, Provenance, Upsert, Upserted},
+    store::{
+        EmbeddedCaption, FieldSentences, ImagePatch, ImageRow, NewImage, Photo, Provenance, Upsert,
+        Upserted,
+    },
 };
 
 /// The sha256 of a photo's bytes, as stored in `images.content_hash`.
@@ -75,11 +78,50 @@ impl Service {
                     .into(),
             ));
         }
-        let row = self.store.patch_image(c.id, id, &patch).await?;
-        if let Some(idx) = self.memory_indexes(c.id)? {
-            idx.attributes.set([(row.id, row.metadata.clone())]);
+        // Without text fields, or without a metadata change, the fields' sentences stay as they are.
+        let reembed = c.text_fields.is_some() && patch.metadata.is_some();
+        for _ in 0..UPSERT_ATTEMPTS {
+            // The sentences of the metadata as the patch will leave it, from the row as read now; the store
+            // refuses them (None) if the row's metadata changed meanwhile, and this starts again.
+            let (before, sentences) = if reembed {
+                let before = self.store.image(c.id, id).await?;
+                let mut after = before.metadata.clone();
+                if let Some(m) = &patch.metadata {
+                    crate::store::merge_patch(&mut after, m);
+                }
+                let stored = self.stored_fields(c.id, &before).await?;
+                let sentences = self
+                    .embed_fields(c.text_fields.as_deref(), &[&after], &stored)
+                    .await?
+                    .remove(0);
+                (Some(before.metadata), sentences)
+            } else {
+                (None, vec![])
+            };
+            let fields = before.as_ref().map(|seen| FieldSentences {
+                seen,
+                captions: &sentences,
+                bundle_id: &self.pipeline.bundle.id,
+            });
+            let Some(done) = self.store.patch_image(c.id, id, &patch, fields).await? else {
+                continue;
+            };
+            if let Some(idx) = self.memory_indexes(c.id)? {
+                idx.attributes
+                    .set([(done.image.id, done.image.metadata.clone())]);
+                for cid in &done.removed_captions {
+                    hide(&idx.captions, *cid);
+                }
+                for (cid, i) in &done.added_captions {
+                    let s = &sentences[*i];
+                    idx.captions.insert(*cid, s.vector.clone(), s.offset)?;
+                }
+            }
+            return Ok(done.image);
         }
-        Ok(row)
+        Err(ServiceError::Conflict(format!(
+            "image {id} kept changing while this patch ran (other writes to it); send it again"
+        )))
     }
 
     pub async fn upsert_image(
@@ -108,12 +150,24 @@ impl Service {
                 source: e,
             })?;
         let vectors = self.embed_tokens(tokens).await?;
-        let captions: Vec<EmbeddedCaption> = input
+        let written = input.captions.len();
+        let mut captions: Vec<EmbeddedCaption> = input
             .captions
             .into_iter()
             .zip(self.with_caption_offsets(vectors).await?)
             .map(|(text, v)| EmbeddedCaption::new(text, v))
             .collect();
+        // The text fields' sentences after the upsert: those stored already are kept, not embedded again.
+        let stored = match self.store.image_by_external_id(c.id, external_id).await {
+            Ok(img) => self.stored_fields(c.id, &img).await?,
+            Err(crate::store::StoreError::NotFound(_)) => Default::default(),
+            Err(e) => return Err(e.into()),
+        };
+        captions.extend(
+            self.embed_fields(c.text_fields.as_deref(), &[&metadata], &stored)
+                .await?
+                .remove(0),
+        );
         let hash = content_hash(&input.bytes);
         let b = &self.pipeline.bundle;
         let prov = Provenance {
@@ -185,6 +239,8 @@ impl Service {
                 }
             }
             self.update_gauges();
+            let mut done = done;
+            done.caption_ids.truncate(written);
             return Ok(UpsertedImage {
                 outcome: match (done.created, done.previous_id) {
                     (true, _) => UpsertOutcome::Created,

@@ -1,44 +1,144 @@
-//! Keyword and hybrid image search for a sentence. The keyword ranking comes from the database's full-text
-//! index over each image's captions, external id and declared metadata fields (the store's keywords.rs); the
-//! vector ranking from the index as in vector mode; hybrid fuses the two by reciprocal rank (RRF, k = 60),
-//! each weighted, so a product word the text model has never seen ("espadrille", "sku-4411") still finds its
-//! product, and a paraphrase with no word in common still finds it by vector.
+//! Keyword and hybrid image search for a sentence. Hybrid asks three channels: the photo (the sentence's
+//! vector against the images', from the index as in vector mode), the words by meaning (against the vectors of
+//! each image's captions and text-field sentences: `items::fields`), and the words as keywords (the database's
+//! full-text index over captions, external id and text fields: the store's keywords.rs). Each channel's scores
+//! are standardised over the query's candidates and summed by weight (`fusion`), so a product word the text
+//! model has never seen ("espadrille", "sku-4411") still finds its product, a paraphrase with no word in
+//! common finds it by meaning, and a channel sure of its answer counts for more than one that is not.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::{
     CollectionRef, Result, Service, ServiceError,
-    search::{Query, QueryVector, Ranked, SearchMode, SearchParams},
+    search::{
+        Query, QueryVector, Ranked, SearchMode, SearchParams,
+        fusion::{Channel, ChannelScores, ChannelValues, fuse},
+    },
 };
 use crate::{modality::Modality, store::KeywordQuery};
 
-/// RRF's constant: a result's share is weight / (60 + rank), as in Cormack et al. (2009).
-const RRF_K: f32 = 60.0;
+/// The keyword channel's share of the fused score when the text model knows every word of the sentence.
+/// Measured on Flickr8k's dev split (docs/results.md, "Products and their words").
+const KEYWORD_SHARE: f32 = 0.3;
 
-/// The keyword ranking's share of a hybrid score: as asked, or by default 0.5 leaning towards the keywords as
-/// far as the sentence's vector is blind: a sentence all of whose words the text model does not know has a
-/// vector that says nothing, and ranks by its words alone (1.0).
-pub(super) fn keyword_weight(p: &SearchParams, qv: &QueryVector) -> Result<f32> {
-    let w = p
+/// Of the rest, the photo's share; the words by meaning have the remainder.
+const VECTOR_SHARE: f32 = 0.5;
+
+/// The weights of a hybrid search's channels: the keyword channel's as asked, or by default `KEYWORD_SHARE`
+/// raised towards 1 as far as the sentence's vector is blind (a sentence all of whose words the text model
+/// does not know has a vector that says nothing, and ranks by its words alone); the photo and the words by
+/// meaning share the rest.
+pub(super) fn weights(p: &SearchParams, qv: &QueryVector) -> Result<[(Channel, f32); 3]> {
+    let unknown = qv.unknown_share.clamp(0.0, 1.0);
+    let kw = p
         .keyword_weight
-        .unwrap_or(0.5 + 0.5 * qv.unknown_share.clamp(0.0, 1.0));
-    if !(0.0..=1.0).contains(&w) {
+        .unwrap_or(KEYWORD_SHARE + (1.0 - KEYWORD_SHARE) * unknown);
+    if !(0.0..=1.0).contains(&kw) {
         return Err(ServiceError::Invalid(format!(
-            "keyword_weight is {w}; it must be between 0 and 1"
+            "keyword_weight is {kw}; it must be between 0 and 1"
         )));
+    }
+    let asked = |c: Channel| p.channels.as_ref().is_none_or(|cs| cs.contains(&c));
+    let mut w = [
+        (Channel::Vector, (1.0 - kw) * VECTOR_SHARE),
+        (Channel::Text, (1.0 - kw) * (1.0 - VECTOR_SHARE)),
+        (Channel::Keyword, kw),
+    ];
+    for (c, x) in &mut w {
+        if !asked(*c) {
+            *x = 0.0;
+        }
+    }
+    // The channels asked share the whole weight; when all of theirs is 0 (the vector channels alone asked
+    // for a sentence the model does not know), they share it equally, as asked.
+    let total: f32 = w.iter().map(|(_, x)| x).sum();
+    let n = w.iter().filter(|(c, _)| asked(*c)).count() as f32;
+    for (c, x) in &mut w {
+        *x = if total > 0.0 {
+            *x / total
+        } else if asked(*c) {
+            1.0 / n
+        } else {
+            0.0
+        };
     }
     Ok(w)
 }
 
+/// A keyword or hybrid page: the ranked images, how many the filter admits, and each one's channel scores.
+pub(super) type Fused = (Vec<Ranked>, Option<usize>, HashMap<i64, ChannelValues>);
+
+/// A sentence search's candidates (ascending ids), their vector similarity (in the same order), and the
+/// channels' views of them: vector (score as vector mode ranks), text (nearest sentence's similarity),
+/// keyword (relevance), in `Channel::ALL` order.
+pub struct Candidates {
+    pub ids: Vec<i64>,
+    pub similarity: Vec<f32>,
+    pub channels: [ChannelScores; 3],
+    pub matches: Option<usize>,
+}
+
+/// The page `p` asks for of candidates ranked by `scores` (ties by similarity, then id), with their channels'
+/// values.
+fn page(
+    ids: Vec<i64>,
+    scores: Vec<f32>,
+    similarity: Vec<f32>,
+    channels: [ChannelScores; 3],
+    mode: SearchMode,
+    p: &SearchParams,
+    matches: Option<usize>,
+) -> Fused {
+    let mut ranked: Vec<Ranked> = ids
+        .into_iter()
+        .zip(scores)
+        .zip(similarity)
+        .map(|((id, s), sim)| (id, s, sim))
+        .collect();
+    ranked.sort_by(|a, b| {
+        b.1.total_cmp(&a.1)
+            .then(b.2.total_cmp(&a.2))
+            .then(a.0.cmp(&b.0))
+    });
+    let page: Vec<Ranked> = ranked.into_iter().skip(p.offset).take(p.k).collect();
+    let [vector, text, keyword] = &channels;
+    let values = page
+        .iter()
+        .map(|(id, _, _)| {
+            let v = ChannelValues {
+                vector: (mode == SearchMode::Hybrid)
+                    .then(|| vector.values.get(id).copied())
+                    .flatten(),
+                text: text.values.get(id).copied(),
+                keyword: keyword.values.get(id).copied(),
+            };
+            (*id, v)
+        })
+        .collect();
+    (page, matches, values)
+}
+
 impl Service {
-    /// The mode a search runs in: as asked (keyword and hybrid need a sentence), or by default hybrid for a
-    /// sentence in a collection with words to match (`text_fields`, or captions), vector otherwise.
+    /// The mode a search runs in: as asked (keyword and hybrid need a sentence; channels mean hybrid), or by
+    /// default hybrid for a sentence in a collection with words to match (`text_fields`, or captions), vector
+    /// otherwise.
     pub(crate) async fn resolve_mode(
         &self,
         c: &CollectionRef,
         q: &Query,
-        asked: Option<SearchMode>,
+        p: &SearchParams,
     ) -> Result<SearchMode> {
+        let asked = match (p.mode, &p.channels) {
+            (Some(SearchMode::Hybrid) | None, Some(_)) => Some(SearchMode::Hybrid),
+            (Some(m), Some(_)) => {
+                return Err(ServiceError::Invalid(format!(
+                    "`channels` choose what hybrid mode fuses; mode \"{}\" has one channel (leave out \
+                     `mode`, or set it to \"hybrid\")",
+                    m.as_str()
+                )));
+            }
+            (m, None) => m,
+        };
         match (asked, q) {
             (Some(SearchMode::Vector), _) => Ok(SearchMode::Vector),
             (Some(m), Query::Text(_)) => Ok(m),
@@ -64,103 +164,242 @@ impl Service {
     }
 
     /// The page of a keyword or hybrid search, ranked by the fused score (keyword: the engine's relevance),
-    /// each hit with its vector similarity; and how many images the filter admits.
+    /// each hit with its vector similarity and its channels' scores; and how many images the filter admits.
     pub(crate) async fn fused(
         &self,
         c: &CollectionRef,
         qv: &QueryVector,
         text: &str,
         mode: SearchMode,
-        w: f32,
+        weights: &[(Channel, f32); 3],
         p: &SearchParams,
-    ) -> Result<(Vec<Ranked>, Option<usize>)> {
-        // Deep enough that a result ranked low by one side and high by the other is seen by both.
+    ) -> Result<Fused> {
+        let on = |ch: Channel| {
+            mode == SearchMode::Hybrid && weights.iter().any(|(c, w)| *c == ch && *w > 0.0)
+        };
+        let cands = self
+            .candidates(c, qv, text, mode == SearchMode::Keyword, on, p)
+            .await?;
+        let mut channels = cands.channels;
+        let scores: Vec<f32> = if mode == SearchMode::Keyword {
+            cands.ids.iter().map(|id| channels[2].values[id]).collect()
+        } else {
+            for (ch, (_, w)) in channels.iter_mut().zip(weights) {
+                ch.weight = *w;
+            }
+            fuse(&cands.ids, &channels, p.fusion)
+        };
+        Ok(page(
+            cands.ids,
+            scores,
+            cands.similarity,
+            channels,
+            mode,
+            p,
+            cands.matches,
+        ))
+    }
+
+    /// A sentence's candidates in a collection and what each channel says of them, all three channels asked
+    /// (their weights 0): what `eval --hybrid` fuses under other weights and methods.
+    pub async fn channel_scores(
+        &self,
+        collection: &crate::CollectionName,
+        text: &str,
+    ) -> Result<Candidates> {
+        let c = self.collection_ref(collection).await?;
+        let qv = self.query_vector(&c, Query::Text(text.to_string())).await?;
+        let p = SearchParams::page(10, 0);
+        self.candidates(&c, &qv, text, false, |_| true, &p).await
+    }
+
+    /// Every image a channel reached, each with its vector similarity, and the channels' views of them.
+    async fn candidates(
+        &self,
+        c: &CollectionRef,
+        qv: &QueryVector,
+        text: &str,
+        keyword_mode: bool,
+        on: impl Fn(Channel) -> bool,
+        p: &SearchParams,
+    ) -> Result<Candidates> {
+        // Deep enough that a result ranked low by one side and high by another is seen by both.
         let depth = ((p.offset + p.k) * 2).clamp(100, self.opts.max_k.max(100));
-        let query = KeywordQuery::parse(text);
-        let keyword = self
-            .timed_db(
+        let keyword = if keyword_mode || on(Channel::Keyword) {
+            let query = KeywordQuery::parse(text);
+            self.timed_db(
                 "keyword_search",
                 self.store.keyword_search(c.id, &query, &p.filter, depth),
             )
-            .await?;
-        let (vector, matches) = if mode == SearchMode::Hybrid {
-            let deep = SearchParams {
-                k: depth,
-                offset: 0,
-                min_score: None,
-                ..p.clone()
-            };
-            self.search_ids(c, Modality::Images, qv, &deep).await?
-        } else if p.filter.is_all() {
-            (vec![], None)
-        } else if self.in_database() {
-            let n = self.store.count_matching(c.id, &p.filter, None).await?;
-            (vec![], Some(n))
+            .await?
         } else {
-            let indexes = self.indexes_of(c.id)?;
-            (
-                vec![],
-                Some(self.allowed_images(&indexes, &p.filter).await?.len()),
-            )
+            vec![]
         };
-        let score = self.score(qv.modality, Modality::Images);
-        // The similarity of keyword hits the vector side did not reach: from the index's vectors, or under
-        // --index database from their rows (one read for all of them).
-        let seen: std::collections::HashSet<i64> = vector.iter().map(|h| h.0).collect();
-        let missing: Vec<i64> = keyword
+        let deep = SearchParams {
+            k: depth,
+            offset: 0,
+            min_score: None,
+            ..p.clone()
+        };
+        let (vector, matches) = if on(Channel::Vector) {
+            self.search_ids(c, Modality::Images, qv, &deep).await?
+        } else {
+            (vec![], self.matches(c, p).await?)
+        };
+        let words = if on(Channel::Text) {
+            self.text_channel(c, qv, &deep).await?
+        } else {
+            vec![]
+        };
+        // The vector side's score and similarity of each candidate: those it did not reach read from the
+        // index's vectors, or under --index database from their rows (one read for all of them).
+        let mut vec_of: HashMap<i64, (f32, f32)> =
+            vector.iter().map(|(i, s, sim)| (*i, (*s, *sim))).collect();
+        let mut missing: Vec<i64> = keyword
             .iter()
             .map(|h| h.0)
-            .filter(|id| !seen.contains(id))
+            .chain(words.iter().map(|h| h.0))
+            .filter(|id| !vec_of.contains_key(id))
             .collect();
-        let other_sims: HashMap<i64, f32> = match self.memory_indexes(c.id)? {
-            Some(idx) => missing
+        missing.sort_unstable();
+        missing.dedup();
+        vec_of.extend(self.vector_scores(c, qv, &missing).await?);
+        // An image this server's index does not hold yet (just written on another replica) waits for the
+        // follower; one below `min_score` is left out.
+        let mut ids: Vec<i64> = vec_of
+            .iter()
+            .filter(|(_, (_, sim))| p.min_score.is_none_or(|m| *sim >= m))
+            .map(|(i, _)| *i)
+            .collect();
+        ids.sort_unstable();
+        let floor = words.iter().map(|h| h.1).fold(f32::INFINITY, f32::min);
+        Ok(Candidates {
+            similarity: ids.iter().map(|id| vec_of[id].1).collect(),
+            channels: [
+                ChannelScores {
+                    weight: 0.0,
+                    values: ids.iter().map(|id| (*id, vec_of[id].0)).collect(),
+                    floor: 0.0,
+                },
+                ChannelScores {
+                    weight: 0.0,
+                    // An image none of whose sentences came near ranks at most as the farthest that did.
+                    values: words.into_iter().collect(),
+                    floor,
+                },
+                ChannelScores {
+                    weight: 0.0,
+                    values: keyword.into_iter().collect(),
+                    floor: 0.0,
+                },
+            ],
+            ids,
+            matches,
+        })
+    }
+
+    /// How many images the filter admits (None without one), for a page the vector side did not rank.
+    async fn matches(&self, c: &CollectionRef, p: &SearchParams) -> Result<Option<usize>> {
+        if p.filter.is_all() {
+            return Ok(None);
+        }
+        Ok(Some(if self.in_database() {
+            self.store.count_matching(c.id, &p.filter, None).await?
+        } else {
+            let indexes = self.indexes_of(c.id)?;
+            self.allowed_images(&indexes, &p.filter).await?.len()
+        }))
+    }
+
+    /// The words by meaning: images ranked by the nearest of their captions and text-field sentences to the
+    /// sentence (the caption index, deep enough for a few sentences an image), under the filter.
+    async fn text_channel(
+        &self,
+        c: &CollectionRef,
+        qv: &QueryVector,
+        deep: &SearchParams,
+    ) -> Result<Vec<(i64, f32)>> {
+        let sentences = SearchParams {
+            k: deep.k * 3,
+            filter: crate::filter::Filter::all(),
+            ..deep.clone()
+        };
+        let (near, _) = self
+            .search_ids(c, Modality::Captions, qv, &sentences)
+            .await?;
+        let ids: Vec<i64> = near.iter().map(|h| h.0).collect();
+        let rows = self
+            .timed_db("fetch_sentences", self.store.captions_by_ids(c.id, &ids))
+            .await?;
+        let image_of: HashMap<i64, i64> = rows
+            .iter()
+            .filter_map(|r| r.image_id.map(|i| (r.id, i)))
+            .collect();
+        let mut best: HashMap<i64, f32> = HashMap::new();
+        for (cid, _, sim) in &near {
+            if let Some(img) = image_of.get(cid) {
+                let b = best.entry(*img).or_insert(f32::NEG_INFINITY);
+                *b = b.max(*sim);
+            }
+        }
+        if !deep.filter.is_all() {
+            let images: Vec<i64> = best.keys().copied().collect();
+            let allowed: HashSet<i64> = match self.memory_indexes(c.id)? {
+                Some(idx) => self.allowed_images(&idx, &deep.filter).await?,
+                None => self
+                    .store
+                    .matching_among(c.id, &deep.filter, &images)
+                    .await?
+                    .into_iter()
+                    .collect(),
+            };
+            best.retain(|id, _| allowed.contains(id));
+        }
+        let mut out: Vec<(i64, f32)> = best.into_iter().collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(out)
+    }
+
+    /// The vector channel's (score, similarity) of images it did not rank: from the index's vectors and
+    /// offsets, or under --index database from their rows (one read for all of them).
+    async fn vector_scores(
+        &self,
+        c: &CollectionRef,
+        qv: &QueryVector,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, (f32, f32))>> {
+        let score = self.score(qv.modality, Modality::Images);
+        let with_offset = |sim: f32, offset: f32| {
+            let s = if score.uses_offsets() {
+                sim + offset
+            } else {
+                sim
+            };
+            (s, sim)
+        };
+        Ok(match self.memory_indexes(c.id)? {
+            Some(idx) => ids
                 .iter()
                 .filter_map(|id| {
-                    idx.images
-                        .vector(*id)
-                        .map(|v| (*id, score.eval(&qv.vector, &v)))
+                    let v = idx.images.vector(*id)?;
+                    Some((
+                        *id,
+                        with_offset(score.eval(&qv.vector, &v), idx.images.offset(*id)),
+                    ))
                 })
                 .collect(),
             None => self
                 .store
-                .vectors_by_ids(c.id, Modality::Images, &missing)
+                .vectors_by_ids(c.id, Modality::Images, ids)
                 .await?
                 .into_iter()
-                .map(|s| (s.id, score.eval(&qv.vector, &s.vector)))
+                .map(|s| {
+                    (
+                        s.id,
+                        with_offset(score.eval(&qv.vector, &s.vector), s.offset),
+                    )
+                })
                 .collect(),
-        };
-        // id -> (fused score, similarity)
-        let mut fused: HashMap<i64, (f32, Option<f32>)> = HashMap::new();
-        for (rank, (id, _, sim)) in vector.iter().enumerate() {
-            let e = fused.entry(*id).or_insert((0.0, None));
-            e.0 += (1.0 - w) / (RRF_K + rank as f32 + 1.0);
-            e.1 = Some(*sim);
-        }
-        for (rank, (id, relevance)) in keyword.iter().enumerate() {
-            let e = fused.entry(*id).or_insert((0.0, None));
-            e.0 += match mode {
-                SearchMode::Keyword => *relevance,
-                _ => w / (RRF_K + rank as f32 + 1.0),
-            };
-        }
-        let mut ranked: Vec<Ranked> = fused
-            .into_iter()
-            .filter_map(|(id, (s, sim))| {
-                // A keyword hit the vector side did not reach: its similarity from the index. One this
-                // server's index does not hold yet (just written on another replica) waits for the follower.
-                let sim = sim.or_else(|| other_sims.get(&id).copied())?;
-                Some((id, s, sim))
-            })
-            .filter(|(_, _, sim)| p.min_score.is_none_or(|m| *sim >= m))
-            .collect();
-        ranked.sort_by(|a, b| {
-            b.1.total_cmp(&a.1)
-                .then(b.2.total_cmp(&a.2))
-                .then(a.0.cmp(&b.0))
-        });
-        Ok((
-            ranked.into_iter().skip(p.offset).take(p.k).collect(),
-            matches,
-        ))
+        })
     }
 }

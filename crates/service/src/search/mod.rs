@@ -3,7 +3,10 @@
 //! `hybrid` adds the keyword ranking and fuses the two.
 
 pub(crate) mod database;
+pub mod fusion;
 mod hybrid;
+
+pub use hybrid::Candidates;
 
 use std::collections::{HashMap, HashSet};
 
@@ -52,8 +55,12 @@ pub struct SearchParams {
     pub min_score: Option<f32>,
     /// None: hybrid for a sentence on images in a collection that asked for keyword search, else vector.
     pub mode: Option<SearchMode>,
-    /// Hybrid: the keyword ranking's share of the fused score (0..=1; default 0.5).
+    /// Hybrid: the keyword channel's share of the fused score (0..=1; by default `hybrid::KEYWORD_SHARE`).
     pub keyword_weight: Option<f32>,
+    /// Hybrid: the channels fused (None: all of them).
+    pub channels: Option<Vec<fusion::Channel>>,
+    /// Hybrid: how the channels' scores are combined.
+    pub fusion: fusion::Fusion,
 }
 
 impl SearchParams {
@@ -66,6 +73,8 @@ impl SearchParams {
             min_score: None,
             mode: None,
             keyword_weight: None,
+            channels: None,
+            fusion: fusion::Fusion::default(),
         }
     }
 }
@@ -76,8 +85,8 @@ pub struct Hits<H> {
     pub hits: Vec<H>,
     pub matches: Option<usize>,
     pub mode: Option<SearchMode>,
-    /// Hybrid: the keyword ranking's share of the fused score this search used.
-    pub keyword_weight: Option<f32>,
+    /// Hybrid: the channels' weights this search used (the keyword channel's is `keyword_weight`).
+    pub weights: Option<[(fusion::Channel, f32); 3]>,
     pub unknown_words: Vec<String>,
 }
 
@@ -87,6 +96,8 @@ pub struct Hits<H> {
 pub struct Scored<R> {
     pub score: f32,
     pub similarity: f32,
+    /// Keyword and hybrid searches: what each channel said of it.
+    pub channels: Option<fusion::ChannelValues>,
     pub row: R,
 }
 
@@ -290,21 +301,28 @@ impl Service {
         let t = std::time::Instant::now();
         self.check_window(&p)?;
         let c = self.collection_ref(collection).await?;
-        let mode = self.resolve_mode(&c, &q, p.mode).await?;
+        let mode = self.resolve_mode(&c, &q, &p).await?;
         let text = match &q {
             Query::Text(t) => Some(t.clone()),
             _ => None,
         };
         let qv = self.query_vector(&c, q).await?;
-        let weight = hybrid::keyword_weight(&p, &qv)?;
-        let found = match (mode, text) {
+        let weights = hybrid::weights(&p, &qv)?;
+        let (found, channels) = match (mode, text) {
             (SearchMode::Keyword | SearchMode::Hybrid, Some(text)) => {
-                self.fused(&c, &qv, &text, mode, weight, &p).await?
+                let (page, matches, channels) =
+                    self.fused(&c, &qv, &text, mode, &weights, &p).await?;
+                ((page, matches), Some(channels))
             }
-            _ => self.search_ids(&c, Modality::Images, &qv, &p).await?,
+            _ => (self.search_ids(&c, Modality::Images, &qv, &p).await?, None),
         };
-        let mut hits = self.answer(t, &c, found, Some(mode), qv).await?;
-        hits.keyword_weight = (mode == SearchMode::Hybrid).then_some(weight);
+        let mut hits: Hits<ImageHit> = self.answer(t, &c, found, Some(mode), qv).await?;
+        if let Some(mut channels) = channels {
+            for h in &mut hits.hits {
+                h.channels = channels.remove(&h.row.id);
+            }
+        }
+        hits.weights = (mode == SearchMode::Hybrid).then_some(weights);
         Ok(hits)
     }
 
@@ -319,6 +337,11 @@ impl Service {
         if !p.filter.is_all() {
             return Err(ServiceError::Invalid(
                 "filters apply to image metadata; caption search takes none".into(),
+            ));
+        }
+        if p.channels.is_some() {
+            return Err(ServiceError::Invalid(
+                "channels choose what an image search fuses; caption search is by vector".into(),
             ));
         }
         if p.mode.is_some_and(|m| m != SearchMode::Vector) {
@@ -350,7 +373,7 @@ impl Service {
             hits: join(hits, rows),
             matches,
             mode,
-            keyword_weight: None,
+            weights: None,
             unknown_words: qv.unknown_words,
         })
     }
@@ -400,6 +423,7 @@ fn join<R: Found>(hits: Vec<Ranked>, rows: Vec<R>) -> Vec<Scored<R>> {
             Some(Scored {
                 score,
                 similarity,
+                channels: None,
                 row,
             })
         })
