@@ -418,6 +418,12 @@ export interface components {
         };
         Caption: {
             created_at: string;
+            /**
+             * @description A sentence of the image's text field of this name (the collection's `text_fields`, embedded when the
+             *     image was written); absent for a caption someone wrote. Caption search finds both; lists show only
+             *     written captions.
+             */
+            field?: string | null;
             /** Format: int64 */
             id: number;
             /** Format: int64 */
@@ -452,6 +458,40 @@ export interface components {
             results: components["schemas"]["CaptionResult"][];
             /** @description The words of a `text` query the text model does not know (it reads each as "unknown"). */
             unknown_words: string[];
+        };
+        /**
+         * @description A channel of hybrid search.
+         * @enum {string}
+         */
+        ChannelName: "vector" | "text" | "keyword";
+        /** @description What each channel said of a hybrid or keyword result. */
+        ChannelScores: {
+            /**
+             * Format: float
+             * @description The database's text relevance of its words (as `score` in keyword mode); absent when none matched.
+             */
+            keyword?: number | null;
+            /**
+             * Format: float
+             * @description The similarity of the image's caption or text-field sentence nearest to the sentence, by meaning;
+             *     absent when none came near.
+             */
+            text?: number | null;
+            /**
+             * Format: float
+             * @description Hybrid: the photo's score as vector mode ranks it (`similarity`, plus the image's offset under a
+             *     bundle with a hubness bank).
+             */
+            vector?: number | null;
+        };
+        /** @description The weights a hybrid search gave its channels (0 for a channel not asked). */
+        ChannelWeights: {
+            /** Format: float */
+            keyword: number;
+            /** Format: float */
+            text: number;
+            /** Format: float */
+            vector: number;
         };
         Check: {
             ok: boolean;
@@ -576,15 +616,17 @@ export interface components {
             metadata?: Record<string, unknown> | null;
         };
         ImageResult: {
+            channels?: null | components["schemas"]["ChannelScores"];
             image: components["schemas"]["Image"];
             /**
              * Format: float
              * @description What the results are ordered by, higher first. Vector mode: `similarity`, except for a sentence query
              *     under a bundle with a hubness bank, where it is `similarity` plus the image's offset (<= 0 for an
              *     image close to many training captions, which demotes images that match many sentences loosely);
-             *     comparable within one bundle only. Hybrid mode: the fused reciprocal-rank score, the sum over the two
-             *     rankings of weight / (60 + rank) (at most 1/61). Keyword mode: the database's text relevance (SQLite:
-             *     -bm25; Postgres: ts_rank_cd), comparable within one engine only.
+             *     comparable within one bundle only. Hybrid mode: the fused score, the weighted sum over the channels of
+             *     each one's score standardised over the query's candidates (0 is a candidate of average standing;
+             *     comparable within one query only). Keyword mode: the database's text relevance (SQLite: -bm25;
+             *     Postgres: ts_rank_cd), comparable within one engine only.
              */
             score: number;
             /**
@@ -598,7 +640,7 @@ export interface components {
         ImageResults: {
             /**
              * Format: float
-             * @description Hybrid: the keyword ranking's share of the fused score, as asked, or by default 0.5 raised towards 1 by
+             * @description Hybrid: the keyword channel's share of the fused score, as asked, or by default 0.3 raised towards 1 by
              *     the share of the sentence's words the text model does not know (`unknown_words`).
              */
             keyword_weight?: number | null;
@@ -612,6 +654,7 @@ export interface components {
              *     ranking ignores them; keyword and hybrid modes still match them in the images' text.
              */
             unknown_words: string[];
+            weights?: null | components["schemas"]["ChannelWeights"];
         };
         /** @description An image given by URL that was not added (the others were). */
         ItemError: {
@@ -701,6 +744,8 @@ export interface components {
          *     an `image` file part instead of base64.
          */
         SearchMultipart: {
+            /** @description A JSON array, e.g. ["vector", "text"]. */
+            channels?: string | null;
             filter?: string | null;
             /** Format: binary */
             image?: string | null;
@@ -717,6 +762,11 @@ export interface components {
         };
         /** @description Exactly one of `text`, `image` and `image_id`. */
         SearchRequest: {
+            /**
+             * @description Hybrid mode: the channels to fuse, any of `vector` (the photo), `text` (the image's captions and
+             *     text fields by meaning) and `keyword` (its words as keywords). Default: all three. Implies hybrid.
+             */
+            channels?: components["schemas"]["ChannelName"][] | null;
             /**
              * @description Image searches only: a metadata filter (docs/api.md, "Filters"), e.g.
              *     {"price": {"$lt": 50}, "size": {"$in": ["M", "L"]}, "brand.name": "acme"}.
@@ -736,8 +786,10 @@ export interface components {
             k?: number | null;
             /**
              * Format: float
-             * @description Hybrid mode: the keyword ranking's weight in the fusion, 0..=1 (the vector ranking has the rest).
-             * @default 0.5
+             * @description Hybrid mode: the keyword channel's weight in the fusion, 0..=1 (the photo and the words by meaning
+             *     share the rest equally). Default 0.3, raised towards 1 by the share of the sentence's words the text
+             *     model does not know.
+             * @default 0.3
              */
             keyword_weight?: number | null;
             /**

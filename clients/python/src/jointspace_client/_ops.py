@@ -30,6 +30,7 @@ from ._types import (
     CaptionList,
     CaptionResult,
     CaptionResults,
+    Channel,
     Collection,
     CollectionList,
     EmbedImageResponse,
@@ -420,6 +421,7 @@ def _search_call(
     filter: Filter | None = None,
     mode: Mode | None = None,
     keyword_weight: float | None = None,
+    channels: Sequence[Channel] | None = None,
     min_score: float | None = None,
 ) -> Call[T]:
     fields: dict[str, Any] = _drop_none(
@@ -431,13 +433,14 @@ def _search_call(
             "filter": None if filter is None else dict(filter),
             "mode": mode,
             "keyword_weight": keyword_weight,
+            "channels": None if channels is None else list(channels),
             "min_score": min_score,
         }
     )
     src: ImageSource | None = None if image is None else resolve(image)
     if src is not None and src.kind == "bytes":
         # A photo query as multipart: the fields as form fields, `filter` as JSON text.
-        data = {k: _dump(v) if k == "filter" else str(v) for k, v in fields.items()}
+        data = {k: _dump(v) if k in ("filter", "channels") else str(v) for k, v in fields.items()}
         files: list[FilePart] = [file_part("image", src)]
         return Call("POST", path, parse, files=files, data=data)
     if src is not None:
@@ -473,13 +476,15 @@ def search_images(
     filter: Filter | None = None,
     mode: Mode | None = None,
     keyword_weight: float | None = None,
+    channels: Sequence[Channel] | None = None,
     min_score: float | None = None,
 ) -> Flow[ImageResults]:
     """Images for a sentence (`text`), a photo (`image`: path, bytes, base64) or a stored image
     (`image_id`, left out of its own results): exactly one. `k` results (default 10) after `offset`,
     best first; `filter` on metadata (then `matches` counts the images it admits); `mode` `vector`,
-    `keyword` or `hybrid` for sentences (`keyword_weight` weighs the keyword side in hybrid); `min_score`
-    leaves out weaker results."""
+    `keyword` or `hybrid` for sentences (`keyword_weight` weighs the keyword channel in hybrid, `channels`
+    picks which of `vector`, `text` and `keyword` it fuses; each result's `channels` says what each found);
+    `min_score` leaves out weaker results."""
     return one(
         _search_call(
             f"{_col(collection)}/images/search",
@@ -492,6 +497,7 @@ def search_images(
             filter=filter,
             mode=mode,
             keyword_weight=keyword_weight,
+            channels=channels,
             min_score=min_score,
         )
     )
@@ -506,6 +512,7 @@ def iter_search_images(
     filter: Filter | None = None,
     mode: Mode | None = None,
     keyword_weight: float | None = None,
+    channels: Sequence[Channel] | None = None,
     min_score: float | None = None,
     page_size: int = 10,
     limit: int | None = None,
@@ -526,6 +533,7 @@ def iter_search_images(
             filter=filter,
             mode=mode,
             keyword_weight=keyword_weight,
+            channels=channels,
             min_score=min_score,
         )
 

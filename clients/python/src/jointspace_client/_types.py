@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 Mode = Literal["vector", "keyword", "hybrid"]
+#: A channel of hybrid search: the photo, the words by meaning, the words as keywords.
+Channel = Literal["vector", "text", "keyword"]
 Outcome = Literal["created", "replaced", "updated"]
 Similarity = Literal["cosine", "order", "euclidean"]
 JsonObject = dict[str, Any]
@@ -42,6 +44,8 @@ class Caption(TypedDict):
     text: str
     created_at: str
     image_id: NotRequired[int | None]
+    #: A sentence of the image's text field of this name (caption search finds them); absent when written.
+    field: NotRequired[str]
 
 
 class CaptionList(TypedDict):
@@ -105,10 +109,26 @@ class UpsertedImage(TypedDict):
     previous_id: NotRequired[int | None]
 
 
+class ChannelScores(TypedDict, total=False):
+    """What each channel said of a hybrid or keyword result (a channel that did not reach it is absent)."""
+
+    vector: float
+    text: float
+    keyword: float
+
+
+class ChannelWeights(TypedDict):
+    vector: float
+    text: float
+    keyword: float
+
+
 class ImageResult(TypedDict):
     score: float
     similarity: float
     image: Image
+    #: Keyword and hybrid modes: what each channel said of this image.
+    channels: NotRequired[ChannelScores]
 
 
 class ImageResults(TypedDict):
@@ -116,8 +136,10 @@ class ImageResults(TypedDict):
     mode: Mode
     unknown_words: list[str]
     matches: NotRequired[int | None]
-    #: Hybrid: the keyword ranking's share of the fused score the search used.
+    #: Hybrid: the keyword channel's share of the fused score the search used.
     keyword_weight: NotRequired[float]
+    #: Hybrid: every channel's weight in the fusion.
+    weights: NotRequired[ChannelWeights]
 
 
 class CaptionResult(TypedDict):
