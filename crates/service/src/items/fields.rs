@@ -92,52 +92,34 @@ impl Service {
         metadatas: &[&Value],
         stored: &HashSet<(String, String)>,
     ) -> Result<Vec<Vec<EmbeddedCaption>>> {
-        let wanted: Vec<Vec<(String, String)>> = metadatas
-            .iter()
-            .map(|m| field_sentences(fields, m))
-            .collect();
-        let mut tokens = vec![];
-        let mut to_embed: Vec<(usize, usize)> = vec![];
-        for (i, per_image) in wanted.iter().enumerate() {
-            for (j, pair) in per_image.iter().enumerate() {
-                if stored.contains(pair) {
-                    continue;
-                }
-                if let Ok(ids) = self.pipeline.tokenize([&pair.1]).map(|mut t| t.remove(0)) {
-                    tokens.push(ids);
-                    to_embed.push((i, j));
+        let mut out: Vec<Vec<EmbeddedCaption>> = Vec::with_capacity(metadatas.len());
+        // Where each sentence to embed goes: (image, position), in the order of `tokens`.
+        let (mut tokens, mut slots) = (vec![], vec![]);
+        for m in metadatas {
+            let mut sentences = vec![];
+            for (field, text) in field_sentences(fields, m) {
+                if stored.contains(&(field.clone(), text.clone())) {
+                    sentences.push(EmbeddedCaption::kept_field(field, text));
+                } else if let Ok(mut ids) = self.pipeline.tokenize([&text]) {
+                    tokens.push(ids.remove(0));
+                    slots.push((out.len(), sentences.len()));
+                    sentences.push(EmbeddedCaption::kept_field(field, text));
                 }
             }
+            out.push(sentences);
         }
-        let embedded = if tokens.is_empty() {
-            vec![]
-        } else {
-            let vectors = self.embed_tokens(tokens).await?;
-            self.with_caption_offsets(vectors).await?
-        };
-        let mut embedded = embedded.into_iter();
-        let mut vecs: Vec<Vec<Option<(Vec<f32>, f32)>>> =
-            wanted.iter().map(|w| vec![None; w.len()]).collect();
-        for (i, j) in to_embed {
-            vecs[i][j] = embedded.next();
+        if tokens.is_empty() {
+            return Ok(out);
         }
-        Ok(wanted
+        let vectors = self.embed_tokens(tokens).await?;
+        for ((i, j), (vector, offset)) in slots
             .into_iter()
-            .zip(vecs)
-            .map(|(pairs, vs)| {
-                pairs
-                    .into_iter()
-                    .zip(vs)
-                    .filter_map(|((field, text), v)| match v {
-                        Some(v) => Some(EmbeddedCaption::of_field(field, text, v)),
-                        None if stored.contains(&(field.clone(), text.clone())) => {
-                            Some(EmbeddedCaption::kept_field(field, text))
-                        }
-                        None => None,
-                    })
-                    .collect()
-            })
-            .collect())
+            .zip(self.with_caption_offsets(vectors).await?)
+        {
+            out[i][j].vector = vector;
+            out[i][j].offset = offset;
+        }
+        Ok(out)
     }
 
     /// The (field, sentence) pairs stored for an image under the loaded bundle (what a change need not embed).

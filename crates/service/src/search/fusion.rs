@@ -106,7 +106,7 @@ pub fn fuse(candidates: &[i64], channels: &[ChannelScores], how: Fusion) -> Vec<
             }
         };
         // A channel that cannot tell the candidates apart says nothing about their order.
-        if !(scale > 1e-6) {
+        if scale.is_nan() || scale <= 1e-6 {
             continue;
         }
         for (f, v) in fused.iter_mut().zip(&values) {
