@@ -187,6 +187,7 @@ class Readiness(TypedDict):
 
 class Health(TypedDict):
     status: str
+    version: str
 
 
 class ReindexReport(TypedDict):
