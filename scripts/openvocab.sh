@@ -33,7 +33,7 @@ mkdir -p "$CACHE/results"
 
 # The stamps by exact version, checked, and prepared as a gallery (scripts/stamps.sh).
 PY=$PY fetch_stamps
-cat "$CACHE/results/prepare.json"
+cat "$CACHE/results/prepare.json" 2>/dev/null || true
 GALLERY=$STAMPS_GALLERY
 
 SERVER_PID=
