@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory index against database index (issue 44, docs/benchmarks.md "The index in the database"), side by side on
+# Memory index against database index (docs/benchmarks.md "The index in the database"), side by side on
 # one PostgreSQL 18 + pgvector 0.8.6 (scripts/setup-pgvector.sh) and the default bundle: N synthetic clustered images
 # (ternary codes imported with `jointspace import`, no CNN), then for each mode the time to ready and the RSS of
 # `jointspace serve`, and for sentence searches recall@10 against an exact scan (unfiltered, 1% and 50% filters),

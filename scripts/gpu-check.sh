@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check of issue 43, in one call on a GPU machine of the device tool (docs/benchmarks.md, "GPU"): joins
+# The GPU check, in one call on a remote GPU machine that only the checkout travels to (docs/benchmarks.md,
+# "GPU"): joins
 # the parts scripts/gpu-prepare.sh staged in .cache/gpu/, checks them, and measures the CUDA provider through
 # `jointspace serve --device cuda`:
 #   - the device, its driver, the CUDA / cuDNN libraries found in python3's site-packages, ONNX Runtime;
@@ -10,7 +11,7 @@
 #     EfficientNet-Lite2 windowed), concurrent clients posting batches of photos, after a warm-up;
 #   - sentence search p50/p99 at 200 and 1,000 req/s (open loop) on a seeded collection;
 #   - with 1,000 staged photos (GPU_PHOTOS=1000 at prepare time), `jointspace eval` of the test split on CUDA.
-# Results in $OUT (the device tool brings that folder back; here target/gpu-check): gpu-check.log,
+# Results in $OUT (the runner brings that folder back; here target/gpu-check): gpu-check.log,
 # results.jsonl (one JSON object a step), gpu-check.json (those and the tables as markdown), server-logs.tar.gz.
 #
 #   bash scripts/gpu-check.sh              # there, in the last call (the parts carried by the calls before)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepares scripts/gpu-check.sh for a GPU machine reached through the device tool, where nothing can be fetched,
+# Prepares scripts/gpu-check.sh for a remote GPU machine where nothing can be fetched,
 # only the checkout travels (64 MiB a call, the tracked files included) and device time is short
 # (docs/benchmarks.md, "GPU"). Everything the check needs that git does not carry becomes one xz archive,
 # split into parts under 60 MB, one part per `run` call, in the ignored folder .cache/gpu/ of the checkout that
@@ -36,7 +36,7 @@ BUNDLES=(flickr8k-vgg16-fne flickr8k-effnetl2-fne)
 WINDOWED=(flickr8k-vgg16-fne-windowed flickr8k-effnetl2-fne-windowed)
 LIMIT_MIB=64
 
-# The checkout the device tool sends is the main worktree, whichever worktree this runs in.
+# The checkout the runner sends is the main worktree, whichever worktree this runs in.
 TRAVEL=$(git worktree list --porcelain 2>/dev/null | awk 'NR == 1 { print $2 }')
 [[ -n "$TRAVEL" ]] || TRAVEL=$ROOT
 STAGE=${GPU_STAGE:-$TRAVEL/.cache/gpu}
@@ -50,7 +50,7 @@ BUILD=$STAGE/build      # the payload's tree before it is archived
 PY=$ROOT/.venv/bin/python
 
 # Bytes that travel with every call: tracked files present in the travelling checkout, and untracked files
-# git does not ignore (what the device tool sends besides the carried paths).
+# git does not ignore (what the runner sends besides the carried paths).
 travelling_bytes() {
   (cd "$TRAVEL" && { git ls-files -z; git ls-files -z --others --exclude-standard; } \
     | xargs -0 -r stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The open-vocabulary benchmark of issue 42 item 4 (docs/results.md, "Open vocabulary (issue 42)"): Debian's
-# tuxpaint-stamps-default, fetched by exact version and checked by its sha256 (GPL-2 pictures: kept under
-# .cache/openvocab, never committed), as a gallery searched through the real server by the first sentence of
-# each stamp's description. Usage: scripts/openvocab.sh [bundle...]
+# The open-vocabulary benchmark (docs/results.md, "Open vocabulary"): Debian's tuxpaint-stamps-default, fetched
+# by exact version and checked by its sha256 (GPL-2 pictures: kept under .cache/openvocab, never committed;
+# scripts/stamps.sh), as a gallery searched through the real server by the first sentence of each stamp's
+# description. Usage: scripts/openvocab.sh [bundle...]
 #   bundles: default models/flickr8k-vgg16-fne models/flickr8k-effnetl2-fne
 # For each bundle: a server on a fresh SQLite database; the pictures added through the HTTP API in batches to
 # a collection without text fields (searched in vector mode); that collection exported and imported (no CNN:
@@ -17,13 +17,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh disable=SC1091
 source scripts/lib.sh
+# shellcheck source=scripts/stamps.sh disable=SC1091
+source scripts/stamps.sh
 
-VERSION=2022.06.04-1   # Debian bookworm's
-SHA256=6db6c1bfc870a47f1499d6203b083522eacb57c5f9c87d468f2e92eb6d9d5f34
-POOL=https://deb.debian.org/debian/pool/main/t/tuxpaint-stamps
-CACHE=.cache/openvocab
-DEB=$CACHE/tuxpaint-stamps-default_${VERSION}_all.deb
-GALLERY=$CACHE/gallery
+CACHE=$STAMPS_CACHE
 BIN=${JOINTSPACE_BIN:-target/release/jointspace}
 PORT=${OPENVOCAB_PORT:-28611}
 URL=http://127.0.0.1:$PORT
@@ -35,24 +32,10 @@ ov() { (cd train && "$PY" -m jointspace_train.openvocab "$@"); }
 ort_dylib
 mkdir -p "$CACHE/results"
 
-# The package, by exact version: apt where there is one, else the Debian pool; either way its sha256.
-if [[ ! -f "$DEB" ]]; then
-  (cd "$CACHE" && apt-get download "tuxpaint-stamps-default=$VERSION") \
-    || curl -fsSL -o "$DEB" "$POOL/tuxpaint-stamps-default_${VERSION}_all.deb"
-fi
-echo "$SHA256  $DEB" | sha256sum -c --quiet
-
-# The gallery: the package extracted, every PNG stamp with a description flattened onto white, the manifest.
-if [[ ! -f "$GALLERY/manifest.jsonl" || "$GALLERY/manifest.jsonl" -ot "$DEB" ]]; then
-  rm -rf "$CACHE/pkg" "$GALLERY"
-  mkdir -p "$CACHE/pkg"
-  if command -v dpkg-deb >/dev/null; then
-    dpkg-deb -x "$DEB" "$CACHE/pkg"
-  else
-    (cd "$CACHE/pkg" && ar p "../$(basename "$DEB")" data.tar.xz | tar -xJ)
-  fi
-  ov prepare --stamps "$PWD/$CACHE/pkg/usr/share/tuxpaint/stamps" --out "$PWD/$GALLERY" | tee "$CACHE/results/prepare.json"
-fi
+# The stamps by exact version, checked, and prepared as a gallery (scripts/stamps.sh).
+PY=$PY fetch_stamps
+cat "$CACHE/results/prepare.json" 2>/dev/null || true
+GALLERY=$STAMPS_GALLERY
 
 SERVER_PID=
 stop_server() { # graceful, and only the server this script started

@@ -3,6 +3,8 @@
 # real runtime.
 # Installs what it needs itself (Debian packages: scripts/test-deps.sh; .venv with the trainer's requirements), so it
 # runs on a fresh machine.
+# Then scripts/demo.sh loads a few of the demo catalogue's stamps (fetched from Debian by exact version) on the
+# default bundle and checks its example searches (~1 minute).
 # Last, schemathesis fuzzes the running server against openapi.yaml (its own venv in .cache/, ~3 minutes), and the
 # search page is driven in chromium by Selenium (scripts/browser-test.sh, its own venv in .cache/, ~1 minute).
 # Then the container image is built from this checkout with podman and smoke-tested alone and as deploy/compose.yaml
@@ -33,6 +35,9 @@ source scripts/lib.sh
 ort_dylib
 echo "== server tests (cargo test, ORT_DYLIB_PATH=$ORT_DYLIB_PATH)"
 cargo test --locked --release --workspace
+echo "== the demo catalogue (scripts/demo.sh --check: a few real stamps through the catalogue feed, each example search finds them)"
+DEMO_STAMPS=${DEMO_STAMPS:-12} JOINTSPACE_BIN=${CARGO_TARGET_DIR:-target}/release/jointspace \
+  JOINTSPACE_ADDR=127.0.0.1:${DEMO_PORT:-28612} scripts/demo.sh --check
 echo "== API against its spec (schemathesis: no 5xx, every response as openapi.yaml says)"
 MAX_TIME=${SCHEMATHESIS_SECONDS:-120} scripts/schemathesis.sh
 echo "== the search page in a real browser (chromium + Selenium: upload, search, open, more like this)"

@@ -18,6 +18,8 @@ use crate::{bundle::Similarity, service::REINDEX_PAGE_ROWS};
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     pub status: String,
+    /// The server's release (`jointspace --version`; CHANGELOG.md).
+    pub version: String,
 }
 
 /// Whether this process should be sent traffic, part by part.
@@ -75,6 +77,7 @@ pub async fn healthz(State(s): State<AppState>) -> (StatusCode, Json<Health>) {
             StatusCode::OK,
             Json(Health {
                 status: "ok".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
             }),
         ),
         Some(worker) => (
@@ -83,6 +86,7 @@ pub async fn healthz(State(s): State<AppState>) -> (StatusCode, Json<Health>) {
                 status: format!(
                     "the {worker} inference worker has stopped (see the log); restart the process"
                 ),
+                version: env!("CARGO_PKG_VERSION").into(),
             }),
         ),
     }

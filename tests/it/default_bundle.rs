@@ -111,7 +111,7 @@ async fn default_bundle_loads_and_embeds() {
     );
 }
 
-/// The default reads every word its GloVe package knows (issue 42): a shop's words that no Flickr8k caption
+/// The default reads every word its GloVe package knows: a shop's words that no Flickr8k caption
 /// has are not unknown, only what GloVe lacks is; a caption of training words embeds exactly as through the
 /// trained graph it extends, and a new word lands near its GloVe neighbours that the model was trained on.
 #[tokio::test]

@@ -15,6 +15,7 @@ mod container;
 mod decode;
 mod default_bundle;
 mod device;
+mod docs;
 mod faults;
 mod filters;
 mod hybrid;

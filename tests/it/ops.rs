@@ -612,7 +612,7 @@ async fn request_ids_and_cors() {
     app.stop().await;
 }
 
-/// The server warms up before it listens (issue 29: the first searches after a start were the slow ones): its
+/// The server warms up before it listens (else the first searches after a start are the slow ones): its
 /// text graph has run on every common query shape, one to four sentences of one to twenty words, before the
 /// first request arrives.
 #[tokio::test]

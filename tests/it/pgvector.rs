@@ -20,7 +20,7 @@ use crate::common::{
 /// Images of the synthetic collection: clustered codes, so that a graph walk can miss.
 const N: usize = 4000;
 const CLUSTERS: usize = 40;
-/// The recall bar of issue 44 (recall@10 against an exact scan).
+/// The recall bar the index in the database is held to (recall@10 against an exact scan).
 const RECALL_BAR: f64 = 0.95;
 
 /// A small deterministic generator (splitmix64): the codes are the same on every run.

@@ -1,4 +1,4 @@
-//! The index in the database, sharded as far as one machine allows (issue 44): three local PostgreSQL 18 servers
+//! The index in the database, sharded as far as one machine allows: three local PostgreSQL 18 servers
 //! with pgvector, a coordinator whose `images` table is hash-partitioned by id into postgres_fdw foreign tables
 //! on two shard servers (each shard with its own HNSW index), and `jointspace serve --index database` on the
 //! coordinator. The same search SQL Citus would run fans out to both shards; the top k equals an exact scan of

@@ -1,4 +1,4 @@
-"""What the ImageNet head knows, in the joint space (issue 42 item 2; docs/bundle.md "Labels").
+"""What the ImageNet head knows, in the joint space (docs/bundle.md "Labels").
 
 Flickr8k's captions teach people, dogs and places; a network trained on ImageNet also tells a tripod from a
 trowel. ConSE (Norouzi et al. 2014, "Zero-shot learning by convex combination of semantic embeddings") puts

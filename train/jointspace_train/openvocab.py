@@ -1,4 +1,4 @@
-"""The open-vocabulary benchmark (issue 42 item 4; scripts/openvocab.sh runs it, docs/results.md reports it).
+"""The open-vocabulary benchmark (scripts/openvocab.sh runs it, docs/results.md reports it).
 
 Debian's `tuxpaint-stamps-default` as a gallery: every PNG stamp with a description (`<stamp>.txt` beside it,
 its first line English, the others `<lang>.utf8=` translations), searched through a running server by the

@@ -1,4 +1,4 @@
-"""Every word GloVe knows, in a bundle's text graph (issue 42 item 1; docs/bundle.md "The whole GloVe vocabulary").
+"""Every word GloVe knows, in a bundle's text graph (docs/bundle.md "The whole GloVe vocabulary").
 
 A trained text graph reads the words of its training captions: its word table has a row per word (7,385 for
 Flickr8k), and anything else is `<unk>`. GloVe knows 341,479 words, and the trained rows of the words it knows

@@ -1,6 +1,6 @@
 """A finished run in parts small enough for a capped channel, and back (`split-run`, `join-run`).
 
-A GPU machine reached through the device tool returns at most 8 files of 16 MiB each, 64 MiB in all, and a
+A GPU machine reached through a channel that carries at most 64 MiB and returns at most 8 files of 16 MiB each, and a
 float32 model.pt of a 2,048-d model is ~140 MB. The parts hold the weights in float16, except the word tables:
 int8 rows with a float32 scale each, the rounding `quantize-text --word-table int8` applies (so a bundle with
 an int8 table, the form a large model needs to stay within the committed budget, loses nothing more). The

@@ -583,6 +583,8 @@ export interface components {
         };
         Health: {
             status: string;
+            /** @description The server's release (`jointspace --version`; CHANGELOG.md). */
+            version: string;
         };
         Image: {
             /** @description The bundle whose W produced the stored vector. */

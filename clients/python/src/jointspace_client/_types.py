@@ -209,6 +209,7 @@ class Readiness(TypedDict):
 
 class Health(TypedDict):
     status: str
+    version: str
 
 
 class ReindexReport(TypedDict):

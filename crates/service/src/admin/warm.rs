@@ -1,5 +1,5 @@
 //! Warming up after a start, before the first request: the first searches after a start were several times
-//! slower than the later ones (p99 108 ms against 20, issue 29). ONNX Runtime sizes its buffers on the first
+//! slower than the later ones (p99 108 ms against 20). ONNX Runtime sizes its buffers on the first
 //! run of each input shape, and a sentence query's shape is (sentences batched together, longest length);
 //! the graphs, the vectors and the database pages are cold.
 

@@ -31,7 +31,7 @@ pub(crate) fn metric_of(score: Score) -> VectorMetric {
 /// A filtered walk through pgvector's index visits about `limit x live / matches` tuples (its iterative scan goes
 /// on until `limit` of them pass the filter), each costing about `WALK_COST` times a row of the exact scan, which
 /// reads the `matches` rows: the scan costs less while matches^2 <= WALK_COST x limit x live, and is exact.
-/// Measured at 1M (docs/benchmarks.md, session 31): the scan about 5 us a row (10,000 rows 96 ms, 50,000 308 ms),
+/// Measured at 1M (docs/benchmarks.md, "1M photos re-drawn"): the scan about 5 us a row (10,000 rows 96 ms, 50,000 308 ms),
 /// a visited tuple about 60 us (a heap fetch to test the filter), so about 35,000 rows (3.5%) at 100 candidates.
 const WALK_COST: f64 = 12.0;
 
