@@ -50,10 +50,10 @@ pub struct SearchRequest {
     /// `hybrid` (the channels fused by calibrated scores: the photo, the words by meaning, the words as
     /// keywords). Default: `hybrid` in a collection with `text_fields` or captions, else `vector`.
     pub mode: Option<Mode>,
-    /// Hybrid mode: the keyword channel's weight in the fusion, 0..=1 (the photo and the words by meaning
-    /// share the rest equally). Default 0.3, raised towards 1 by the share of the sentence's words the text
+    /// Hybrid mode: the keyword channel's weight in the fusion, 0..=1 (the photo has 5/8 of the rest, the
+    /// words by meaning 3/8). Default 0.2, raised towards 1 by the share of the sentence's words the text
     /// model does not know.
-    #[schema(default = 0.3, minimum = 0.0, maximum = 1.0)]
+    #[schema(default = 0.2, minimum = 0.0, maximum = 1.0)]
     pub keyword_weight: Option<f32>,
     /// Hybrid mode: the channels to fuse, any of `vector` (the photo), `text` (the image's captions and
     /// text fields by meaning) and `keyword` (its words as keywords). Default: all three. Implies hybrid.
@@ -193,7 +193,7 @@ pub struct ImageResults {
     pub matches: Option<usize>,
     /// The mode the search ran in.
     pub mode: Mode,
-    /// Hybrid: the keyword channel's share of the fused score, as asked, or by default 0.3 raised towards 1 by
+    /// Hybrid: the keyword channel's share of the fused score, as asked, or by default 0.2 raised towards 1 by
     /// the share of the sentence's words the text model does not know (`unknown_words`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keyword_weight: Option<f32>,

@@ -393,10 +393,13 @@ async fn products(url: &str, flags: &[&str]) {
     assert_eq!(r["results"][0]["image"]["external_id"], "x-1", "{r}");
     let weight = |r: &Value| r["keyword_weight"].as_f64().expect("keyword_weight");
     let (_, r) = search(&app, "plain", json!({"text": "a red espadrille"})).await;
-    assert!((weight(&r) - (0.3 + 0.7 / 3.0)).abs() < 1e-6, "{r}");
+    assert!((weight(&r) - (0.2 + 0.8 / 3.0)).abs() < 1e-6, "{r}");
     let (_, r) = search(&app, "plain", json!({"text": "a dog runs"})).await;
     assert_eq!(r["mode"].as_str(), Some("hybrid"), "{r}");
-    assert!((weight(&r) - 0.3).abs() < 1e-6, "{r}");
+    assert!((weight(&r) - 0.2).abs() < 1e-6, "{r}");
+    let w = &r["weights"];
+    assert!((w["vector"].as_f64().expect("vector") - 0.5).abs() < 1e-6, "{r}");
+    assert!((w["text"].as_f64().expect("text") - 0.3).abs() < 1e-6, "{r}");
     let (_, r) = search(
         &app,
         "plain",
