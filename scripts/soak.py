@@ -326,7 +326,7 @@ def main():
         for side in ("lower", "upper"):
             d = v[side]
             print(f"soak: server {i} RSS {side} envelope ({d['n']} windows of {width:g}s after {warmup:g}s): "
-                  + (f"{d['slope']:+.1f} MB/h (99% bounds {d['lower']:+.1f} .. {d['upper']:+.1f}), limit "
+                  + (f"{d['slope']:+.1f} MB/h (99.5% bounds {d['lower']:+.1f} .. {d['upper']:+.1f}), limit "
                      f"{rss_slope:g} MB/h, climb {d['climb']:+.1f} MB against a margin of {d['margin']:.1f} MB"
                      if d["slope"] is not None else "not judged")
                   + (f": {d['why']}" if d["why"] else ""))
@@ -349,7 +349,7 @@ def main():
                          "all_p99_ms": st.percentile([x for _, x in ev], 99)}
     print(f"soak: search p99 per window ({d['n']} windows): "
           + ", ".join(f"{w[3]:.0f}" for w in lv["windows"]) + " ms; "
-          + (f"trend {d['slope']:+.1f} ms/h (99% bounds {d['lower']:+.1f} .. {d['upper']:+.1f}), limit "
+          + (f"trend {d['slope']:+.1f} ms/h (99.5% bounds {d['lower']:+.1f} .. {d['upper']:+.1f}), limit "
              f"{d['limit']:.1f} ms/h ({p99_slope:g}% of the median p99 {d['median_p99']:.1f} ms an hour)"
              if d["slope"] is not None else "not judged")
           + (f": {d['why']}" if d["why"] else ""))

@@ -6,7 +6,7 @@ than about a leak. Instead the samples after warm-up are cut into windows (a min
 envelope (each window's minimum) and the upper envelope (each window's maximum) are each fitted against time with
 Theil-Sen (the median of the slopes between all pairs of windows: one odd window cannot tilt it). A series
 climbs when both
-  - the lower bound of the slope's one-sided 99% confidence interval (Sen's, from Kendall's statistic) is above the
+  - the lower bound of the slope's one-sided 99.5% confidence interval (Sen's, from Kendall's statistic) is above the
     slope limit: noise, however it falls, does not make a climb, and a short run, whose interval is wide, needs a
     steep climb to fail; and
   - the climb that lower bound makes over the windows' span is above a noise margin: the larger of a fixed floor
@@ -23,7 +23,7 @@ import math
 import struct
 import zlib
 
-Z_99_ONE_SIDED = 2.3263
+Z_ONE_SIDED = 2.5758  # 99.5%, one-sided
 
 
 def percentile(values, q):
@@ -54,7 +54,7 @@ def windows(samples, start, width):
 def theil_sen(xs, ys, z=None):
     """Theil-Sen slope of ys against xs, with Sen's confidence bounds (as scipy.stats.theilslopes: each bound
     one-sided at the level z gives). Returns (slope, lower, upper); None when fewer than two distinct xs."""
-    z = Z_99_ONE_SIDED if z is None else z
+    z = Z_ONE_SIDED if z is None else z
     slopes = sorted(
         (ys[j] - ys[i]) / (xs[j] - xs[i])
         for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]
@@ -99,10 +99,10 @@ def trend(xs, ys, slope_limit, margin, min_points=5):
     out.update(slope=slope, lower=lower, upper=upper, span_s=span, climb=climb, noise=noise, margin=margin)
     if lower > slope_limit and climb > margin:
         out["fail"] = True
-        out["why"] = (f"climbs {slope:.1f}/h (at least {lower:.1f}/h at 99%, above the limit {slope_limit:g}/h; "
+        out["why"] = (f"climbs {slope:.1f}/h (at least {lower:.1f}/h at 99.5%, above the limit {slope_limit:g}/h; "
                       f"{climb:.1f} over {span:.0f} s, above the margin {margin:g})")
     elif slope > slope_limit:
-        out["why"] = (f"slope {slope:.1f}/h above the limit, but within the noise (99% bound {lower:.1f}/h, climb "
+        out["why"] = (f"slope {slope:.1f}/h above the limit, but within the noise (99.5% bound {lower:.1f}/h, climb "
                       f"{climb:.1f}): a longer run would tell")
     return out
 
@@ -262,3 +262,24 @@ def png_plot(path, title, series, x_label="MINUTES", y_label="", w=900, h=360, x
         lx += 22 + 8 * len(name) + 24
     with open(path, "wb") as f:
         f.write(c.png())
+
+
+if __name__ == "__main__":
+    # Judges a soak's memory again from its samples: soak_trend.py SAMPLES.jsonl WARMUP_S WINDOW_S [LIMIT_MB_H MARGIN_MB]
+    import json
+    import sys
+
+    path, warm, win = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+    limit, margin = (float(sys.argv[4]), float(sys.argv[5])) if len(sys.argv) > 5 else (50.0, 16.0)
+    by_server = {}
+    with open(path) as f:
+        for line in f:
+            d = json.loads(line)
+            by_server.setdefault(d["server"], []).append((d["t"], d["VmRSS"]))
+    for i, s in sorted(by_server.items()):
+        v = memory_verdict(s, warm, win, limit, margin)
+        for side in ("lower", "upper"):
+            d = v[side]
+            print(f"server {i} {side}: lows/highs {[round(x) for x in v['lows' if side == 'lower' else 'highs']]} "
+                  f"slope {d['slope']} MB/h, bounds {d['lower']} .. {d['upper']}, climb {d['climb']}, margin "
+                  f"{d['margin']}: {'FAIL' if d['fail'] else 'pass'} {d['why']}")
