@@ -104,6 +104,16 @@ class MemoryVerdict(unittest.TestCase):
         for ys in (lows, highs):
             self.assertFalse(st.trend(ts, ys, LIMIT_MB_H, MARGIN_MB)["fail"], ys)
 
+    def test_the_measured_planted_leak_fails_and_the_server_as_is_passes(self):
+        # Window lows and highs of two 4-minute soaks of the fixture bundle on SQLite (24 s windows after 48 s): the
+        # server as it is, whose heap settles in the first minutes, and the same with 2 KB kept per request
+        # (JOINTSPACE_TEST_LEAK_BYTES_PER_REQUEST=2048), which first fills the heap's free chunks and then climbs.
+        ts = [48 + 12 + 24 * i for i in range(8)]
+        as_is = ([459, 459, 475, 481, 482, 482, 484, 485], [557, 566, 570, 574, 574, 576, 576, 577])
+        leak = ([424, 442, 419, 463, 447, 501, 578, 593], [566, 570, 589, 580, 595, 655, 716, 731])
+        self.assertFalse(any(st.trend(ts, ys, LIMIT_MB_H, MARGIN_MB)["fail"] for ys in as_is))
+        self.assertTrue(st.trend(ts, leak[1], LIMIT_MB_H, MARGIN_MB)["fail"])
+
     def test_a_planted_climb_fails_at_every_phase(self):
         for tenth in range(0, 120, 5):
             for irregular in (False, True):
