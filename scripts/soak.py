@@ -15,7 +15,7 @@ The load, spread over the servers in turn:
     must be exactly those acknowledged added and not acknowledged deleted (nothing lost, nothing doubled), and each
     server's count must agree.
 Settings (environment): SOAK_SECONDS (600), SOAK_DATA (Flickr8k: Flickr8k.token.txt and images/; or any folder of
-photos, captions made up), SOAK_OUT (where samples.jsonl, report.json, rss.png, p99.png go), SOAK_MODE (a label),
+photos, captions made up), SOAK_OUT (where samples.jsonl, latency.jsonl, report.json, rss.png, p99.png go), SOAK_MODE (a label),
 SOAK_WARMUP_SECONDS, SOAK_WINDOW_SECONDS, SOAK_RSS_SLOPE_MB_PER_HOUR (50), SOAK_RSS_NOISE_MB (16),
 SOAK_P99_SLOPE_PCT_PER_HOUR (50), SOAK_P99_NOISE_MS (10), SOAK_LEDGER_SIZE (200).
 """
@@ -341,6 +341,8 @@ def main():
 
     # Latency: per-window p99 of the base searches, all servers together.
     ev = [(t, ms) for t, ms, _ in latencies]
+    with open(os.path.join(out_dir, "latency.jsonl"), "w") as f:
+        f.writelines(json.dumps({"t": round(t, 3), "ms": round(ms, 2), "server": i}) + "\n" for t, ms, i in latencies)
     lv = st.p99_verdict(ev, warmup, width, p99_slope, p99_noise)
     d = lv["p99"]
     report["latency"] = {"p99": d, "windows": [{"t": round(t), "n": n, "p50_ms": round(a, 1), "p99_ms": round(b, 1)}
