@@ -30,7 +30,7 @@ if [[ -z ${SOAK_DATA:-} ]]; then
 fi
 export SOAK_DATA SOAK_OUT=${SOAK_OUT:-target/soak/$SOAK_MODE}
 bundle=${SOAK_BUNDLE:-${JOINTSPACE_BUNDLE:-models/flickr8k-vgg16-fne}}
-[[ -n ${ORT_DYLIB_PATH:-} ]] || scripts/setup-python.sh
+scripts/setup-python.sh
 echo "soak: mode $SOAK_MODE, bundle $bundle, photos from $SOAK_DATA, $SOAK_SECONDS s"
 
 if [[ $SOAK_MODE == sqlite ]]; then
