@@ -75,7 +75,8 @@ random.seed(0)
 
 lock = threading.Lock()
 counts = {"searches": 0, "ingested": 0, "ingest_requests": 0, "ledger_added": 0, "ledger_deleted": 0,
-          "collections_cycled": 0, "shed_429": 0, "errors": 0}
+          "collections_cycled": 0, "shed_429": 0,
+          "retried_503_not_loaded": 0, "errors": 0}
 errors = []
 latencies = []  # (t since start, ms, server)
 t_start = time.monotonic()
@@ -89,7 +90,24 @@ def photo_b64(name):
     return photos[name]
 
 
+NOT_LOADED = b"index is not loaded yet"
+
+
 def call(server, method, path, body=None):
+    """One request; a write refused with 503 because this replica has not yet followed the collection's creation
+    (nothing was stored: the service checks before it writes) is sent again after its Retry-After, as a client
+    should, up to 20 times, and counted."""
+    for _ in range(20):
+        status, b = call_once(server, method, path, body)
+        if not (status == 503 and isinstance(b, bytes) and NOT_LOADED in b):
+            break
+        with lock:
+            counts["retried_503_not_loaded"] += 1
+        time.sleep(1)
+    return status, b
+
+
+def call_once(server, method, path, body=None):
     req = urllib.request.Request(servers[server % len(servers)][0] + path, method=method)
     if body is not None:
         req.data = json.dumps(body).encode()
