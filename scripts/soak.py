@@ -192,17 +192,18 @@ ledger_order = []
 uncertain = set()  # writes whose outcome is unknown (no answer): allowed either way at the end
 
 
-def ledger_add(server, seq):
-    name = names[seq % len(names)]
-    ext = f"ledger-{seq}"
-    s, b = call(server, "POST", "/v1/collections/ledger/images", {"images": [item(name, ext)]})
+def ledger_add(server, *seqs):
+    exts = [f"ledger-{seq}" for seq in seqs]
+    batch = [item(names[seq % len(names)], ext) for seq, ext in zip(seqs, exts)]
+    s, b = call(server, "POST", "/v1/collections/ledger/images", {"images": batch})
     if s == 0:
-        uncertain.add(ext)
+        uncertain.update(exts)
     if check("ledger add", s, b):
-        ledger[ext] = b["images"][0]["id"]
-        ledger_order.append(ext)
+        for added in sorted(b["images"], key=lambda a: a["index"]):
+            ledger[exts[added["index"]]] = added["id"]
+            ledger_order.append(exts[added["index"]])
         with lock:
-            counts["ledger_added"] += 1
+            counts["ledger_added"] += len(exts)
 
 
 def ledger_worker():
@@ -276,8 +277,8 @@ def main():
     check("create base", *call(0, "POST", "/v1/collections", {"name": "base"}))
     ingest(0, "base", [item(names[i % len(names)], f"base-{i}") for i in range(64)])
     check("create ledger", *call(0, "POST", "/v1/collections", {"name": "ledger"}))
-    for seq in range(ledger_size):
-        ledger_add(seq, seq)
+    for seq in range(0, ledger_size, 4):
+        ledger_add(seq // 4, *range(seq, min(seq + 4, ledger_size)))
     db_start = db_bytes()
     print(f"soak: {mode}, {len(servers)} server(s); base (64 photos) and ledger ({len(ledger)}) ready; "
           f"{seconds}s of load from now; warm-up {warmup:g}s, windows of {width:g}s; database {db_start / 1e6:.1f} MB",
@@ -335,7 +336,7 @@ def main():
         v = st.memory_verdict(s, warmup, width, rss_slope, rss_noise)
         last = [d for t, j, d in samples if j == i][-1]
         after = [d for t, j, d in samples if j == i and t >= warmup]
-        m = {"server": i, "lower": v["lower"], "upper": v["upper"], "lows": v["lows"], "highs": v["highs"],
+        m = {"server": i + 1, "lower": v["lower"], "upper": v["upper"], "lows": v["lows"], "highs": v["highs"],
              "rss_min_mb": min(r for _, r in s), "rss_max_mb": max(r for _, r in s),
              "rss_anon_mb_first_last": [round(after[0].get("RssAnon", 0), 1), round(last.get("RssAnon", 0), 1)] if after else None,
              "rss_file_mb_last": round(last.get("RssFile", 0), 1), "vm_hwm_mb": round(last.get("VmHWM", 0), 1),
@@ -343,17 +344,17 @@ def main():
         report["memory"].append(m)
         for side in ("lower", "upper"):
             d = v[side]
-            print(f"soak: server {i} RSS {side} envelope ({d['n']} windows of {width:g}s after {warmup:g}s): "
+            print(f"soak: server {i + 1} RSS {side} envelope ({d['n']} windows of {width:g}s after {warmup:g}s): "
                   + (f"{d['slope']:+.1f} MB/h (99.5% bounds {d['lower']:+.1f} .. {d['upper']:+.1f}), limit "
                      f"{rss_slope:g} MB/h, climb {d['climb']:+.1f} MB against a margin of {d['margin']:.1f} MB"
                      if d["slope"] is not None else "not judged")
                   + (f": {d['why']}" if d["why"] else ""))
-        print(f"soak: server {i} RSS {m['rss_min_mb']:.0f}-{m['rss_max_mb']:.0f} MB; window lows "
+        print(f"soak: server {i + 1} RSS {m['rss_min_mb']:.0f}-{m['rss_max_mb']:.0f} MB; window lows "
               f"{', '.join(f'{x:.0f}' for x in v['lows'])}; highs {', '.join(f'{x:.0f}' for x in v['highs'])}; "
               f"RssAnon {m['rss_anon_mb_first_last']} MB (first after warm-up, last), RssFile {m['rss_file_mb_last']} "
               f"MB, peak (VmHWM) {m['vm_hwm_mb']} MB, {m['cpu_s']} CPU s")
         if v["fail"]:
-            fail.append(f"server {i} memory climbs: " + "; ".join(
+            fail.append(f"server {i + 1} memory climbs: " + "; ".join(
                 f"{side} envelope {v[side]['why']}" for side in ("lower", "upper") if v[side]["fail"]))
         rss_series.append((s, v))
 
