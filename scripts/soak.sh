@@ -6,7 +6,8 @@
 #   database  two replicas on one Postgres with pgvector, `--index database` (no graph in the servers).
 # Postgres is PostgreSQL 18 with pgvector from scripts/setup-pgvector.sh, a throwaway cluster in a scratch folder
 # (run as user postgres when we are root). scripts/soak.py makes the load and the verdicts; it fails on any error
-# (5xx, 4xx other than 429, connection failure), on a server error in a log or a server that died, on a write lost,
+# (5xx, 4xx other than 429, connection failure; a write that a replica refuses with 503 until it has followed the
+# collection's creation is retried), on a server error in a log or a server that died, on a write lost,
 # doubled or not acknowledged (the ledger against the database), and on memory or search p99 that climbs: each
 # server's RSS is sampled every second, the lower and upper envelopes (per-window minimum and maximum) after warm-up
 # are fitted against time (scripts/soak_trend.py), and a slope above SOAK_RSS_SLOPE_MB_PER_HOUR (50) beyond the
