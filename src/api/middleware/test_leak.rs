@@ -27,11 +27,6 @@ pub fn from_env() -> anyhow::Result<usize> {
     }
 }
 
-/// How many buffers the hook has kept so far in this process.
-pub fn kept() -> usize {
-    KEPT.lock().map(|k| k.len()).unwrap_or(0)
-}
-
 /// Keeps `bytes` bytes (non-zero, so the pages are touched and count in the resident set) for every request.
 pub async fn leak(State(bytes): State<usize>, req: Request, next: Next) -> Response {
     let buf = vec![0xa5u8; bytes].into_boxed_slice();
