@@ -4,7 +4,8 @@
 # Installs what it needs itself (Debian packages: scripts/test-deps.sh; .venv with the trainer's requirements), so it
 # runs on a fresh machine.
 # Then scripts/demo.sh loads a few of the demo catalogue's stamps (fetched from Debian by exact version) on the
-# default bundle and checks its example searches (~1 minute).
+# default bundle and checks its example searches (~1 minute), and a 2-minute soak of the release server
+# (scripts/soak.sh, SQLite, the fixture bundle) judges its memory and p99 by their trend.
 # Last, schemathesis fuzzes the running server against openapi.yaml (its own venv in .cache/, ~3 minutes), and the
 # search page is driven in chromium by Selenium (scripts/browser-test.sh, its own venv in .cache/, ~1 minute).
 # Then the container image is built from this checkout with podman and smoke-tested alone and as deploy/compose.yaml
@@ -21,6 +22,8 @@ echo "== trainer tests (pytest)"
 (cd train && ../.venv/bin/python -m pytest)
 echo "== trainer lint (ruff check; settings in train/pyproject.toml)"
 (cd train && ../.venv/bin/ruff check .)
+echo "== the soak's verdicts (scripts/test_soak.py: a saw-tooth passes at every phase, a planted climb fails)"
+python3 -m unittest scripts/test_soak.py
 echo "== deploy manifests (deploy/k8s against the Kubernetes API schemas, offline: npm kubernetes-models)"
 command -v npm >/dev/null || { echo "scripts/test.sh: validating deploy/k8s needs node and npm (apt-get install nodejs npm)" >&2; exit 1; }
 (cd deploy/validate && npm ci --no-audit --no-fund --loglevel=error)
@@ -38,6 +41,9 @@ cargo test --locked --release --workspace
 echo "== the demo catalogue (scripts/demo.sh --check: a few real stamps through the catalogue feed, each example search finds them)"
 DEMO_STAMPS=${DEMO_STAMPS:-12} JOINTSPACE_BIN=${CARGO_TARGET_DIR:-target}/release/jointspace \
   JOINTSPACE_ADDR=127.0.0.1:${DEMO_PORT:-28612} scripts/demo.sh --check
+echo "== a 2-minute soak (fixture bundle, SQLite: no error, no write lost or doubled, no climbing memory or p99)"
+SOAK_SECONDS=120 SOAK_MODE=sqlite SOAK_BUNDLE=models/fixture-tiny SOAK_DATA=tests/fixtures/images \
+  scripts/soak.sh
 echo "== API against its spec (schemathesis: no 5xx, every response as openapi.yaml says)"
 MAX_TIME=${SCHEMATHESIS_SECONDS:-120} scripts/schemathesis.sh
 echo "== the search page in a real browser (chromium + Selenium: upload, search, open, more like this)"

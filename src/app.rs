@@ -200,6 +200,15 @@ impl Application {
                 "API keys required (Authorization: Bearer)"
             );
         }
+        let test_leak = api::middleware::test_leak::from_env()?;
+        if test_leak > 0 {
+            tracing::warn!(
+                bytes_per_request = test_leak,
+                "TEST HOOK {} IS SET: every request leaks memory on purpose (for the soak's own test); \
+                 never set it outside a test",
+                api::middleware::test_leak::ENV
+            );
+        }
         let url_fetcher = url_fetcher(&cfg.url_ingest, cfg.model.max_image_bytes)?;
         let pipeline = load_wrapped(&cfg.model, &metrics, wrap)?;
         let service = open_service(
@@ -236,6 +245,7 @@ impl Application {
                     max_lag: (cfg.follow_interval_ms > 0)
                         .then(|| Duration::from_millis(cfg.ready_max_lag_ms)),
                 },
+                test_leak_bytes_per_request: test_leak,
             },
         )?;
         Ok(Application {

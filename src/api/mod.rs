@@ -71,6 +71,8 @@ pub struct RouterOptions {
     pub body_read_timeout: Option<Duration>,
     pub cors_origins: Vec<String>,
     pub ready: ReadyOptions,
+    /// A test hook: bytes every request keeps for ever (a planted leak for the soak; 0, the default: none).
+    pub test_leak_bytes_per_request: usize,
 }
 
 /// The router with an open API, no timeout and no CORS (for embedders; the server uses `router_with`).
@@ -182,6 +184,14 @@ pub fn router_with(
             state.clone(),
             middleware::observe::observe,
         ));
+    let app = if opts.test_leak_bytes_per_request > 0 {
+        app.layer(from_fn_with_state(
+            opts.test_leak_bytes_per_request,
+            middleware::test_leak::leak,
+        ))
+    } else {
+        app
+    };
     let app = match cors(&opts.cors_origins)? {
         Some(c) => app.layer(c),
         None => app,
