@@ -50,7 +50,7 @@ rss_slope, rss_noise = env_f("SOAK_RSS_SLOPE_MB_PER_HOUR", 50), env_f("SOAK_RSS_
 p99_slope, p99_noise = env_f("SOAK_P99_SLOPE_PCT_PER_HOUR", 50), env_f("SOAK_P99_NOISE_MS", 10)
 ledger_size = int(env_f("SOAK_LEDGER_SIZE", 200))
 mode = os.environ.get("SOAK_MODE", "sqlite")
-data = os.environ.get("SOAK_DATA", "../shared/data/flickr8k")
+data = os.environ.get("SOAK_DATA", "tests/fixtures/images")  # soak.sh sets it (Flickr8k where it is there)
 out_dir = os.environ.get("SOAK_OUT", "target/soak")
 os.makedirs(out_dir, exist_ok=True)
 
