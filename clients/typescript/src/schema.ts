@@ -642,7 +642,7 @@ export interface components {
         ImageResults: {
             /**
              * Format: float
-             * @description Hybrid: the keyword channel's share of the fused score, as asked, or by default 0.3 raised towards 1 by
+             * @description Hybrid: the keyword channel's share of the fused score, as asked, or by default 0.2 raised towards 1 by
              *     the share of the sentence's words the text model does not know (`unknown_words`).
              */
             keyword_weight?: number | null;
@@ -788,10 +788,10 @@ export interface components {
             k?: number | null;
             /**
              * Format: float
-             * @description Hybrid mode: the keyword channel's weight in the fusion, 0..=1 (the photo and the words by meaning
-             *     share the rest equally). Default 0.3, raised towards 1 by the share of the sentence's words the text
+             * @description Hybrid mode: the keyword channel's weight in the fusion, 0..=1 (the photo has 5/8 of the rest, the
+             *     words by meaning 3/8). Default 0.2, raised towards 1 by the share of the sentence's words the text
              *     model does not know.
-             * @default 0.3
+             * @default 0.2
              */
             keyword_weight?: number | null;
             /**
