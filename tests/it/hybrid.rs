@@ -398,8 +398,14 @@ async fn products(url: &str, flags: &[&str]) {
     assert_eq!(r["mode"].as_str(), Some("hybrid"), "{r}");
     assert!((weight(&r) - 0.2).abs() < 1e-6, "{r}");
     let w = &r["weights"];
-    assert!((w["vector"].as_f64().expect("vector") - 0.5).abs() < 1e-6, "{r}");
-    assert!((w["text"].as_f64().expect("text") - 0.3).abs() < 1e-6, "{r}");
+    assert!(
+        (w["vector"].as_f64().expect("vector") - 0.5).abs() < 1e-6,
+        "{r}"
+    );
+    assert!(
+        (w["text"].as_f64().expect("text") - 0.3).abs() < 1e-6,
+        "{r}"
+    );
     let (_, r) = search(
         &app,
         "plain",
