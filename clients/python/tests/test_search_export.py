@@ -38,10 +38,12 @@ def stocked(admin: Client, collection: str) -> tuple[str, list[int]]:
 def test_search_by_sentence_with_filter_mode_and_paging(admin: Client, stocked: tuple[str, list[int]]) -> None:
     collection, ids = stocked
     # A collection with captions searches a sentence in hybrid mode by default, leaning on the keywords by the
-    # share of its six words the model does not know.
+    # share of its six words the model does not know; each result says what each channel made of it.
     default = admin.search_images(collection, text="a dog running on the beach", k=6)
     assert default["mode"] == "hybrid" and len(default["results"]) == 6
-    assert abs(default["keyword_weight"] - (0.5 + 0.5 * len(default["unknown_words"]) / 6)) < 1e-6
+    assert abs(default["keyword_weight"] - (0.2 + 0.8 * len(default["unknown_words"]) / 6)) < 1e-6
+    assert abs(sum(default["weights"].values()) - 1.0) < 1e-6
+    assert all("vector" in r["channels"] for r in default["results"])
     whole = admin.search_images(collection, text="a dog running on the beach", k=6, mode="vector")
     order = [r["image"]["id"] for r in whole["results"]]
     assert sorted(order) == sorted(ids)
