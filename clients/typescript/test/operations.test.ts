@@ -301,10 +301,16 @@ describe("search", () => {
     assert.equal(byText.results.length, 8);
     const byId = await js.searchCaptions(c, { image_id: ids[0]!, k: 2 });
     assert.equal(byId.results.length, 2);
+    // Caption search also finds each product's title, a sentence of its text field (tagged with the field).
     const seen = [];
-    for await (const r of js.searchCaptionsIter(c, { text: "picture" }, { pageSize: 3 })) seen.push(r.caption.id);
+    const fields = [];
+    for await (const r of js.searchCaptionsIter(c, { text: "picture" }, { pageSize: 3 })) {
+      if (r.caption.field) fields.push(r.caption.field);
+      else seen.push(r.caption.id);
+    }
     assert.equal(seen.length, 8);
     assert.equal(new Set(seen).size, 8);
+    assert.ok(fields.length > 0 && fields.every((f) => f === "title"), `${fields}`);
   });
 });
 
