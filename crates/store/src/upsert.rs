@@ -187,16 +187,7 @@ impl Store {
             (_, added, removed) = self
                 .sync_captions(&mut tx, collection_id, id, &stored, f.captions, &prov, &now)
                 .await?;
-            Self::log(&mut tx, collection_id, ChangeKind::Caption, true, &removed).await?;
-            let added_ids: Vec<i64> = added.iter().map(|(c, _)| *c).collect();
-            Self::log(
-                &mut tx,
-                collection_id,
-                ChangeKind::Caption,
-                false,
-                &added_ids,
-            )
-            .await?;
+            Self::log_caption_sync(&mut tx, collection_id, &added, &removed).await?;
         }
         self.refresh_text(&mut tx, collection_id, &[id]).await?;
         Self::log(&mut tx, collection_id, ChangeKind::Image, false, &[id]).await?;
@@ -325,16 +316,7 @@ impl Store {
         }
         // Also when updated in place: followers read its metadata again.
         Self::log(&mut tx, collection_id, ChangeKind::Image, false, &[id]).await?;
-        Self::log(&mut tx, collection_id, ChangeKind::Caption, true, &removed).await?;
-        let added_ids: Vec<i64> = added.iter().map(|(c, _)| *c).collect();
-        Self::log(
-            &mut tx,
-            collection_id,
-            ChangeKind::Caption,
-            false,
-            &added_ids,
-        )
-        .await?;
+        Self::log_caption_sync(&mut tx, collection_id, &added, &removed).await?;
         Self::bump(&mut tx, collection_id).await?;
         tx.commit().await?;
         Ok(Some(Upserted {
@@ -366,6 +348,18 @@ impl Store {
             .execute(&mut **tx)
             .await?;
         Ok(())
+    }
+
+    /// Records what `sync_captions` did in the change sequence (deleted, then added), in its transaction.
+    async fn log_caption_sync(
+        tx: &mut Tx<'_>,
+        collection_id: i64,
+        added: &[(i64, usize)],
+        removed: &[i64],
+    ) -> Result<(), StoreError> {
+        Self::log(tx, collection_id, ChangeKind::Caption, true, removed).await?;
+        let added_ids: Vec<i64> = added.iter().map(|(c, _)| *c).collect();
+        Self::log(tx, collection_id, ChangeKind::Caption, false, &added_ids).await
     }
 
     /// An image's stored captions as `sync_captions` compares them: (id, Some((field, text))), or (id, None)
