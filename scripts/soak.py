@@ -69,7 +69,8 @@ else:
              "a man rides a bike down the street", "a black and white cat sleeps", "people stand in the snow"]
     for i, name in enumerate(sorted(n for n in os.listdir(data) if n.lower().endswith((".png", ".jpg", ".jpeg")))):
         caps[name] = [words[i % len(words)], words[(i + 3) % len(words)]]
-names = sorted(caps)
+# Flickr8k's token file names a photo that is not among its images ("2258277193_586949ec62.jpg.1").
+names = sorted(n for n in caps if os.path.exists(os.path.join(photo_dir, n)))
 photos = {}
 random.seed(0)
 
@@ -150,6 +151,19 @@ def ingest(server, coll, items):
             with lock:
                 counts["ingested"] += len(batch)
     return acked
+
+
+def guarded(worker):
+    """A worker whose death is an error of the run: a load that silently stops would pass as a quiet one."""
+    def run(*args):
+        try:
+            worker(*args)
+        except Exception as e:  # noqa: BLE001 -- any failure of the load is the run's failure
+            with lock:
+                counts["errors"] += 1
+                errors.append(f"{worker.__name__} died: {e!r}"[:400])
+            raise
+    return run
 
 
 def cycle_worker(wid):
@@ -288,9 +302,9 @@ def main():
             counts[k] = 0
     t_start = time.monotonic()
     stop = t_start + seconds
-    threads = [threading.Thread(target=cycle_worker, args=(w,)) for w in range(2)]
-    threads += [threading.Thread(target=search_worker, args=(w,)) for w in range(2)]
-    threads.append(threading.Thread(target=ledger_worker))
+    threads = [threading.Thread(target=guarded(cycle_worker), args=(w,)) for w in range(2)]
+    threads += [threading.Thread(target=guarded(search_worker), args=(w,)) for w in range(2)]
+    threads.append(threading.Thread(target=guarded(ledger_worker)))
     for t in threads:
         t.start()
     samples = []  # (t, server, status dict)
