@@ -158,7 +158,7 @@ def guarded(worker):
     def run(*args):
         try:
             worker(*args)
-        except Exception as e:  # noqa: BLE001 -- any failure of the load is the run's failure
+        except Exception as e:  # any failure of the load is the run's failure
             with lock:
                 counts["errors"] += 1
                 errors.append(f"{worker.__name__} died: {e!r}"[:400])
