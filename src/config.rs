@@ -389,6 +389,11 @@ pub struct EvalArgs {
     /// best of each), measured on the same candidates: how the served weights were chosen (on --split dev).
     #[arg(long, env = "JOINTSPACE_EVAL_FUSION_SWEEP", value_parser = clap::builder::FalseyValueParser::new())]
     pub fusion_sweep: bool,
+    /// With --hybrid: products of this many photos (1 to 3): the split's photos taken in order, N at a time,
+    /// as one product each (a collection grouped by product; its title is its first photo's first caption,
+    /// written with that photo only), each photo's other four captions the queries for its product.
+    #[arg(long, env = "JOINTSPACE_EVAL_PHOTOS_PER_PRODUCT", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=3))]
+    pub photos_per_product: u8,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -505,6 +510,12 @@ pub struct SyncArgs {
     /// With --create: the new collection's keyword fields for hybrid search (e.g. `title,description`).
     #[arg(long, env = "JOINTSPACE_SYNC_TEXT_FIELDS", value_delimiter = ',')]
     pub text_fields: Vec<String>,
+    /// With --create: the new collection's product key (e.g. `product_id`), a metadata field set to each
+    /// item's id unless the feed gives it. Needed for items with several photos (a JSON list in the image
+    /// field, or paths or URLs separated by `|` in a CSV cell): each photo is stored as an image of the
+    /// product, the n-th under `<id>~<n>`, and a search returns each product once.
+    #[arg(long, env = "JOINTSPACE_SYNC_GROUP_BY")]
+    pub group_by: Option<String>,
     /// An item whose photo cannot be read, fetched or decoded is reported and left as it is stored, and the
     /// sync goes on; without it the sync stops at that item (what came before it is in; run again).
     #[arg(long, env = "JOINTSPACE_SYNC_SKIP_FAILED", value_parser = clap::builder::FalseyValueParser::new())]

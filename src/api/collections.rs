@@ -9,7 +9,7 @@ use super::{
     error::{ApiResult, ErrorBody},
     extract::{ApiJson, Caller, CollectionPath},
 };
-use crate::service::{CollectionName, CollectionRow};
+use crate::service::{CollectionName, CollectionRow, CollectionSettings};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -24,6 +24,12 @@ pub struct CreateCollection {
     /// "Hybrid search"); absent, to vector mode.
     #[schema(example = json!(["title", "brand.name"]))]
     pub text_fields: Option<Vec<String>>,
+    /// A metadata field (a dotted path) whose value names each image's product, e.g. "product_id": images
+    /// sharing a value are one product's photos, and an image search returns each product once, scored by its
+    /// best photo and its words (docs/api.md, "Products with several photos"). Absent: every image stands
+    /// alone.
+    #[schema(example = "product_id")]
+    pub group_by: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -33,6 +39,8 @@ pub struct Collection {
     pub created_at: String,
     /// The metadata fields searched by keyword; null: the collection did not ask for keyword search.
     pub text_fields: Option<Vec<String>>,
+    /// The metadata field naming each image's product; null: every image stands alone.
+    pub group_by: Option<String>,
     pub images: i64,
     pub captions: i64,
 }
@@ -44,6 +52,7 @@ impl From<CollectionRow> for Collection {
             description: c.description,
             created_at: c.created_at,
             text_fields: c.text_fields,
+            group_by: c.group_by,
             images: c.images,
             captions: c.captions,
         }
@@ -65,7 +74,14 @@ pub async fn create(
     let name = CollectionName::parse(&req.name)?;
     let c = s
         .service
-        .create_collection_with(&name, &req.description, req.text_fields.as_deref())
+        .create_collection_with(
+            &name,
+            &req.description,
+            &CollectionSettings {
+                text_fields: req.text_fields,
+                group_by: req.group_by,
+            },
+        )
         .await?;
     Ok((StatusCode::CREATED, Json(c.into())))
 }

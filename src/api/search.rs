@@ -58,6 +58,11 @@ pub struct SearchRequest {
     /// Hybrid mode: the channels to fuse, any of `vector` (the photo), `text` (the image's captions and
     /// text fields by meaning) and `keyword` (its words as keywords). Default: all three. Implies hybrid.
     pub channels: Option<Vec<ChannelName>>,
+    /// Image searches in a collection with a product key (`group_by`): true (the default) returns each
+    /// product once, its best photo standing for it, and pages and counts by product; false returns photos
+    /// one by one.
+    #[schema(default = true)]
+    pub group: Option<bool>,
 }
 
 /// A channel of hybrid search.
@@ -148,6 +153,7 @@ pub struct SearchMultipart {
     pub keyword_weight: Option<f32>,
     /// A JSON array, e.g. ["vector", "text"].
     pub channels: Option<String>,
+    pub group: Option<bool>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -167,7 +173,21 @@ pub struct ImageResult {
     /// Keyword and hybrid modes: what each channel said of this image, so a caller can see why it was found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub channels: Option<ChannelScores>,
+    /// A search grouped by the collection's product key: the product this image is the best photo of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub product: Option<Product>,
     pub image: Image,
+}
+
+/// A product found: its key and its photos.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Product {
+    /// The value of the collection's `group_by` field (a number or boolean as JSON writes it); absent for an
+    /// image without one, which is a product of its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The ids of the product's photos in the collection: this result's image first, then the others by id.
+    pub photos: Vec<i64>,
 }
 
 impl From<ImageHit> for ImageResult {
@@ -180,6 +200,10 @@ impl From<ImageHit> for ImageResult {
                 text: c.text,
                 keyword: c.keyword,
             }),
+            product: h.product.map(|p| Product {
+                key: p.key,
+                photos: p.photos,
+            }),
             image: h.row.into(),
         }
     }
@@ -188,7 +212,8 @@ impl From<ImageHit> for ImageResult {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ImageResults {
     pub results: Vec<ImageResult>,
-    /// With a filter: how many images of the collection it admits (all of them, not only this page).
+    /// With a filter: how many images of the collection it admits (all of them, not only this page); in a
+    /// grouped search, how many products.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub matches: Option<usize>,
     /// The mode the search ran in.
@@ -246,6 +271,7 @@ const FORM: &[upload::Field] = &[
     field(&["mode"], "mode", Kind::Text),
     field(&["keyword_weight"], "keyword_weight", Kind::Json),
     field(&["channels"], "channels", Kind::Json),
+    field(&["group"], "group", Kind::Json),
 ];
 
 async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
@@ -295,6 +321,7 @@ fn params(r: &SearchRequest) -> ApiResult<SearchParams> {
             .as_ref()
             .map(|cs| cs.iter().map(|c| (*c).into()).collect()),
         fusion: Default::default(),
+        group: r.group.unwrap_or(true),
         min_score: r.min_score,
         k: r.k.unwrap_or(10),
         offset: r.offset.unwrap_or(0),

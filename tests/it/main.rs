@@ -18,6 +18,7 @@ mod device;
 mod docs;
 mod faults;
 mod filters;
+mod groups;
 mod hybrid;
 mod openapi;
 mod ops;

@@ -149,6 +149,61 @@ impl<'a> Field<'a> {
     }
 }
 
+/// A product key: the value of a collection's `group_by` field, compared as filters compare (by JSON type, so
+/// `"5"` is not `5`). Only a string, a number or a boolean names a product; an image with anything else there,
+/// or nothing, is a product of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum GroupKey {
+    Str(String),
+    /// The number's bits (-0 read as 0), so equal numbers hash alike.
+    Num(u64),
+    Bool(bool),
+}
+
+impl GroupKey {
+    pub fn of(x: Field<'_>) -> Option<GroupKey> {
+        match x {
+            Field::Str(s) => Some(GroupKey::Str(s.to_string())),
+            Field::Num(n) => Some(GroupKey::Num((n + 0.0).to_bits())),
+            Field::Bool(b) => Some(GroupKey::Bool(b)),
+            Field::Missing | Field::Other => None,
+        }
+    }
+
+    /// The key of an image's metadata under `path`.
+    pub fn in_metadata(path: &FieldPath, metadata: &Value) -> Option<GroupKey> {
+        GroupKey::of(Field::of(path.get(metadata)))
+    }
+
+    /// The value a filter compares with: `Filter::In(path, keys)` finds a product's photos.
+    pub fn scalar(&self) -> Scalar {
+        match self {
+            GroupKey::Str(s) => Scalar::Str(s.clone()),
+            GroupKey::Num(bits) => Scalar::Num(f64::from_bits(*bits)),
+            GroupKey::Bool(b) => Scalar::Bool(*b),
+        }
+    }
+}
+
+/// The key as the API shows it: a string as it is, an integral number without a fraction, others as JSON
+/// writes them.
+impl std::fmt::Display for GroupKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupKey::Str(s) => f.write_str(s),
+            GroupKey::Num(bits) => {
+                let n = f64::from_bits(*bits);
+                if n.fract() == 0.0 && n.abs() < 9.0e15 {
+                    write!(f, "{}", n as i64)
+                } else {
+                    f.write_str(&self.scalar().json())
+                }
+            }
+            GroupKey::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
 impl Filter {
     /// Whether `metadata` matches: the same answer as the SQL the store compiles (`store::dialect`), which
     /// tests/it/filters.rs checks on both engines. A comparison with a missing field, or one of another JSON
@@ -447,6 +502,25 @@ fn kind(v: &Value) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn group_keys_compare_by_json_type() {
+        let p = FieldPath::parse("product.id").unwrap();
+        let key = |v: Value| GroupKey::in_metadata(&p, &json!({ "product": { "id": v } }));
+        assert_eq!(key(json!("p-1")), Some(GroupKey::Str("p-1".into())));
+        assert_ne!(key(json!("5")), key(json!(5)));
+        assert_eq!(key(json!(5)), key(json!(5.0)));
+        assert_eq!(key(json!(-0.0)), key(json!(0)));
+        assert_eq!(key(json!(null)), None);
+        assert_eq!(key(json!(["a"])), None);
+        assert_eq!(GroupKey::in_metadata(&p, &json!({})), None);
+        assert_eq!(key(json!(5)).unwrap().to_string(), "5");
+        assert_eq!(key(json!(2.5)).unwrap().to_string(), "2.5");
+        assert_eq!(key(json!(true)).unwrap().to_string(), "true");
+        let f = Filter::In(p.clone(), vec![key(json!(7)).unwrap().scalar()], false);
+        assert!(f.matches(&json!({ "product": { "id": 7 } })));
+        assert!(!f.matches(&json!({ "product": { "id": "7" } })));
+    }
+
     use serde_json::json;
 
     use super::*;

@@ -15,7 +15,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::filter::{Field, FieldPath, Filter};
+use crate::filter::{Field, FieldPath, Filter, GroupKey};
 
 /// Columns kept at most; past it they are dropped and built again as read (a caller naming ever new fields
 /// must not grow memory without bound).
@@ -133,18 +133,67 @@ impl Attributes {
 
     /// The images whose metadata `filter` admits.
     pub fn matching(&self, filter: &Filter) -> HashSet<i64> {
-        let paths = filter.paths();
+        self.with_columns(&filter.paths(), |t| {
+            let keep = eval(filter, &t.columns, t.ids.len());
+            t.ids
+                .iter()
+                .zip(keep)
+                .filter_map(|(id, k)| k.then_some(*id))
+                .collect()
+        })
+    }
+
+    /// Each of `ids`' product key under `path` (None: the image stands alone, or is not held).
+    pub fn keys(&self, path: &FieldPath, ids: &[i64]) -> Vec<Option<GroupKey>> {
+        let t = self.table.read().unwrap_or_else(|p| p.into_inner());
+        ids.iter()
+            .map(|id| {
+                let i = *t.pos.get(id)?;
+                GroupKey::in_metadata(path, &t.values[i])
+            })
+            .collect()
+    }
+
+    /// Every image whose product key under `path` is one of `keys`, with its key, in no order.
+    pub fn members(&self, path: &FieldPath, keys: &HashSet<GroupKey>) -> Vec<(i64, GroupKey)> {
+        self.with_columns(&[path], |t| {
+            t.ids
+                .iter()
+                .zip(&t.columns[path])
+                .filter_map(|(id, cell)| {
+                    let k = GroupKey::of(cell.field())?;
+                    keys.contains(&k).then_some((*id, k))
+                })
+                .collect()
+        })
+    }
+
+    /// How many products the images in `ids` are: one per distinct key under `path`, one per image without.
+    pub fn count_products(&self, path: &FieldPath, ids: &HashSet<i64>) -> usize {
+        self.with_columns(&[path], |t| {
+            let mut keys = HashSet::new();
+            let mut alone = 0;
+            for (id, cell) in t.ids.iter().zip(&t.columns[path]) {
+                if ids.contains(id) {
+                    match GroupKey::of(cell.field()) {
+                        Some(k) => {
+                            keys.insert(k);
+                        }
+                        None => alone += 1,
+                    }
+                }
+            }
+            keys.len() + alone
+        })
+    }
+
+    /// `f` over the table once it holds a column for each of `paths`.
+    fn with_columns<R>(&self, paths: &[&FieldPath], f: impl Fn(&Table) -> R) -> R {
         loop {
             {
                 let t = self.table.read().unwrap_or_else(|p| p.into_inner());
-                if t.has_columns(&paths) {
-                    let keep = eval(filter, &t.columns, t.ids.len());
-                    return t
-                        .ids
-                        .iter()
-                        .zip(keep)
-                        .filter_map(|(id, k)| k.then_some(*id))
-                        .collect();
+                if t.has_columns(paths) {
+                    return f(&t);
                 }
             }
             // A field not read before: its column, built once (a write may slip in before the read above
@@ -153,7 +202,7 @@ impl Attributes {
             if t.columns.len() + paths.len() > MAX_COLUMNS {
                 t.columns.clear();
             }
-            for p in &paths {
+            for p in paths {
                 if !t.columns.contains_key(*p) {
                     let col = t.values.iter().map(|v| Cell::of(p.get(v))).collect();
                     t.columns.insert((*p).clone(), col);
@@ -220,6 +269,43 @@ mod tests {
         let not_cheap = filter(json!({"$not": {"price": {"$lt": 10}}}));
         assert_eq!(a.matching(&not_cheap), HashSet::from([3]));
         assert_eq!(a.len(), 2);
+    }
+
+    #[test]
+    fn products_by_key() {
+        let a = Attributes::new([
+            (1, json!({"sku": "a"})),
+            (2, json!({"sku": "a"})),
+            (3, json!({"sku": 3})),
+            (4, json!({"sku": "3"})),
+            (5, json!({})),
+            (6, json!({"sku": null})),
+        ]);
+        let p = FieldPath::parse("sku").unwrap();
+        let str_a = GroupKey::Str("a".into());
+        assert_eq!(
+            a.keys(&p, &[2, 5, 99]),
+            vec![Some(str_a.clone()), None, None]
+        );
+        let mut m = a.members(
+            &p,
+            &HashSet::from([str_a.clone(), GroupKey::Str("3".into())]),
+        );
+        m.sort_by_key(|x| x.0);
+        assert_eq!(
+            m,
+            vec![
+                (1, str_a.clone()),
+                (2, str_a),
+                (4, GroupKey::Str("3".into()))
+            ]
+        );
+        // "a" twice is one product; 3 and "3" are two; each image without a key is one.
+        assert_eq!(a.count_products(&p, &HashSet::from([1, 2, 3, 4, 5, 6])), 5);
+        assert_eq!(a.count_products(&p, &HashSet::from([1, 2])), 1);
+        // A write under the built column moves the image to another product.
+        a.set([(2, json!({"sku": "b"}))]);
+        assert_eq!(a.count_products(&p, &HashSet::from([1, 2])), 2);
     }
 
     /// The columns give what the filter gives row by row, for logic over several fields, after writes that

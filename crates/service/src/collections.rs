@@ -8,7 +8,7 @@ use crate::{
     filter::FieldPath,
     index::{VectorIndex, remove_snapshot, snapshot_name},
     modality::Modality,
-    store::CollectionRow,
+    store::{CollectionRow, CollectionSettings},
 };
 
 /// A collection name that satisfies the naming rule: 1-64 lower-case letters, digits, '-' or '_', starting
@@ -59,17 +59,24 @@ impl Service {
         name: &CollectionName,
         description: &str,
     ) -> Result<CollectionRow> {
-        self.create_collection_with(name, description, None).await
+        self.create_collection_with(name, description, &CollectionSettings::default())
+            .await
     }
 
-    /// A collection whose sentence searches default to hybrid, finding images by keyword in their captions,
-    /// external ids and `text_fields` (dotted metadata paths) as well as by vector.
+    /// A collection with settings: `text_fields` (dotted metadata paths) make its sentence searches default
+    /// to hybrid, finding images by their captions, external ids and those fields by meaning and as keywords
+    /// as well as by the photo; `group_by` (a dotted path) names the field whose value is an image's product.
     pub async fn create_collection_with(
         &self,
         name: &CollectionName,
         description: &str,
-        text_fields: Option<&[String]>,
+        settings: &CollectionSettings,
     ) -> Result<CollectionRow> {
+        let text_fields = settings.text_fields.as_deref();
+        if let Some(g) = &settings.group_by {
+            FieldPath::parse(g)
+                .map_err(|e| ServiceError::Invalid(format!("group_by: {}", e.message)))?;
+        }
         for f in text_fields.unwrap_or_default() {
             FieldPath::parse(f)
                 .map_err(|e| ServiceError::Invalid(format!("text_fields: {}", e.message)))?;
@@ -81,7 +88,7 @@ impl Service {
         }
         let row = self
             .store
-            .create_collection_with(name.as_str(), description, text_fields)
+            .create_collection_with(name.as_str(), description, settings)
             .await?;
         if !self.holds_graphs() {
             return Ok(row);

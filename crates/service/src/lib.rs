@@ -38,8 +38,8 @@ use jointspace_store as store;
 pub use crate::index::IndexParams;
 /// The rows the service answers with and the values it takes (the store's, handed up as they are).
 pub use crate::store::{
-    CaptionRow, Claim, CollectionRow, IDEMPOTENCY_HEARTBEAT, IdempotencyKey, ImagePatch, ImageRow,
-    ImportMark, SyncedImage, Upserted,
+    CaptionRow, Claim, CollectionRow, CollectionSettings, IDEMPOTENCY_HEARTBEAT, IdempotencyKey,
+    ImagePatch, ImageRow, ImportMark, SyncedImage, Upserted,
 };
 pub use admin::follow::{CHANGE_RETENTION, FollowReport};
 pub use admin::readiness::{ReadinessReport, ReadyOptions};
@@ -55,11 +55,12 @@ pub use items::transfer::{
 pub use items::updates::{UpsertInput, UpsertOutcome, UpsertedImage, content_hash};
 pub use items::url_ingest::{AddReport, ImageItem, ImageSource, ItemFailure};
 pub use search::{
-    Candidates, CaptionHit, Hits, ImageHit, Query, SearchMode, SearchParams,
+    Candidates, CaptionHit, Hits, ImageHit, Product, Query, SearchMode, SearchParams,
     fusion::{Channel, ChannelScores, ChannelValues, Fusion, fuse},
 };
 
 use crate::{
+    filter::FieldPath,
     index::{Attributes, VectorIndex, snapshot_name},
     metrics::Metrics,
     modality::Modality,
@@ -118,6 +119,8 @@ pub struct ServiceOptions {
 struct CollectionRef {
     id: i64,
     text_fields: Option<Vec<String>>,
+    /// The product key: images sharing its value are one product's photos (`search::groups`).
+    group_by: Option<FieldPath>,
 }
 
 pub struct Service {
@@ -426,8 +429,17 @@ impl Service {
     /// The collection's id by name, without `collection`'s row counts: every request resolves its collection,
     /// and counting 100k rows twice per search cost more than the search (docs/benchmarks.md).
     async fn collection_ref(&self, name: &CollectionName) -> Result<CollectionRef> {
-        let (id, text_fields) = self.store.collection_key(name.as_str()).await?;
-        Ok(CollectionRef { id, text_fields })
+        let (id, settings) = self.store.collection_key(name.as_str()).await?;
+        // Checked when the collection was created.
+        let group_by = settings
+            .group_by
+            .as_deref()
+            .and_then(|g| FieldPath::parse(g).ok());
+        Ok(CollectionRef {
+            id,
+            text_fields: settings.text_fields,
+            group_by,
+        })
     }
 
     // ---- the pipeline, timed ----

@@ -14,11 +14,23 @@ pub struct CollectionRow {
     pub generation: i64,
     /// The metadata fields searched by keyword; `None`: keyword search not asked for (vector by default).
     pub text_fields: Option<Vec<String>>,
+    /// The metadata field naming each image's product (`CollectionSettings::group_by`).
+    pub group_by: Option<String>,
     pub images: i64,
     pub captions: i64,
 }
 
-const COLLECTION_SELECT: &str = "SELECT c.id, c.name, c.description, c.created_at, c.generation, c.text_fields, \
+/// What a collection asks of its searches, set when it is created.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CollectionSettings {
+    /// The metadata fields searched by keyword and by meaning; `None`: neither asked for (vector by default).
+    pub text_fields: Option<Vec<String>>,
+    /// The metadata field whose value names an image's product: images sharing it are one product's photos,
+    /// and an image search returns each product once. `None`: every image stands alone.
+    pub group_by: Option<String>,
+}
+
+const COLLECTION_SELECT: &str = "SELECT c.id, c.name, c.description, c.created_at, c.generation, c.text_fields, c.group_by, \
     (SELECT COUNT(*) FROM images i WHERE i.collection_id = c.id) AS images, \
     (SELECT COUNT(*) FROM captions p WHERE p.collection_id = c.id AND p.field IS NULL) AS captions FROM collections c";
 
@@ -30,6 +42,7 @@ fn collection_row(r: &AnyRow) -> CollectionRow {
         created_at: r.get("created_at"),
         generation: r.get("generation"),
         text_fields: super::keywords::parse_fields(r.get("text_fields")),
+        group_by: r.get("group_by"),
         images: r.get("images"),
         captions: r.get("captions"),
     }
@@ -41,25 +54,29 @@ impl Store {
         name: &str,
         description: &str,
     ) -> Result<CollectionRow, StoreError> {
-        self.create_collection_with(name, description, None).await
+        self.create_collection_with(name, description, &CollectionSettings::default())
+            .await
     }
 
-    /// A collection that searches `text_fields` by keyword (see `CollectionRow::text_fields`).
+    /// A collection with the searches `settings` ask for.
     pub async fn create_collection_with(
         &self,
         name: &str,
         description: &str,
-        text_fields: Option<&[String]>,
+        settings: &CollectionSettings,
     ) -> Result<CollectionRow, StoreError> {
+        let text_fields = settings.text_fields.as_deref();
         let now = now_rfc3339();
         let mut tx = self.write_tx().await?;
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO collections (name, description, created_at, text_fields) VALUES ($1, $2, $3, $4) RETURNING id",
+            "INSERT INTO collections (name, description, created_at, text_fields, group_by) VALUES ($1, $2, $3, $4, $5) \
+             RETURNING id",
         )
         .bind(name)
         .bind(description)
         .bind(&now)
         .bind(text_fields.map(|f| serde_json::Value::from(f.to_vec()).to_string()))
+        .bind(settings.group_by.clone())
         .fetch_one(&mut *tx)
         .await
         .map_err(|e| conflict_or(e, || format!("a collection named \"{name}\" already exists")))?;
@@ -72,6 +89,7 @@ impl Store {
             created_at: now,
             generation: 0,
             text_fields: text_fields.map(<[String]>::to_vec),
+            group_by: settings.group_by.clone(),
             images: 0,
             captions: 0,
         })
@@ -102,20 +120,22 @@ impl Store {
             .ok_or_else(|| StoreError::NoCollection(name.into()))
     }
 
-    /// Just the id (no row counts): what a request needs to resolve its collection.
-    /// A collection's id and keyword fields by name (no counts: every request resolves its collection).
+    /// A collection's id and settings by name (no counts: every request resolves its collection).
     pub async fn collection_key(
         &self,
         name: &str,
-    ) -> Result<(i64, Option<Vec<String>>), StoreError> {
-        let r = sqlx::query("SELECT id, text_fields FROM collections WHERE name = $1")
+    ) -> Result<(i64, CollectionSettings), StoreError> {
+        let r = sqlx::query("SELECT id, text_fields, group_by FROM collections WHERE name = $1")
             .bind(name)
             .fetch_optional(&self.pool)
             .await?
             .ok_or_else(|| StoreError::NoCollection(name.into()))?;
         Ok((
             r.get("id"),
-            super::keywords::parse_fields(r.get("text_fields")),
+            CollectionSettings {
+                text_fields: super::keywords::parse_fields(r.get("text_fields")),
+                group_by: r.get("group_by"),
+            },
         ))
     }
 

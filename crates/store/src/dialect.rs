@@ -267,6 +267,35 @@ impl Compiler {
     }
 }
 
+/// A text naming an image's product: its `group_by` value with its JSON type (`"5"` is not `5`, and `5` is
+/// `5.0`, as `filter::GroupKey` compares them), or the image's own id where the value is not a string, number or
+/// boolean.
+pub(super) fn product_key(engine: Engine, path: &FieldPath) -> String {
+    match engine {
+        Engine::Sqlite => {
+            let p = sqlite_path(path);
+            format!(
+                "CASE json_type(metadata, {p}) \
+                 WHEN 'text' THEN 'str:' || json_extract(metadata, {p}) \
+                 WHEN 'integer' THEN 'num:' || (json_extract(metadata, {p}) + 0.0) \
+                 WHEN 'real' THEN 'num:' || (json_extract(metadata, {p}) + 0.0) \
+                 WHEN 'true' THEN 'bool:true' WHEN 'false' THEN 'bool:false' \
+                 ELSE 'image:' || id END"
+            )
+        }
+        Engine::Postgres => {
+            let (v, t) = (pg_value(path), pg_text(path));
+            format!(
+                "CASE jsonb_typeof({v}) \
+                 WHEN 'string' THEN 'str:' || {t} \
+                 WHEN 'number' THEN 'num:' || ({v})::float8::text \
+                 WHEN 'boolean' THEN 'bool:' || {t} \
+                 ELSE 'image:' || id END"
+            )
+        }
+    }
+}
+
 /// An integral value binds as an integer (exact past 2^53), anything else as a real.
 fn number(x: f64) -> Bind {
     if x.fract() == 0.0 && x.abs() < 9.0e15 {

@@ -11,7 +11,7 @@ use super::{
     codec::{now_rfc3339, vector_to_blob},
     conflict_or, dialect,
 };
-use crate::filter::Filter;
+use crate::filter::{FieldPath, Filter};
 
 #[derive(Debug, Clone)]
 pub struct ImageRow {
@@ -316,6 +316,25 @@ impl Store {
         Ok(q.fetch_one(&self.pool).await?.try_get(0)?)
     }
 
+    /// How many products the images matching `filter` are: one per distinct value of `group_by`, one per
+    /// image without a string, number or boolean there.
+    pub async fn count_products(
+        &self,
+        collection_id: i64,
+        filter: &Filter,
+        group_by: &FieldPath,
+    ) -> Result<usize, StoreError> {
+        let f = dialect::compile_filter(self.engine, filter, 2);
+        let key = dialect::product_key(self.engine, group_by);
+        let sql = format!(
+            "SELECT COUNT(DISTINCT {key}) FROM images WHERE collection_id = $1{}",
+            f.clause
+        );
+        let q = f.bind(sqlx::query(&sql).bind(collection_id));
+        let n: i64 = q.fetch_one(&self.pool).await?.try_get(0)?;
+        Ok(n as usize)
+    }
+
     /// Ids of the images matching a metadata filter (for filtered search).
     pub async fn filter_image_ids(
         &self,
@@ -326,6 +345,23 @@ impl Store {
             .filtered_images("id", collection_id, filter, "")
             .await?;
         Ok(rows.iter().map(|r| r.get::<i64, _>(0)).collect())
+    }
+
+    /// The id and metadata of every image of the collection whose metadata matches `filter` (a found
+    /// product's photos).
+    pub async fn image_metadata_matching(
+        &self,
+        collection_id: i64,
+        filter: &Filter,
+    ) -> Result<Vec<(i64, Value)>, StoreError> {
+        let meta = dialect::metadata_text(self.engine, "");
+        let rows = self
+            .filtered_images(&format!("id, {meta}"), collection_id, filter, "")
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<i64, _>("id"), metadata(r)))
+            .collect())
     }
 
     /// Which of `ids` are images of the collection whose metadata matches `filter` (a few hundred candidates

@@ -35,7 +35,7 @@ use sqlx::{
 pub use self::{
     captions::{CaptionRow, EmbeddedCaption, NewCaption},
     changes::{Change, ChangeKind, Cursor},
-    collections::CollectionRow,
+    collections::{CollectionRow, CollectionSettings},
     idempotency::{Claim, IDEMPOTENCY_HEARTBEAT, IDEMPOTENCY_RETENTION, IdempotencyKey},
     images::{ImageRow, NewImage, Provenance, StoredCode},
     keywords::KeywordQuery,

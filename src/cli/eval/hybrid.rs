@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use super::metrics::round2;
 use crate::service::{
-    Candidates, Channel, CollectionName, Fusion, ImageLine, ImportMark, Query, SearchMode,
-    SearchParams, Service, fuse,
+    Candidates, Channel, CollectionName, CollectionSettings, Fusion, ImageLine, ImportMark, Query,
+    SearchMode, SearchParams, Service, fuse,
 };
 
 /// R@1, R@5 and R@10 (percent) of ranks (None: not in the top 10).
@@ -34,25 +34,42 @@ pub(super) async fn measure(
     ids: &HashMap<String, i64>,
     captions: &HashMap<String, Vec<String>>,
     sweep: bool,
+    per_product: usize,
 ) -> anyhow::Result<Value> {
+    if sweep && per_product > 1 {
+        anyhow::bail!(
+            "--fusion-sweep weighs photos one by one: run it without --photos-per-product"
+        );
+    }
+    // Each photo's product: the name of the product's first photo.
+    let product_of = |i: usize| names[i - i % per_product].clone();
     let to = CollectionName::parse(&format!("{}-hybrid", from.as_str()))?;
     if svc.collection(&to).await.is_ok() {
         svc.delete_collection(&to).await?;
     }
-    svc.create_collection_with(&to, "eval --hybrid", Some(&["title".to_string()]))
+    let settings = CollectionSettings {
+        text_fields: Some(vec!["title".to_string()]),
+        group_by: (per_product > 1).then(|| "product".to_string()),
+    };
+    svc.create_collection_with(&to, "eval --hybrid", &settings)
         .await?;
     let model = svc.model();
     let mut lines = Vec::with_capacity(names.len());
-    for name in names {
+    for (i, name) in names.iter().enumerate() {
         let code = svc.image_code(from, ids[name]).await?;
         let title = captions
             .get(name)
             .and_then(|c| c.first())
             .cloned()
             .unwrap_or_default();
+        let metadata = match (per_product, i % per_product) {
+            (1, _) => json!({ "title": title }),
+            (_, 0) => json!({ "title": title, "product": product_of(i) }),
+            _ => json!({ "product": product_of(i) }),
+        };
         lines.push(ImageLine {
             external_id: Some(name.clone()),
-            metadata: json!({ "title": title }),
+            metadata,
             width: 224,
             height: 224,
             code: STANDARD.encode(code.packed()),
@@ -89,17 +106,17 @@ pub(super) async fn measure(
     ];
     for (label, p) in modes {
         let mut ranks = vec![];
-        for name in names {
+        for (i, name) in names.iter().enumerate() {
+            let product = product_of(i);
             for q in captions.get(name).map(|c| &c[1..]).unwrap_or_default() {
                 let hits = svc
                     .search_images(&to, Query::Text(q.clone()), p.clone())
                     .await?;
-                ranks.push(
-                    hits.hits
-                        .iter()
-                        .position(|h| h.row.external_id.as_deref() == Some(name.as_str()))
-                        .map(|p| p + 1),
-                );
+                let found = |h: &crate::service::ImageHit| match &h.product {
+                    Some(p) => p.key.as_deref() == Some(product.as_str()),
+                    None => h.row.external_id.as_deref() == Some(name.as_str()),
+                };
+                ranks.push(hits.hits.iter().position(found).map(|p| p + 1));
             }
         }
         queries = ranks.len();

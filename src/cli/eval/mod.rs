@@ -114,6 +114,7 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
                 &ids,
                 &split.captions,
                 args.fusion_sweep,
+                usize::from(args.photos_per_product),
             )
             .await?,
         )
@@ -131,7 +132,9 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         print!("{}", report.table());
         if let Some(h) = hybrid {
             println!(
-                "hybrid search (first caption as title, the other four as queries, k=10): {h}"
+                "hybrid search (first caption as title, the other four as queries, k=10, {} photo(s) a \
+                 product): {h}",
+                args.photos_per_product
             );
         }
     }

@@ -13,6 +13,7 @@ use crate::{
     search::{
         Query, QueryVector, Ranked, SearchMode, SearchParams,
         fusion::{Channel, ChannelScores, ChannelValues, fuse},
+        groups,
     },
 };
 use crate::{modality::Modality, store::KeywordQuery};
@@ -179,9 +180,14 @@ impl Service {
         let on = |ch: Channel| {
             mode == SearchMode::Hybrid && weights.iter().any(|(c, w)| *c == ch && *w > 0.0)
         };
-        let cands = self
+        let mut cands = self
             .candidates(c, qv, text, mode == SearchMode::Keyword, on, p)
             .await?;
+        if let Some(path) = groups::grouping(c, p) {
+            let keys = self.group_keys(c, path, &cands.ids).await?;
+            cands = groups::collapse(cands, &keys, None);
+            cands.matches = self.count_products(c, path, &p.filter).await?;
+        }
         let mut channels = cands.channels;
         let scores: Vec<f32> = if mode == SearchMode::Keyword {
             cands.ids.iter().map(|id| channels[2].values[id]).collect()

@@ -4,8 +4,10 @@
 
 pub(crate) mod database;
 pub mod fusion;
+mod groups;
 mod hybrid;
 
+pub use groups::Product;
 pub use hybrid::Candidates;
 
 use std::collections::{HashMap, HashSet};
@@ -61,6 +63,8 @@ pub struct SearchParams {
     pub channels: Option<Vec<fusion::Channel>>,
     /// Hybrid: how the channels' scores are combined.
     pub fusion: fusion::Fusion,
+    /// Image searches in a collection with a product key (`group_by`): each product once (`groups`).
+    pub group: bool,
 }
 
 impl SearchParams {
@@ -75,6 +79,7 @@ impl SearchParams {
             keyword_weight: None,
             channels: None,
             fusion: fusion::Fusion::default(),
+            group: true,
         }
     }
 }
@@ -98,6 +103,8 @@ pub struct Scored<R> {
     pub similarity: f32,
     /// Keyword and hybrid searches: what each channel said of it.
     pub channels: Option<fusion::ChannelValues>,
+    /// A grouped image search: the product the row is the best photo of.
+    pub product: Option<Product>,
     pub row: R,
 }
 
@@ -308,18 +315,27 @@ impl Service {
         };
         let qv = self.query_vector(&c, q).await?;
         let weights = hybrid::weights(&p, &qv)?;
-        let (found, channels) = match (mode, text) {
-            (SearchMode::Keyword | SearchMode::Hybrid, Some(text)) => {
+        let group = groups::grouping(&c, &p);
+        let (found, channels) = match (mode, text, group) {
+            (SearchMode::Keyword | SearchMode::Hybrid, Some(text), _) => {
                 let (page, matches, channels) =
                     self.fused(&c, &qv, &text, mode, &weights, &p).await?;
                 ((page, matches), Some(channels))
             }
+            (_, _, Some(path)) => (self.grouped_ids(&c, path, &qv, &p).await?, None),
             _ => (self.search_ids(&c, Modality::Images, &qv, &p).await?, None),
         };
         let mut hits: Hits<ImageHit> = self.answer(t, &c, found, Some(mode), qv).await?;
         if let Some(mut channels) = channels {
             for h in &mut hits.hits {
                 h.channels = channels.remove(&h.row.id);
+            }
+        }
+        if let Some(path) = group {
+            let ids: Vec<i64> = hits.hits.iter().map(|h| h.row.id).collect();
+            let products = self.products(&c, path, &ids).await?;
+            for (h, product) in hits.hits.iter_mut().zip(products) {
+                h.product = Some(product);
             }
         }
         hits.weights = (mode == SearchMode::Hybrid).then_some(weights);
@@ -424,6 +440,7 @@ fn join<R: Found>(hits: Vec<Ranked>, rows: Vec<R>) -> Vec<Scored<R>> {
                 score,
                 similarity,
                 channels: None,
+                product: None,
                 row,
             })
         })
