@@ -34,9 +34,10 @@ use super::{
 };
 use crate::{
     config::{FeedFormat, SyncArgs},
+    filter::FieldPath,
     service::{
-        Catalogue, CollectionName, FeedChange, Service, ServiceError, UpsertInput, UpsertOutcome,
-        content_hash,
+        Catalogue, CollectionName, CollectionSettings, FeedChange, Service, ServiceError,
+        UpsertInput, UpsertOutcome, content_hash,
     },
 };
 
@@ -49,13 +50,13 @@ enum Photo {
     Url(String),
 }
 
-/// One feed item, read and checked.
+/// One feed item, read and checked: a product with its photos, or (`by_photo`) one of its photos.
 #[derive(Debug, Clone, PartialEq)]
 struct FeedItem {
     /// The feed's line (for CSV, the line its record starts on).
     line: usize,
     external_id: String,
-    photo: Photo,
+    photos: Vec<Photo>,
     metadata: Value,
     captions: Vec<String>,
 }
@@ -88,13 +89,28 @@ impl Mapping<'_> {
         if external_id.len() > 256 {
             bail!("the id is longer than 256 characters");
         }
-        let photo = match fields.remove(self.image) {
-            Some(Value::String(s)) if !s.trim().is_empty() => photo(self.dir, s.trim())?,
-            _ => bail!(
-                "no `{}` (the photo's path or http(s) URL; --image-field names another field)",
-                self.image
-            ),
+        let places: Vec<String> = match fields.remove(self.image) {
+            Some(Value::String(s)) => vec![s],
+            Some(Value::Array(a)) => a
+                .into_iter()
+                .map(|p| match p {
+                    Value::String(s) => Ok(s),
+                    other => bail!("`{}` holds {other}: photos are paths or URLs", self.image),
+                })
+                .collect::<anyhow::Result<_>>()?,
+            _ => vec![],
         };
+        let photos = places
+            .iter()
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| photo(self.dir, s.trim()))
+            .collect::<anyhow::Result<Vec<Photo>>>()?;
+        if photos.is_empty() {
+            bail!(
+                "no `{}` (the photo's path or http(s) URL, or a list of them; --image-field names another field)",
+                self.image
+            );
+        }
         let mut captions = match fields.remove(self.captions) {
             None | Some(Value::Null) => vec![],
             Some(Value::String(s)) => vec![s],
@@ -120,13 +136,14 @@ impl Mapping<'_> {
         Ok(FeedItem {
             line,
             external_id,
-            photo,
+            photos,
             metadata: Value::Object(fields),
             captions,
         })
     }
 
-    /// A CSV record's fields. A CSV cell cannot tell empty from absent: an empty cell is left out.
+    /// A CSV record's fields. A CSV cell cannot tell empty from absent: an empty cell is left out. The captions
+    /// and the photos are lists separated by `|`.
     fn csv_fields(
         &self,
         header: &csv::StringRecord,
@@ -137,7 +154,7 @@ impl Mapping<'_> {
             if cell.is_empty() {
                 continue;
             }
-            let v = if name == self.captions {
+            let v = if name == self.captions || name == self.image {
                 Value::Array(
                     cell.split('|')
                         .map(|c| Value::String(c.trim().to_string()))
@@ -313,6 +330,123 @@ fn read_feed(args: &SyncArgs) -> anyhow::Result<Vec<FeedItem>> {
     Ok(items)
 }
 
+/// The settings the sync writes under: the collection's, or with --create for a collection not there yet,
+/// those its flags ask for (a collection already there keeps its own; a --group-by that differs is refused,
+/// as the feed's photos would be grouped one way and searched another).
+async fn settings(
+    args: &SyncArgs,
+    svc: &Service,
+    collection: &CollectionName,
+) -> anyhow::Result<CollectionSettings> {
+    let asked = CollectionSettings {
+        text_fields: (!args.text_fields.is_empty()).then(|| args.text_fields.clone()),
+        group_by: args.group_by.clone(),
+    };
+    match svc.collection(collection).await {
+        Ok(c) => {
+            if asked.group_by.is_some() && asked.group_by != c.group_by {
+                bail!(
+                    "--group-by {} but \"{}\" groups by {}: a collection's product key is set when it is \
+                     created",
+                    asked.group_by.as_deref().unwrap_or_default(),
+                    collection,
+                    c.group_by.as_deref().unwrap_or("nothing")
+                );
+            }
+            Ok(CollectionSettings {
+                text_fields: c.text_fields,
+                group_by: c.group_by,
+            })
+        }
+        Err(ServiceError::NoCollection(_)) => Ok(asked),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Each product's photos as items of their own, as the collection holds them: the first under the product's
+/// id, the n-th under `<id>~<n>`, each with the product's key in the `group_by` field (unless the feed gives
+/// it) and its attributes, so filters and grouped search see every photo as the product's. The product's
+/// captions and text fields go with its first photo only: a product's words are embedded once, and its other
+/// photos reach them through the group (`search::groups`).
+fn by_photo(
+    products: Vec<FeedItem>,
+    settings: &CollectionSettings,
+) -> anyhow::Result<Vec<FeedItem>> {
+    let text_fields: Vec<FieldPath> = settings
+        .text_fields
+        .iter()
+        .flatten()
+        .filter_map(|f| FieldPath::parse(f).ok())
+        .collect();
+    let mut items = Vec::with_capacity(products.len());
+    for mut p in products {
+        if let Some(key) = &settings.group_by {
+            let path = FieldPath::parse(key)?;
+            if path.get(&p.metadata).is_none() {
+                set_path(&mut p.metadata, &path, Value::String(p.external_id.clone()));
+            }
+        } else if p.photos.len() > 1 {
+            bail!(
+                "line {}: item {:?} has {} photos; a collection holds several photos of a product when it \
+                 groups them by a product key (create it with --create --group-by product_id)",
+                p.line,
+                p.external_id,
+                p.photos.len()
+            );
+        }
+        let mut rest = p.metadata.clone();
+        for f in &text_fields {
+            remove_path(&mut rest, f);
+        }
+        let others: Vec<Photo> = p.photos.drain(1..).collect();
+        let (line, id) = (p.line, p.external_id.clone());
+        items.push(p);
+        for (n, photo) in others.into_iter().enumerate() {
+            items.push(FeedItem {
+                line,
+                external_id: format!("{id}~{}", n + 2),
+                photos: vec![photo],
+                metadata: rest.clone(),
+                captions: vec![],
+            });
+        }
+    }
+    let mut seen = HashSet::new();
+    for it in &items {
+        if !seen.insert(&it.external_id) {
+            bail!(
+                "line {}: the id {:?} is another item's photo (`<id>~<n>` names a product's n-th photo): \
+                 nothing was written",
+                it.line,
+                it.external_id
+            );
+        }
+    }
+    Ok(items)
+}
+
+/// Sets the value at a dotted path, making the objects on the way.
+fn set_path(v: &mut Value, path: &FieldPath, x: Value) {
+    let (last, parents) = path.segments().split_last().expect("a path has a segment");
+    let mut at = v;
+    for s in parents {
+        if !at.get(s).is_some_and(Value::is_object) {
+            at[s.as_str()] = Value::Object(Map::new());
+        }
+        at = &mut at[s.as_str()];
+    }
+    at[last.as_str()] = x;
+}
+
+/// Removes the value at a dotted path, if there is one.
+fn remove_path(v: &mut Value, path: &FieldPath) {
+    let (last, parents) = path.segments().split_last().expect("a path has a segment");
+    let at = parents.iter().try_fold(v, |at, s| at.get_mut(s.as_str()));
+    if let Some(Value::Object(m)) = at {
+        m.remove(last.as_str());
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct Failure {
     line: usize,
@@ -424,7 +558,7 @@ async fn apply(
     it: &FeedItem,
     dry_run: bool,
 ) -> anyhow::Result<Done> {
-    let bytes = match &it.photo {
+    let bytes = match &it.photos[0] {
         Photo::Path(p) => Bytes::from(
             tokio::fs::read(p)
                 .await
@@ -461,18 +595,26 @@ pub async fn sync(args: SyncArgs) -> anyhow::Result<()> {
         );
     }
     let collection = CollectionName::parse(&args.collection)?;
-    let items = read_feed(&args)?;
-    let urls = items.iter().any(|i| matches!(i.photo, Photo::Url(_)));
+    let products = read_feed(&args)?;
+    let urls = products
+        .iter()
+        .any(|i| i.photos.iter().any(|p| matches!(p, Photo::Url(_))));
     check_url_ingest(&args.feed, urls, &args.url_ingest)?;
     let (svc, metrics) = fetching_service(&args.model, &args.store, &args.url_ingest).await?;
     let mut report = Report {
         collection: args.collection.clone(),
         feed: args.feed.display().to_string(),
         dry_run: args.dry_run,
-        items: items.len(),
+        items: products.len(),
         ..Report::default()
     };
-    let outcome = run(&args, &svc, &collection, &items, &mut report).await;
+    let outcome = match settings(&args, &svc, &collection).await {
+        Ok(settings) => match by_photo(products, &settings) {
+            Ok(items) => run(&args, &svc, &collection, &settings, &items, &mut report).await,
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
     if outcome.is_ok() && !args.dry_run {
         svc.snapshot().await?;
     }
@@ -504,12 +646,12 @@ async fn run(
     args: &SyncArgs,
     svc: &Arc<Service>,
     collection: &CollectionName,
+    settings: &CollectionSettings,
     items: &[FeedItem],
     report: &mut Report,
 ) -> anyhow::Result<()> {
     if args.create && !args.dry_run {
-        let fields = (!args.text_fields.is_empty()).then_some(args.text_fields.as_slice());
-        match svc.create_collection_with(collection, "", fields).await {
+        match svc.create_collection_with(collection, "", settings).await {
             Err(e) if !e.is_conflict() => return Err(e.into()),
             _ => {}
         }
@@ -522,7 +664,8 @@ async fn run(
             without_external_id: 0,
         },
         Err(ServiceError::NoCollection(name)) => bail!(
-            "no collection named \"{name}\": pass --create to make it (--text-fields for its hybrid search)"
+            "no collection named \"{name}\": pass --create to make it (--text-fields for its hybrid search, \
+             --group-by for products with several photos)"
         ),
         Err(e) => return Err(e.into()),
     };
@@ -693,7 +836,7 @@ mod tests {
         };
         let from_json = m.item(2, fields).expect("item");
         assert_eq!(from_csv, from_json);
-        assert_eq!(from_csv.photo, Photo::Path(dir.join("photos/1.jpg")));
+        assert_eq!(from_csv.photos, vec![Photo::Path(dir.join("photos/1.jpg"))]);
         assert_eq!(
             from_csv.metadata,
             json!({"title": "Red shoe", "price": 39.5})
@@ -729,7 +872,10 @@ mod tests {
         );
         let ok = item(json!({"id": 7, "image": "HTTPS://shop.example/a.jpg"})).expect("item");
         assert_eq!(ok.external_id, "7");
-        assert_eq!(ok.photo, Photo::Url("HTTPS://shop.example/a.jpg".into()));
+        assert_eq!(
+            ok.photos,
+            vec![Photo::Url("HTTPS://shop.example/a.jpg".into())]
+        );
         let numbers = ["price".to_string()];
         let m = mapping(Path::new("."), &numbers, &[]);
         let header = csv::StringRecord::from(vec!["id", "image", "price"]);
@@ -739,5 +885,57 @@ mod tests {
             e.to_string().contains("`price` is \"cheap\", not a number"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_product_with_several_photos_is_an_item_per_photo() {
+        let dir = Path::new("/feeds");
+        let m = mapping(dir, &[], &[]);
+        let header = csv::StringRecord::from(vec!["id", "image", "name", "brand", "price"]);
+        let rec = csv::StringRecord::from(vec![
+            "p1",
+            "front.jpg | back.jpg|worn.jpg",
+            "Red shoe",
+            "acme",
+            "40",
+        ]);
+        let product = m
+            .csv_fields(&header, &rec)
+            .and_then(|f| m.item(2, f))
+            .expect("item");
+        assert_eq!(product.photos.len(), 3);
+        let settings = CollectionSettings {
+            text_fields: Some(vec!["name".into()]),
+            group_by: Some("product.id".into()),
+        };
+        let items = by_photo(vec![product.clone()], &settings).expect("photos");
+        let ids: Vec<&str> = items.iter().map(|i| i.external_id.as_str()).collect();
+        assert_eq!(ids, vec!["p1", "p1~2", "p1~3"]);
+        let first = &items[0];
+        assert_eq!(first.photos, vec![Photo::Path(dir.join("front.jpg"))]);
+        assert_eq!(
+            first.metadata,
+            json!({"name": "Red shoe", "brand": "acme", "price": "40", "product": {"id": "p1"}})
+        );
+        // The words once, with the first photo; the attributes and the key with every photo.
+        assert_eq!(
+            items[2].metadata,
+            json!({"brand": "acme", "price": "40", "product": {"id": "p1"}})
+        );
+        assert_eq!(items[2].photos, vec![Photo::Path(dir.join("worn.jpg"))]);
+        // Without a product key, several photos are refused with what to do.
+        let e =
+            by_photo(vec![product.clone()], &CollectionSettings::default()).expect_err("no key");
+        assert!(e.to_string().contains("--group-by"), "{e}");
+        // A feed id that names another product's photo is refused.
+        let mut clash = product;
+        clash.external_id = "p1~2".into();
+        clash.photos.truncate(1);
+        let Value::Object(f) = json!({"id": "p1", "image": ["a.jpg", "b.jpg"]}) else {
+            unreachable!()
+        };
+        let p1 = m.item(3, f).expect("item");
+        let e = by_photo(vec![p1, clash], &settings).expect_err("clash");
+        assert!(e.to_string().contains("another item's photo"), "{e}");
     }
 }
