@@ -426,13 +426,32 @@ function renderResults({ results, mode, unknown_words: unknown }, k, filter) {
   showStatus(`${results.length} result${results.length === 1 ? "" : "s"}.`);
 }
 
-// A result's name: its first text field with a value (a product's name, say), else its external id.
-function label(image) {
+// A result's name: its first text field with a value (a product's name, say), else its product's key (a grouped
+// search's result may be a photo without the product's words), else its external id.
+function label(image, product) {
   for (const path of state.textFields[state.collection] || []) {
     const v = path.split(".").reduce((o, k) => (o && typeof o === "object" ? o[k] : undefined), image.metadata);
     if (typeof v === "string" && v.trim()) return v.trim();
   }
+  if (product && product.key) return product.key;
   return image.external_id ? image.external_id : `#${image.id}`;
+}
+
+// A product's other photos (ImageResult.product), as small thumbnails under the card's photo.
+function otherPhotos(product) {
+  if (!product || product.photos.length < 2) return null;
+  const row = Object.assign(document.createElement("span"), { className: "card-photos" });
+  for (const id of product.photos.slice(1, 4)) {
+    const t = document.createElement("img");
+    t.alt = "";
+    t.loading = "lazy";
+    t.width = 48;
+    t.height = 48;
+    thumbnailInto(t, state.collection, id);
+    row.append(t);
+  }
+  row.append(Object.assign(document.createElement("span"), { textContent: `${product.photos.length} photos` }));
+  return row;
 }
 
 // What a card's score is in each mode (ImageResult.score in openapi.yaml).
@@ -453,27 +472,29 @@ function why(channels) {
 }
 
 function card(result, rank, mode) {
-  const { image, score } = result;
+  const { image, score, product } = result;
   const li = document.createElement("li");
   li.className = "card";
   const b = document.createElement("button");
   b.type = "button";
   b.className = "card-open";
-  b.setAttribute("aria-label", `Result ${rank}: photo ${label(image)}, score ${score.toFixed(3)}. Open details`);
+  b.setAttribute("aria-label", `Result ${rank}: photo ${label(image, product)}, score ${score.toFixed(3)}. Open details`);
   const img = document.createElement("img");
-  img.alt = `Photo ${label(image)}`;
+  img.alt = `Photo ${label(image, product)}`;
   img.loading = "lazy";
   img.width = 256;
   img.height = 256;
   thumbnailInto(img, state.collection, image.id);
   const meta = document.createElement("span");
   meta.className = "card-meta";
-  const name = Object.assign(document.createElement("span"), { className: "card-name", textContent: label(image) });
+  const name = Object.assign(document.createElement("span"), { className: "card-name", textContent: label(image, product) });
   const s = Object.assign(document.createElement("span"), { className: "score", textContent: score.toFixed(3) });
   s.title = SCORE_MEANS[mode] || SCORE_MEANS.vector;
   meta.append(name, s);
   const reasons = why(result.channels);
   if (reasons) meta.append(Object.assign(document.createElement("span"), { className: "card-why", textContent: reasons }));
+  const others = otherPhotos(product);
+  if (others) meta.append(others);
   b.append(img, meta);
   b.addEventListener("click", () => openDetail(image.id));
   li.append(b);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,29 @@ def test_search_by_sentence_with_filter_mode_and_paging(admin: Client, stocked: 
         admin.search_images(collection, text="a dog", image_id=ids[0])
     with pytest.raises(NotFound):
         admin.search_images("no-such-collection", text="a dog")
+
+
+def test_products_with_several_photos_come_once(admin: Client) -> None:
+    name = "g-" + uuid.uuid4().hex[:12]
+    made = admin.create_collection(name, text_fields=["title"], group_by="product_id")
+    try:
+        assert made["group_by"] == "product_id"
+        photos = [
+            NewImage(PHOTOS[0], external_id="p1", metadata={"product_id": "p1", "title": "Espadrille canvas"}),
+            NewImage(PHOTOS[1], external_id="p1~2", metadata={"product_id": "p1"}),
+            NewImage(PHOTOS[2], external_id="p2", metadata={"product_id": "p2", "title": "Loafer"}),
+        ]
+        ids = [i["id"] for i in admin.add_images(name, photos)["images"]]
+        found = admin.search_images(name, text="a photo of a shoe", k=10)
+        assert sorted(r["product"].get("key", "") for r in found["results"]) == ["p1", "p2"]
+        first = next(r for r in found["results"] if r["product"].get("key") == "p1")
+        assert sorted(first["product"]["photos"]) == sorted(ids[:2])
+        assert first["product"]["photos"][0] == first["image"]["id"]
+        one_by_one = admin.search_images(name, text="a photo of a shoe", k=10, group=False)
+        assert len(one_by_one["results"]) == 3
+        assert all("product" not in r for r in one_by_one["results"])
+    finally:
+        admin.delete_collection(name)
 
 
 def test_search_by_photo_and_by_stored_image(admin: Client, stocked: tuple[str, list[int]]) -> None:

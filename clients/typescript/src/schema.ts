@@ -503,6 +503,8 @@ export interface components {
             captions: number;
             created_at: string;
             description: string;
+            /** @description The metadata field naming each image's product; null: every image stands alone. */
+            group_by?: string | null;
             /** Format: int64 */
             images: number;
             name: string;
@@ -514,6 +516,14 @@ export interface components {
         };
         CreateCollection: {
             description?: string;
+            /**
+             * @description A metadata field (a dotted path) whose value names each image's product, e.g. "product_id": images
+             *     sharing a value are one product's photos, and an image search returns each product once, scored by its
+             *     best photo and its words (docs/api.md, "Products with several photos"). Absent: every image stands
+             *     alone.
+             * @example product_id
+             */
+            group_by?: string | null;
             /**
              * @description 1-64 lower-case letters, digits, '-' or '_'.
              * @example products
@@ -620,6 +630,7 @@ export interface components {
         ImageResult: {
             channels?: null | components["schemas"]["ChannelScores"];
             image: components["schemas"]["Image"];
+            product?: null | components["schemas"]["Product"];
             /**
              * Format: float
              * @description What the results are ordered by, higher first. Vector mode: `similarity`, except for a sentence query
@@ -646,7 +657,10 @@ export interface components {
              *     the share of the sentence's words the text model does not know (`unknown_words`).
              */
             keyword_weight?: number | null;
-            /** @description With a filter: how many images of the collection it admits (all of them, not only this page). */
+            /**
+             * @description With a filter: how many images of the collection it admits (all of them, not only this page); in a
+             *     grouped search, how many products.
+             */
             matches?: number | null;
             /** @description The mode the search ran in. */
             mode: components["schemas"]["Mode"];
@@ -698,6 +712,16 @@ export interface components {
         };
         /** @enum {string} */
         Outcome: "created" | "replaced" | "updated";
+        /** @description A product found: its key and its photos. */
+        Product: {
+            /**
+             * @description The value of the collection's `group_by` field (a number or boolean as JSON writes it); absent for an
+             *     image without one, which is a product of its own.
+             */
+            key?: string | null;
+            /** @description The ids of the product's photos in the collection: this result's image first, then the others by id. */
+            photos: number[];
+        };
         /** @description Whether this process should be sent traffic, part by part. */
         Readiness: {
             /** @description Both graphs answer (`checks.vision` and `checks.text`). */
@@ -749,6 +773,7 @@ export interface components {
             /** @description A JSON array, e.g. ["vector", "text"]. */
             channels?: string | null;
             filter?: string | null;
+            group?: boolean | null;
             /** Format: binary */
             image?: string | null;
             /** Format: int64 */
@@ -774,6 +799,13 @@ export interface components {
              *     {"price": {"$lt": 50}, "size": {"$in": ["M", "L"]}, "brand.name": "acme"}.
              */
             filter?: Record<string, unknown> | null;
+            /**
+             * @description Image searches in a collection with a product key (`group_by`): true (the default) returns each
+             *     product once, its best photo standing for it, and pages and counts by product; false returns photos
+             *     one by one.
+             * @default true
+             */
+            group?: boolean | null;
             /** @description An image file, base64. */
             image?: string | null;
             /**

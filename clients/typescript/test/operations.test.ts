@@ -272,6 +272,25 @@ describe("search", () => {
     assert.ok(vec.unknown_words.includes("zanzibar"));
   });
 
+  test("products with several photos: each once, its photos listed; group: false for photos", async () => {
+    const g = uniqueName("products");
+    const made = await js.createCollection({ name: g, text_fields: ["title"], group_by: "product_id" });
+    assert.equal(made.group_by, "product_id");
+    const r = await js.addImages(g, [
+      { image: photo(0), external_id: "p1", metadata: { product_id: "p1", title: "zanzibar espadrille" } },
+      { image: photo(1), external_id: "p1~2", metadata: { product_id: "p1" } },
+      { image: photo(2), external_id: "p2", metadata: { product_id: "p2", title: "loafer" } },
+    ]);
+    const found = await js.searchImages(g, { text: "a photo of a shoe", k: 10 });
+    assert.deepEqual(found.results.map((x) => x.product?.key).sort(), ["p1", "p2"]);
+    const first = found.results.find((x) => x.product?.key === "p1")!;
+    assert.equal(first.product?.photos[0], first.image.id);
+    assert.deepEqual([...first.product!.photos].sort((a, b) => a - b), r.images.slice(0, 2).map((i) => i.id).sort((a, b) => a - b));
+    const photos = await js.searchImages(g, { text: "a photo of a shoe", k: 10, group: false });
+    assert.equal(photos.results.length, 3);
+    await js.deleteCollection(g);
+  });
+
   test("by photo (Blob) and by stored id (left out of its own results)", async () => {
     const byPhoto = await js.searchImages(c, { image: new Blob([photo(4)]), k: 1 });
     assert.equal(byPhoto.results[0]!.image.id, ids[4], "a stored photo is its own nearest neighbour");

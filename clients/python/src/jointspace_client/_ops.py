@@ -106,13 +106,20 @@ def create_collection(
     *,
     description: str | None = None,
     text_fields: Sequence[str] | None = None,
+    group_by: str | None = None,
     idempotency_key: str | None = None,
 ) -> Flow[Collection]:
     """Create a collection (admin key). `text_fields` (even `[]`) makes sentence searches hybrid by default
-    and names the metadata fields keyword search reads (docs/api.md, "Hybrid search"). 409 `Conflict` when
-    the name is taken."""
+    and names the metadata fields keyword search reads (docs/api.md, "Hybrid search"); `group_by` names the
+    metadata field whose value is each image's product, so an image search returns each product once
+    (docs/api.md, "Products with several photos"). 409 `Conflict` when the name is taken."""
     body = _drop_none(
-        {"name": name, "description": description, "text_fields": None if text_fields is None else list(text_fields)}
+        {
+            "name": name,
+            "description": description,
+            "text_fields": None if text_fields is None else list(text_fields),
+            "group_by": group_by,
+        }
     )
     call = Call[Collection]("POST", "/v1/collections", _json, json=body, write=True, idempotency_key=idempotency_key)
     return one(call)
@@ -423,6 +430,7 @@ def _search_call(
     keyword_weight: float | None = None,
     channels: Sequence[Channel] | None = None,
     min_score: float | None = None,
+    group: bool | None = None,
 ) -> Call[T]:
     fields: dict[str, Any] = _drop_none(
         {
@@ -435,12 +443,13 @@ def _search_call(
             "keyword_weight": keyword_weight,
             "channels": None if channels is None else list(channels),
             "min_score": min_score,
+            "group": group,
         }
     )
     src: ImageSource | None = None if image is None else resolve(image)
     if src is not None and src.kind == "bytes":
         # A photo query as multipart: the fields as form fields, `filter` as JSON text.
-        data = {k: _dump(v) if k in ("filter", "channels") else str(v) for k, v in fields.items()}
+        data = {k: _dump(v) if k in ("filter", "channels", "group") else str(v) for k, v in fields.items()}
         files: list[FilePart] = [file_part("image", src)]
         return Call("POST", path, parse, files=files, data=data)
     if src is not None:
@@ -478,13 +487,15 @@ def search_images(
     keyword_weight: float | None = None,
     channels: Sequence[Channel] | None = None,
     min_score: float | None = None,
+    group: bool | None = None,
 ) -> Flow[ImageResults]:
     """Images for a sentence (`text`), a photo (`image`: path, bytes, base64) or a stored image
     (`image_id`, left out of its own results): exactly one. `k` results (default 10) after `offset`,
     best first; `filter` on metadata (then `matches` counts the images it admits); `mode` `vector`,
     `keyword` or `hybrid` for sentences (`keyword_weight` weighs the keyword channel in hybrid, `channels`
     picks which of `vector`, `text` and `keyword` it fuses; each result's `channels` says what each found);
-    `min_score` leaves out weaker results."""
+    `min_score` leaves out weaker results. In a collection with a product key each product comes once, with
+    its `product` (`key`, `photos`), and `matches` counts products; `group=False` returns photos one by one."""
     return one(
         _search_call(
             f"{_col(collection)}/images/search",
@@ -499,6 +510,7 @@ def search_images(
             keyword_weight=keyword_weight,
             channels=channels,
             min_score=min_score,
+            group=group,
         )
     )
 
@@ -514,6 +526,7 @@ def iter_search_images(
     keyword_weight: float | None = None,
     channels: Sequence[Channel] | None = None,
     min_score: float | None = None,
+    group: bool | None = None,
     page_size: int = 10,
     limit: int | None = None,
 ) -> ItemFlow[ImageResult]:
@@ -535,6 +548,7 @@ def iter_search_images(
             keyword_weight=keyword_weight,
             channels=channels,
             min_score=min_score,
+            group=group,
         )
 
     return _search_pages(page, page_size, limit, min_score is not None)

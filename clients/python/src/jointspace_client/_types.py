@@ -33,6 +33,8 @@ class Collection(TypedDict):
     images: int
     captions: int
     text_fields: NotRequired[list[str] | None]
+    #: The metadata field naming each image's product; None: every image stands alone.
+    group_by: NotRequired[str | None]
 
 
 class CollectionList(TypedDict):
@@ -123,12 +125,21 @@ class ChannelWeights(TypedDict):
     keyword: float
 
 
+class Product(TypedDict):
+    #: The value of the collection's `group_by` field; absent for an image without one.
+    key: NotRequired[str]
+    #: The product's photos: the result's image first, then the others by id.
+    photos: list[int]
+
+
 class ImageResult(TypedDict):
     score: float
     similarity: float
     image: Image
     #: Keyword and hybrid modes: what each channel said of this image.
     channels: NotRequired[ChannelScores]
+    #: A search grouped by the collection's product key: the product this image is the best photo of.
+    product: NotRequired[Product]
 
 
 class ImageResults(TypedDict):
