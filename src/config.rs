@@ -390,8 +390,9 @@ pub struct EvalArgs {
     #[arg(long, env = "JOINTSPACE_EVAL_FUSION_SWEEP", value_parser = clap::builder::FalseyValueParser::new())]
     pub fusion_sweep: bool,
     /// With --hybrid: products of this many photos (1 to 3): the split's photos taken in order, N at a time,
-    /// as one product each (a collection grouped by product; its title is its first photo's first caption,
-    /// written with that photo only), each photo's other four captions the queries for its product.
+    /// as one product each (a collection grouped by product, each photo titled by its own first caption, so
+    /// the product's words describe each of its photos), each photo's other four captions the queries for its
+    /// product, ranked among all products.
     #[arg(long, env = "JOINTSPACE_EVAL_PHOTOS_PER_PRODUCT", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=3))]
     pub photos_per_product: u8,
     #[command(flatten)]

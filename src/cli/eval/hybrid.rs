@@ -62,10 +62,10 @@ pub(super) async fn measure(
             .and_then(|c| c.first())
             .cloned()
             .unwrap_or_default();
-        let metadata = match (per_product, i % per_product) {
-            (1, _) => json!({ "title": title }),
-            (_, 0) => json!({ "title": title, "product": product_of(i) }),
-            _ => json!({ "product": product_of(i) }),
+        let metadata = if per_product == 1 {
+            json!({ "title": title })
+        } else {
+            json!({ "title": title, "product": product_of(i) })
         };
         lines.push(ImageLine {
             external_id: Some(name.clone()),
