@@ -3,7 +3,8 @@
 //! withdraws too much refused with nothing written, a dry run then the real run of a new photo, a new item
 //! and withdrawals, the same catalogue as JSON lines with photos at URLs, bad lines named and refused, and a
 //! photo that cannot be read stopping the sync (or left out with --skip-failed). And a database made under
-//! one bundle synced again under a bundle of another vision model: every photo embedded again, once.
+//! one bundle synced again under a bundle of another vision model: every photo embedded again, once. And a
+//! feed of products with several photos into a collection grouped by product.
 //!
 //! "Without a CNN pass" is read from the service's own counter of photos the vision model embedded
 //! (`jointspace_embedded_items{kind="image"}`, counted where the pipeline runs), which the report carries,
@@ -450,4 +451,87 @@ async fn a_feed_kept_in_sync_on_sqlite() {
 async fn a_feed_kept_in_sync_on_postgres() {
     let pg = PgCluster::start();
     feed_life(&pg.create_db("sync").await).await;
+}
+
+/// A feed whose items list several photos, into a collection grouped by product: each photo an image of its
+/// product (`<id>~<n>` past the first) with the key and attributes, the words with the first photo only, the
+/// text model run once per product's sentence; a rerun changes nothing; a photo dropped from the list is deleted.
+/// Refused without a product key, with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn products_with_several_photos_sync_as_one_image_per_photo() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let db = format!("sqlite://{}", d.join("js.db").display());
+    std::fs::create_dir(d.join("photos")).expect("mkdir");
+    for i in 0..4 {
+        std::fs::write(d.join(format!("photos/p{i}.png")), fixture_image(i)).expect("photo");
+    }
+    std::fs::write(
+        d.join("feed1.csv"),
+        "id,title,image,price\nsku-1,Red shoe,photos/p0.png|photos/p1.png|photos/p2.png,40\nsku-2,Blue bag,photos/p3.png,20\n",
+    )
+    .expect("feed");
+    std::fs::write(
+        d.join("feed2.csv"),
+        "id,title,image,price\nsku-1,Red shoe,photos/p0.png|photos/p1.png,40\nsku-2,Blue bag,photos/p3.png,20\n",
+    )
+    .expect("feed");
+    let flags = ["--number-fields", "price", "--text-fields", "title"];
+
+    // Without a product key, several photos are refused before anything is written.
+    let (ok, out, _) = sync(&db, d, "feed1.csv", &[&flags[..], &["--create"]].concat());
+    assert!(!ok && out.contains("--group-by"), "{out}");
+    assert!(state(&db).await.is_empty());
+
+    let create = [&flags[..], &["--create", "--group-by", "product_id"]].concat();
+    let (ok, out, r) = sync(&db, d, "feed1.csv", &create);
+    assert!(ok, "{out}");
+    assert_eq!(r["items"], 2, "{r}");
+    assert_eq!(counts(&r), [4, 0, 0, 0, 0, 0, 4], "{r}");
+    // The two titles, once each: not once per photo.
+    assert_eq!(r["sentences_embedded"], 2, "{r}");
+    let s = state(&db).await;
+    let ids: Vec<&str> = s.keys().map(String::as_str).collect();
+    assert_eq!(ids, vec!["sku-1", "sku-1~2", "sku-1~3", "sku-2"]);
+    assert_eq!(
+        s["sku-1"].1,
+        json!({"title": "Red shoe", "price": 40, "product_id": "sku-1"})
+    );
+    assert_eq!(s["sku-1~3"].1, json!({"price": 40, "product_id": "sku-1"}));
+    assert_eq!(s["sku-2"].1["product_id"], "sku-2");
+
+    // Served: each product once, with its photos.
+    let app = common::TestApp::start_url(BUNDLE, &db, &[]).await;
+    let (st, found) = app
+        .post_json(
+            "/v1/collections/shop/images/search",
+            json!({"text": "a red shoe", "k": 10}),
+        )
+        .await;
+    assert_eq!(st, 200, "{found}");
+    let results = found["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2, "{found}");
+    let shoe = results
+        .iter()
+        .find(|h| h["product"]["key"] == "sku-1")
+        .expect("sku-1");
+    assert_eq!(
+        shoe["product"]["photos"].as_array().expect("photos").len(),
+        3
+    );
+    app.stop().await;
+
+    // A rerun writes nothing; a photo dropped from the list is deleted.
+    let (ok, out, r) = sync(&db, d, "feed1.csv", &flags);
+    assert!(ok, "{out}");
+    assert_eq!(counts(&r), [0, 0, 0, 4, 0, 0, 0], "{r}");
+    let (ok, out, r) = sync(
+        &db,
+        d,
+        "feed2.csv",
+        &[&flags[..], &["--max-delete-share", "0.3"]].concat(),
+    );
+    assert!(ok, "{out}");
+    assert_eq!(counts(&r), [0, 0, 0, 3, 1, 0, 0], "{r}");
+    assert!(!state(&db).await.contains_key("sku-1~3"));
 }
