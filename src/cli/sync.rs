@@ -89,16 +89,9 @@ impl Mapping<'_> {
         if external_id.len() > 256 {
             bail!("the id is longer than 256 characters");
         }
-        let places: Vec<String> = match fields.remove(self.image) {
-            Some(Value::String(s)) => vec![s],
-            Some(Value::Array(a)) => a
-                .into_iter()
-                .map(|p| match p {
-                    Value::String(s) => Ok(s),
-                    other => bail!("`{}` holds {other}: photos are paths or URLs", self.image),
-                })
-                .collect::<anyhow::Result<_>>()?,
-            _ => vec![],
+        let places = match fields.remove(self.image) {
+            Some(v) => strings(self.image, &v, "photos are paths or URLs")?.unwrap_or_default(),
+            None => vec![],
         };
         let photos = places
             .iter()
@@ -113,18 +106,13 @@ impl Mapping<'_> {
         }
         let mut captions = match fields.remove(self.captions) {
             None | Some(Value::Null) => vec![],
-            Some(Value::String(s)) => vec![s],
-            Some(Value::Array(a)) => a
-                .into_iter()
-                .map(|c| match c {
-                    Value::String(s) => Ok(s),
-                    other => bail!("`{}` holds {other}: captions are strings", self.captions),
-                })
-                .collect::<anyhow::Result<_>>()?,
-            Some(v) => bail!(
-                "`{}` is {v}: captions are an array of strings",
-                self.captions
-            ),
+            Some(v) => match strings(self.captions, &v, "captions are strings")? {
+                Some(c) => c,
+                None => bail!(
+                    "`{}` is {v}: captions are an array of strings",
+                    self.captions
+                ),
+            },
         };
         for f in self.caption_fields {
             match fields.get(f) {
@@ -171,6 +159,23 @@ impl Mapping<'_> {
             fields.insert(name.to_string(), v);
         }
         Ok(fields)
+    }
+}
+
+/// A field that holds a string or a list of them (the photos, the captions), as its strings; None for any other
+/// value. `items` says what the list holds, for the error naming an item that is not a string.
+fn strings(field: &str, v: &Value, items: &str) -> anyhow::Result<Option<Vec<String>>> {
+    match v {
+        Value::String(s) => Ok(Some(vec![s.clone()])),
+        Value::Array(a) => a
+            .iter()
+            .map(|x| match x {
+                Value::String(s) => Ok(s.clone()),
+                other => bail!("`{field}` holds {other}: {items}"),
+            })
+            .collect::<anyhow::Result<_>>()
+            .map(Some),
+        _ => Ok(None),
     }
 }
 
