@@ -13,7 +13,9 @@ use super::{Engine, Store, StoreError, Tx, dialect};
 use crate::filter::{FieldPath, Filter};
 
 /// A keyword query, parsed once from the user's sentence: its words, each a phrase of the letter-and-digit
-/// runs it holds ("sku-4411" is the phrase "sku 4411"). Only those characters reach the engine's query
+/// runs it holds ("sku-4411" is the phrase "sku 4411"). Words end at white space and at punctuation that
+/// separates words in prose ("Mercury—the planet", "red/blue", "shoes,socks"); a hyphen, underscore, full stop
+/// or apostrophe inside a word joins its runs into the phrase. Only letters and digits reach the engine's query
 /// language, as a bound parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeywordQuery(Vec<Vec<String>>);
@@ -23,8 +25,9 @@ const MAX_WORDS: usize = 32;
 
 impl KeywordQuery {
     pub fn parse(text: &str) -> KeywordQuery {
+        let joins = |c: char| matches!(c, '-' | '\u{2010}' | '_' | '.' | '\'' | '\u{2019}');
         KeywordQuery(
-            text.split_whitespace()
+            text.split(|c: char| !c.is_alphanumeric() && !joins(c))
                 .map(|w| {
                     w.split(|c: char| !c.is_alphanumeric())
                         .filter(|t| !t.is_empty())
@@ -264,6 +267,14 @@ mod tests {
         );
         assert!(q.tsquery().starts_with("('red') | ('sku' <-> '4411')"));
         assert!(KeywordQuery::parse(" -- ' ").is_empty());
+        // Prose punctuation ends a word; joiners inside one keep its phrase.
+        let q = KeywordQuery::parse(
+            "Mercury\u{2014}the planet, red/blue t-shirt\u{2026}don\u{2019}t 4.5",
+        );
+        assert_eq!(
+            q.fts5(),
+            "\"mercury\" OR \"the\" OR \"planet\" OR \"red\" OR \"blue\" OR \"t shirt\" OR \"don t\" OR \"4 5\""
+        );
     }
 
     #[test]
