@@ -25,7 +25,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{access::Access, middleware::rate_limit::Bucket};
+use super::{access::Access, rate_limit::Bucket};
 
 /// What a key may do. Admin: everything, collections and server operations included. Write: add and delete
 /// images and captions (and read) in the collections it may touch. Read: GET, search and embed.

@@ -14,6 +14,7 @@ pub mod keys;
 pub mod middleware;
 pub mod openapi;
 pub mod page;
+pub mod rate_limit;
 pub mod routes;
 pub mod search;
 pub mod system;

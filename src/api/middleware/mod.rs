@@ -6,6 +6,5 @@ pub mod body_limit;
 pub mod body_timeout;
 pub mod idempotency;
 pub mod observe;
-pub mod rate_limit;
 pub mod test_leak;
 pub mod timeout;
