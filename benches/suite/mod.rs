@@ -141,7 +141,7 @@ impl Clustered {
     pub fn sample(&mut self, i: usize) -> Vec<f32> {
         let c = &self.centres[i % self.centres.len()];
         let mut v: Vec<f32> = c.iter().map(|x| x + 0.5 * self.rng.next()).collect();
-        jointspace_embed::projection::normalise(&mut v, false);
+        jointspace_core::similarity::normalise(&mut v, false);
         v
     }
 }

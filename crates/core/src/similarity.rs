@@ -17,3 +17,15 @@ impl Similarity {
         self != Similarity::Euclidean
     }
 }
+
+/// `v /= ‖v‖₂` (a zero vector stays zero), then `|v|` when `abs`: the unit vectors cosine and order are
+/// defined on.
+pub fn normalise(v: &mut [f32], abs: bool) {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if n > 0.0 {
+        v.iter_mut().for_each(|x| *x /= n);
+    }
+    if abs {
+        v.iter_mut().for_each(|x| *x = x.abs());
+    }
+}

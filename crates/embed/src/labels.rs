@@ -5,11 +5,12 @@
 
 use std::sync::Arc;
 
+use jointspace_core::similarity::normalise;
+
 use crate::{
     bundle::{LabelGate, LabelTensors, LabelsSpec},
     fne::TernaryCode,
     hubness::Hubness,
-    projection::normalise,
 };
 
 /// The classifier read off the code, and the classes' name vectors.

@@ -3,6 +3,8 @@
 //! |·|. Under euclidean similarity the vector is used as it is. A bundle with labels then adds what its
 //! ImageNet head names (ConSE, docs/bundle.md "The labels section"), read off the same code.
 
+use jointspace_core::similarity::normalise;
+
 use crate::{bundle::Bundle, fne::TernaryCode, labels::Labels};
 
 pub struct Projection {
@@ -125,17 +127,6 @@ pub fn dense_matvec(w: &[f32], joint: usize, dim: usize, x: &[f32]) -> Vec<f32> 
                 .fold(0f32, |a, (w, x)| a + w * x)
         })
         .collect()
-}
-
-/// `v /= ‖v‖₂` (a zero vector stays zero), then `|v|` when `abs`.
-pub fn normalise(v: &mut [f32], abs: bool) {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if n > 0.0 {
-        v.iter_mut().for_each(|x| *x /= n);
-    }
-    if abs {
-        v.iter_mut().for_each(|x| *x = x.abs());
-    }
 }
 
 #[cfg(test)]
