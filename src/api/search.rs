@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     filter::Filter,
-    service::{CaptionHit, Channel, ImageHit, Query, SearchMode, SearchParams},
+    service::{CaptionHit, Channel, ImageHit, KeywordWeight, Query, SearchMode, SearchParams},
 };
 
 /// Exactly one of `text`, `image` and `image_id`.
@@ -305,9 +305,6 @@ fn params(r: &SearchRequest) -> ApiResult<SearchParams> {
     if r.min_score.is_some_and(|m| !m.is_finite()) {
         return Err(ApiError::invalid("min_score must be a finite number"));
     }
-    if r.keyword_weight.is_some_and(|w| !(0.0..=1.0).contains(&w)) {
-        return Err(ApiError::invalid("keyword_weight must be between 0 and 1"));
-    }
     if r.channels.as_ref().is_some_and(Vec::is_empty) {
         return Err(ApiError::invalid(
             "channels is empty: name at least one of \"vector\", \"text\" and \"keyword\" (or leave it out for all)",
@@ -315,7 +312,11 @@ fn params(r: &SearchRequest) -> ApiResult<SearchParams> {
     }
     Ok(SearchParams {
         mode: r.mode.map(Into::into),
-        keyword_weight: r.keyword_weight,
+        keyword_weight: r
+            .keyword_weight
+            .map(KeywordWeight::parse)
+            .transpose()
+            .map_err(ApiError::invalid)?,
         channels: r
             .channels
             .as_ref()

@@ -56,7 +56,7 @@ pub use items::updates::{UpsertInput, UpsertOutcome, UpsertedImage, content_hash
 pub use items::url_ingest::{AddReport, ImageItem, ImageSource, ItemFailure};
 pub use search::{
     Candidates, CaptionHit, Hits, ImageHit, Product, Query, SearchMode, SearchParams,
-    fusion::{Channel, ChannelScores, ChannelValues, Fusion, fuse},
+    fusion::{Channel, ChannelScores, ChannelValues, Fusion, KeywordWeight, fuse},
 };
 
 use crate::{

@@ -27,6 +27,26 @@ impl Channel {
     }
 }
 
+/// The keyword channel's share of a hybrid search's fused score, checked once where a caller gives it: 0..=1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KeywordWeight(f32);
+
+impl KeywordWeight {
+    pub fn parse(weight: f32) -> Result<KeywordWeight, String> {
+        if (0.0..=1.0).contains(&weight) {
+            Ok(KeywordWeight(weight))
+        } else {
+            Err(format!(
+                "keyword_weight is {weight}; it must be between 0 and 1"
+            ))
+        }
+    }
+
+    pub fn get(self) -> f32 {
+        self.0
+    }
+}
+
 /// How the channels' scores are combined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Fusion {
@@ -163,6 +183,15 @@ mod tests {
             Fusion::MinMax,
         );
         assert_eq!(m, vec![2.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn a_keyword_weight_is_a_share() {
+        assert_eq!(KeywordWeight::parse(0.25).map(KeywordWeight::get), Ok(0.25));
+        for bad in [-0.1, 1.5, f32::NAN] {
+            let e = KeywordWeight::parse(bad).expect_err("out of range");
+            assert!(e.contains("between 0 and 1"), "{e}");
+        }
     }
 
     #[test]

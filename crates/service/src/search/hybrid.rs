@@ -12,7 +12,7 @@ use crate::{
     CollectionRef, Result, Service, ServiceError,
     search::{
         Query, QueryVector, Ranked, SearchMode, SearchParams,
-        fusion::{Channel, ChannelScores, ChannelValues, fuse},
+        fusion::{Channel, ChannelScores, ChannelValues, KeywordWeight, fuse},
         groups,
     },
 };
@@ -31,16 +31,12 @@ const VECTOR_SHARE: f32 = 0.625;
 /// raised towards 1 as far as the sentence's vector is blind (a sentence all of whose words the text model
 /// does not know has a vector that says nothing, and ranks by its words alone); the photo and the words by
 /// meaning share the rest.
-pub(super) fn weights(p: &SearchParams, qv: &QueryVector) -> Result<[(Channel, f32); 3]> {
+pub(super) fn weights(p: &SearchParams, qv: &QueryVector) -> [(Channel, f32); 3] {
     let unknown = qv.unknown_share.clamp(0.0, 1.0);
-    let kw = p
-        .keyword_weight
-        .unwrap_or(KEYWORD_SHARE + (1.0 - KEYWORD_SHARE) * unknown);
-    if !(0.0..=1.0).contains(&kw) {
-        return Err(ServiceError::Invalid(format!(
-            "keyword_weight is {kw}; it must be between 0 and 1"
-        )));
-    }
+    let kw = p.keyword_weight.map_or(
+        KEYWORD_SHARE + (1.0 - KEYWORD_SHARE) * unknown,
+        KeywordWeight::get,
+    );
     let asked = |c: Channel| p.channels.as_ref().is_none_or(|cs| cs.contains(&c));
     let mut w = [
         (Channel::Vector, (1.0 - kw) * VECTOR_SHARE),
@@ -65,7 +61,7 @@ pub(super) fn weights(p: &SearchParams, qv: &QueryVector) -> Result<[(Channel, f
             0.0
         };
     }
-    Ok(w)
+    w
 }
 
 /// A keyword or hybrid page: the ranked images, how many the filter admits, and each one's channel scores.

@@ -57,8 +57,8 @@ pub struct SearchParams {
     pub min_score: Option<f32>,
     /// None: hybrid for a sentence on images in a collection that asked for keyword search, else vector.
     pub mode: Option<SearchMode>,
-    /// Hybrid: the keyword channel's share of the fused score (0..=1; by default `hybrid::KEYWORD_SHARE`).
-    pub keyword_weight: Option<f32>,
+    /// Hybrid: the keyword channel's share of the fused score (by default `hybrid::KEYWORD_SHARE`).
+    pub keyword_weight: Option<fusion::KeywordWeight>,
     /// Hybrid: the channels fused (None: all of them).
     pub channels: Option<Vec<fusion::Channel>>,
     /// Hybrid: how the channels' scores are combined.
@@ -314,7 +314,7 @@ impl Service {
             _ => None,
         };
         let qv = self.query_vector(&c, q).await?;
-        let weights = hybrid::weights(&p, &qv)?;
+        let weights = hybrid::weights(&p, &qv);
         let group = groups::grouping(&c, &p);
         let (found, channels) = match (mode, text, group) {
             (SearchMode::Keyword | SearchMode::Hybrid, Some(text), _) => {
