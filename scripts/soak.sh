@@ -15,7 +15,7 @@
 #
 #   scripts/soak.sh                                                    # default bundle, SQLite, 10 minutes
 #   SOAK_MODE=postgres SOAK_SECONDS=3600 scripts/soak.sh               # an hour on two replicas
-#   SOAK_SECONDS=120 SOAK_BUNDLE=models/fixture-tiny scripts/soak.sh   # the short run of scripts/test.sh
+#   SOAK_SECONDS=180 SOAK_WARMUP_SECONDS=90 SOAK_BUNDLE=models/fixture-tiny scripts/soak.sh   # scripts/test.sh's run
 # Photos: SOAK_DATA, else Flickr8k (scripts/lib.sh's flickr8k_dir) when it is there, else the
 # repository's tests/fixtures/images with made-up captions. The other settings are in scripts/soak.py.
 set -euo pipefail
