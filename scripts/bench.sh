@@ -26,7 +26,7 @@ export OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
 cargo build -q --release --locked
 cargo bench -q --locked --bench bench --no-run
 bench() { cargo bench -q --locked --bench bench -- "$@"; }
-pybench() { (cd train && "$PY" -m jointspace_train.bench "$@"); }
+pybench() { (cd train && "$PY" -m jointspace_train.evaluation.bench "$@"); }
 # Appends a result (a JSON object on stdin) to the results, tagged with a label.
 record() {
   "$PY" -c 'import json,sys; r=json.load(sys.stdin); r["label"]=sys.argv[1]; print(json.dumps(r))' "$1" | tee -a "$RESULTS"

@@ -39,12 +39,13 @@ def flickr8k_photos(bundle, data):
     """Flickr8k's photos' ternary codes under the bundle (its vision graph, crop mode and FNE statistics), from the
     trainer's feature cache (computed there, once, when missing)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "train"))
-    from jointspace_train import data as data_mod
-    from jointspace_train import features, pipeline
+    from jointspace_train.bundle import pipeline
+    from jointspace_train.data import flickr8k
+    from jointspace_train.vision import features
 
     p = pipeline.Pipeline(bundle)
     v = p.m["vision"]
-    raw = features.extract(p.bundle.path("vision.onnx"), v, Path(data) / "images", data_mod.all_images(data),
+    raw = features.extract(p.bundle.path("vision.onnx"), v, Path(data) / "images", flickr8k.all_images(data),
                            v["crop_mode"])
     return p.codes(raw)
 

@@ -28,7 +28,7 @@ LIMIT=${OPENVOCAB_LIMIT:-0}
 BATCH=${OPENVOCAB_BATCH:-16}
 PY=$PWD/.venv/bin/python
 [[ -x "$PY" ]] || PY=python3   # needs Pillow
-ov() { (cd train && "$PY" -m jointspace_train.openvocab "$@"); }
+ov() { (cd train && "$PY" -m jointspace_train.evaluation.openvocab "$@"); }
 ort_dylib
 mkdir -p "$CACHE/results"
 

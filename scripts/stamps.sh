@@ -34,8 +34,8 @@ fetch_stamps() {
       (cd "$STAMPS_CACHE/pkg" && ar p "../$(basename "$STAMPS_DEB")" data.tar.xz | tar -xJ)
     fi
     mkdir -p "$STAMPS_CACHE/results"
-    (cd train && "$py" -m jointspace_train.openvocab prepare --stamps "$PWD/../$STAMPS_CACHE/pkg/usr/share/tuxpaint/stamps" \
-      --out "$PWD/../$STAMPS_GALLERY") >"$STAMPS_CACHE/results/prepare.json"
+    (cd train && "$py" -m jointspace_train.evaluation.openvocab prepare \
+      --stamps "$PWD/../$STAMPS_CACHE/pkg/usr/share/tuxpaint/stamps" --out "$PWD/../$STAMPS_GALLERY") >"$STAMPS_CACHE/results/prepare.json"
     cp "$STAMPS_CACHE/pkg/usr/share/doc/tuxpaint-stamps-default/copyright" "$STAMPS_GALLERY/COPYRIGHT"
   fi
 }

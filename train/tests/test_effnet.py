@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from jointspace_train import backbones, features, images
-from jointspace_train.backbones import effnet
-from jointspace_train.weights import wheel
+from jointspace_train.vision import backbones, features, images
+from jointspace_train.vision.backbones import effnet
+from jointspace_train.vision.weights import wheel
 
 # Seven stages as EfficientNet has, some with several blocks (residuals) and both kernel sizes.
 STAGES = ((8, 1, 3), (12, 2, 3), (16, 2, 5), (20, 2, 3), (24, 1, 5), (28, 2, 5), (32, 1, 3))
@@ -159,7 +159,7 @@ def test_lite2_taps_and_cost(lite2):
 
 def test_the_committed_effnet_fixture_is_its_seeds_graph(repo):
     """models/fixture-tiny-effnet (the server's parity test of an EfficientNet graph) is what `fixture` writes."""
-    from jointspace_train import fixture
+    from jointspace_train.bundle import fixture
 
     w = effnet.from_state_dict(effnet.random_state_dict(fixture.EFFNET_STAGES, seed=0))
     graph = effnet.build_graph(w, input_size=64, windowed_from=128).SerializeToString(deterministic=True)

@@ -4,8 +4,9 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from jointspace_train import export, tokenizer
-from jointspace_train.model import TextEncoder
+from jointspace_train.bundle import writer
+from jointspace_train.text import tokenizer
+from jointspace_train.training.model import TextEncoder
 
 
 @pytest.mark.parametrize("layers,rnn,table_dim", [(1, "gru", None), (2, "gru", None), (1, "lstm", None),
@@ -16,7 +17,7 @@ def test_text_onnx_matches_torch_and_padding_changes_nothing(tmp_path, layers, r
     torch.manual_seed(0)
     text = TextEncoder(30, 6, 12, use_abs=False, layers=layers, rnn=rnn, table_dim=table_dim).eval()
     path = tmp_path / "text.onnx"
-    export.export_text(text, path)
+    writer.export_text(text, path)
     ops = {n.op_type for n in onnx.load(str(path)).graph.node}
     assert rnn.upper() in ops and "MatMul" not in ops, ops  # one recurrent node; the widening is in the table
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -39,7 +40,7 @@ def test_text_onnx_matches_torch_and_padding_changes_nothing(tmp_path, layers, r
 def test_abs_option_is_inside_the_graph(tmp_path):
     torch.manual_seed(1)
     text = TextEncoder(10, 4, 8, use_abs=True).eval()
-    export.export_text(text, tmp_path / "t.onnx")
+    writer.export_text(text, tmp_path / "t.onnx")
     out = ort.InferenceSession(str(tmp_path / "t.onnx")).run(
         None, {"ids": np.array([[2, 3, 4]], np.int64), "lengths": np.array([3], np.int64)})[0]
     assert (out >= 0).all() and abs(np.linalg.norm(out) - 1) < 1e-5

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from jointspace_train import fne
+from jointspace_train.vision import fne
 
 
 def test_thresholds_are_strict():

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jointspace_train import glove
+from jointspace_train.text import glove
 
 
 def wink_archive(path, words, vecs):

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from jointspace_train import bundle, evaluate, hubness, pipeline
+from jointspace_train.bundle import contract, hubness, pipeline
+from jointspace_train.evaluation import retrieval
 
 
 def unit(rows):
@@ -25,7 +26,7 @@ def test_the_int8_bank_is_within_half_a_step_of_each_row():
 def test_offsets_are_hub_bias_in_chunks():
     rng = np.random.default_rng(1)
     images, bank = unit(rng.normal(size=(37, 16))), unit(rng.normal(size=(20, 16)))
-    want = evaluate.hub_bias(images @ bank.T, 3, 0.5)
+    want = retrieval.hub_bias(images @ bank.T, 3, 0.5)
     np.testing.assert_allclose(hubness.offsets(images, bank, 3, 0.5, chunk=8), want, rtol=1e-6)
     assert hubness.offsets(images[:0], bank, 3, 0.5).shape == (0,)
 
@@ -60,17 +61,17 @@ def fixture_copy(repo, tmp_path):
 def rewrite(d, edit):
     m = json.loads((d / "bundle.json").read_text())
     edit(m)
-    bundle.finish(d, {k: v for k, v in m.items() if k != "files"})
+    contract.finish(d, {k: v for k, v in m.items() if k != "files"})
 
 
 def test_the_fixture_bank_is_read_and_offsets_its_search_scores(fixture_copy):
-    b = bundle.read(fixture_copy)
+    b = contract.read(fixture_copy)
     assert b.hubness.shape == (6, 16) and "hubness.safetensors" in b.manifest["files"]
     p = pipeline.Pipeline(fixture_copy)
     images = unit(np.random.default_rng(2).normal(size=(3, 16)))
     captions = p.embed_texts(["a red circle", "a dog"])
     off = p.offsets(images)
-    np.testing.assert_allclose(off, evaluate.hub_bias(images @ b.hubness.T, 2, 0.5), rtol=1e-6)
+    np.testing.assert_allclose(off, retrieval.hub_bias(images @ b.hubness.T, 2, 0.5), rtol=1e-6)
     np.testing.assert_allclose(p.scores(images, captions), images @ captions.T + off[:, None], rtol=1e-6)
     # without the section, the offset is zero
     rewrite(fixture_copy, lambda m: m.pop("hubness"))
@@ -79,14 +80,14 @@ def test_the_fixture_bank_is_read_and_offsets_its_search_scores(fixture_copy):
 
 def test_a_bad_hubness_section_is_a_load_error_naming_what_is_wrong(fixture_copy):
     rewrite(fixture_copy, lambda m: m["hubness"].update(k=7))
-    with pytest.raises(bundle.BundleError, match="k=7"):
-        bundle.read(fixture_copy)
+    with pytest.raises(contract.BundleError, match="k=7"):
+        contract.read(fixture_copy)
     rewrite(fixture_copy, lambda m: m["hubness"].update(k=2, captions=5))
-    with pytest.raises(bundle.BundleError, match=r"hubness.safetensors: tensor 'vectors' must be int8 \[5, 16\]"):
-        bundle.read(fixture_copy)
+    with pytest.raises(contract.BundleError, match=r"hubness.safetensors: tensor 'vectors' must be int8 \[5, 16\]"):
+        contract.read(fixture_copy)
     rewrite(fixture_copy, lambda m: m["hubness"].update(captions=6) or m.update(similarity="order"))
-    with pytest.raises(bundle.BundleError, match="offsets cosine scores"):
-        bundle.read(fixture_copy)
+    with pytest.raises(contract.BundleError, match="offsets cosine scores"):
+        contract.read(fixture_copy)
 
 
 @pytest.mark.parametrize("k, alpha", [(0, 0.5), (6, 0.5), (2, -0.1), (2, float("inf"))])
@@ -122,13 +123,13 @@ def annotated_copy(fixture_copy):
 
 
 def test_the_annotation_bank_is_read_and_offsets_each_captions_column(annotated_copy):
-    b = bundle.read(annotated_copy)
+    b = contract.read(annotated_copy)
     assert b.hubness_images.shape == (5, 16) and "hubness-images.safetensors" in b.manifest["files"]
     np.testing.assert_allclose(b.hubness_images, IMAGE_BANK, atol=1 / 127)
     p = pipeline.Pipeline(annotated_copy)
     captions = np.concatenate([p.embed_texts(["a red circle", "a dog"]), np.stack([basis(1), basis(0, 1)])])
     off = p.caption_offsets(captions)
-    np.testing.assert_allclose(off, evaluate.hub_bias(captions @ b.hubness_images.T, 2, 0.5), rtol=1e-6)
+    np.testing.assert_allclose(off, retrieval.hub_bias(captions @ b.hubness_images.T, 2, 0.5), rtol=1e-6)
     assert off[2] < -0.49 and abs(off[3]) < 1e-6, "the hub caption is demoted, the other is not"
     images = unit(np.random.default_rng(3).normal(size=(3, 16)))
     np.testing.assert_allclose(p.scores(images, captions),
@@ -155,38 +156,38 @@ def test_caption_offsets_move_an_image_querys_ranking_of_captions_and_no_caption
 
 def test_a_bad_annotation_section_is_a_load_error_naming_what_is_wrong(annotated_copy):
     rewrite(annotated_copy, lambda m: m["hubness"]["annotation"].update(k=6))
-    with pytest.raises(bundle.BundleError, match="k=6 must be between 1 and the bank's 5 images"):
-        bundle.read(annotated_copy)
+    with pytest.raises(contract.BundleError, match="k=6 must be between 1 and the bank's 5 images"):
+        contract.read(annotated_copy)
     rewrite(annotated_copy, lambda m: m["hubness"]["annotation"].update(k=2, images=4))
-    with pytest.raises(bundle.BundleError,
+    with pytest.raises(contract.BundleError,
                        match=r"hubness-images.safetensors: tensor 'vectors' must be int8 \[4, 16\]"):
-        bundle.read(annotated_copy)
+        contract.read(annotated_copy)
     rewrite(annotated_copy, lambda m: m["hubness"]["annotation"].pop("images"))
-    with pytest.raises(bundle.BundleError, match="hubness.annotation needs bank, images, k and alpha"):
-        bundle.read(annotated_copy)
+    with pytest.raises(contract.BundleError, match="hubness.annotation needs bank, images, k and alpha"):
+        contract.read(annotated_copy)
     rewrite(annotated_copy, lambda m: m["hubness"]["annotation"].update(images=5))
-    assert bundle.read(annotated_copy).hubness_images.shape == (5, 16)
+    assert contract.read(annotated_copy).hubness_images.shape == (5, 16)
     # a bank without its sha256 in files is refused (finish names it; a hand-edited manifest may not)
     m = json.loads((annotated_copy / "bundle.json").read_text())
     del m["files"]["hubness-images.safetensors"]
     (annotated_copy / "bundle.json").write_text(json.dumps(m))
-    with pytest.raises(bundle.BundleError,
+    with pytest.raises(contract.BundleError,
                        match="hubness.annotation.bank 'hubness-images.safetensors' has no sha256 in files"):
-        bundle.read(annotated_copy)
+        contract.read(annotated_copy)
     # scales that are not finite
     q, scales = hubness.quantize(IMAGE_BANK)
     scales[3] = np.nan
     save_file({"vectors": q, "scales": scales}, str(annotated_copy / hubness.IMAGES_FILE))
     rewrite(annotated_copy, lambda m: None)
-    with pytest.raises(bundle.BundleError, match=r"hubness-images.safetensors: tensor 'scales' must be finite"):
-        bundle.read(annotated_copy)
+    with pytest.raises(contract.BundleError, match=r"hubness-images.safetensors: tensor 'scales' must be finite"):
+        contract.read(annotated_copy)
 
 
 @pytest.mark.parametrize("name", ["fixture-tiny", "fixture-tiny-windowed", "fixture-tiny-effnet"])
 def test_the_committed_fixtures_bank_their_own_images_and_parity_has_each_sentences_offset(repo, name, monkeypatch):
     """What the server's parity tests read: a bank of the fixture's own images through its own files (k 2, alpha
     0.5), and each parity sentence's caption offset."""
-    from jointspace_train import fixture
+    from jointspace_train.bundle import fixture
 
     monkeypatch.chdir(repo)  # parity.json's images_dir is relative to the repository
     d = repo / "models" / name
@@ -210,7 +211,7 @@ def test_the_committed_fixtures_bank_their_own_images_and_parity_has_each_senten
 
 def test_add_annotation_gives_a_fixture_its_image_bank_and_only_adds_the_sentences_offsets(repo, tmp_path,
                                                                                         monkeypatch):
-    from jointspace_train import fixture
+    from jointspace_train.bundle import fixture
 
     monkeypatch.chdir(repo)
     src, d = repo / "models" / "fixture-tiny", tmp_path / "b"
@@ -231,7 +232,7 @@ def test_add_annotation_gives_a_fixture_its_image_bank_and_only_adds_the_sentenc
     for name, digest in committed["files"].items():
         if name != hubness.IMAGES_FILE:
             assert m["files"][name] == digest, name
-    assert bundle.read(d).hubness_images.shape == (8, 16)
+    assert contract.read(d).hubness_images.shape == (8, 16)
     # a parity sentence that the bundle does not compute is refused, not given an offset
     stripped["texts"][0]["vector"][0] += 0.01
     (d / "parity.json").write_text(json.dumps(stripped, indent=1) + "\n")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jointspace_train import images
+from jointspace_train.vision import images
 
 
 def test_resize_keeps_constants_and_identity():

@@ -4,7 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from jointspace_train import conse, features, fne, labels, pipeline
+from jointspace_train.bundle import conse, labels, pipeline
+from jointspace_train.vision import features, fne
 
 
 def test_the_logits_read_off_the_code_are_the_classifier_on_each_codes_training_mean():

@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from jointspace_train import losses
+from jointspace_train.training import losses
 
 
 def test_sum_and_max_of_hinges_by_hand():
@@ -49,7 +49,7 @@ def test_blocked_order_scores_equal_the_plain_ones():
     im, cap = torch.rand(19, 7, generator=g), torch.rand(131, 7, generator=g)
     assert torch.allclose(losses.order_scores_blocked(im, cap, block=(8, 64)), losses.order_scores(im, cap))
     # The bundle-side reference (numpy in, numpy out) uses the same scores.
-    from jointspace_train.pipeline import similarities
+    from jointspace_train.bundle.pipeline import similarities
 
     assert np.allclose(similarities(im.numpy(), cap.numpy(), "order"), losses.order_scores(im, cap).numpy())
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from jointspace_train.openvocab import (
+from jointspace_train.evaluation.openvocab import (
     english_description,
     first_sentence,
     flatten,

@@ -7,8 +7,9 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from jointspace_train import bundle, export, quantize
-from jointspace_train.model import StackedText, TextEncoder
+from jointspace_train.bundle import contract, writer
+from jointspace_train.text import int8
+from jointspace_train.training.model import StackedText, TextEncoder
 
 
 def _run(path, ids, lengths):
@@ -21,8 +22,8 @@ def test_int8_text_graph_agrees_with_the_float_graph_and_ignores_padding(tmp_pat
     torch.manual_seed(0)
     text = TextEncoder(50, 8, 32, use_abs=use_abs).eval()
     f32 = tmp_path / "f32.onnx"
-    export.export_text(text, f32)
-    model, blocks = quantize.int8_text_graph(onnx.load(str(f32)), table)
+    writer.export_text(text, f32)
+    model, blocks = int8.int8_text_graph(onnx.load(str(f32)), table)
     assert blocks == [32] and not any(n.op_type == "GRU" for n in model.graph.node)
     types = {i.name: i.data_type for i in model.graph.initializer}
     want = onnx.TensorProto.FLOAT16 if table == "float16" else onnx.TensorProto.INT8
@@ -57,8 +58,8 @@ def test_a_stacked_text_graph_has_each_gru_and_word_table_quantized(tmp_path):
     torch.manual_seed(2)
     stacked = StackedText([TextEncoder(50, 8, 32).eval(), TextEncoder(50, 8, 16).eval()]).eval()
     f32 = tmp_path / "f32.onnx"
-    export.export_text(stacked, f32)
-    model, blocks = quantize.int8_text_graph(onnx.load(str(f32)))
+    writer.export_text(stacked, f32)
+    model, blocks = int8.int8_text_graph(onnx.load(str(f32)))
     assert blocks == [32, 16] and not any(n.op_type == "GRU" for n in model.graph.node)
     assert sum(n.op_type == "Loop" for n in model.graph.node) == 2
     halves = [i for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT16]
@@ -82,21 +83,21 @@ def test_quantize_bundle_rewrites_the_fixture_once_and_keeps_it_valid(repo, tmp_
     d = tmp_path / "b"
     shutil.copytree(repo / "models" / "fixture-tiny", d)
     before = json.loads((d / "bundle.json").read_text())
-    note = quantize.quantize_bundle(d)
-    b = bundle.read(d)  # checksums verified
+    note = int8.quantize_bundle(d)
+    b = contract.read(d)  # checksums verified
     assert b.manifest["files"]["text.onnx"] != before["files"]["text.onnx"]
     assert b.manifest["training"]["text_graph"] == note and "block 16" in note  # joint_dim 16
     assert "int8 input matrix" in note and "float16 word table" in note
     with pytest.raises(ValueError, match="already quantized"):
-        quantize.quantize_bundle(d)
+        int8.quantize_bundle(d)
 
 
 def test_an_lstm_graph_keeps_its_float_recurrence_and_shrinks_its_word_table(tmp_path):
     torch.manual_seed(2)
     text = TextEncoder(50, 8, 16, rnn="lstm").eval()
     f32 = tmp_path / "f32.onnx"
-    export.export_text(text, f32)
-    model, blocks = quantize.int8_text_graph(onnx.load(str(f32)), "int8")
+    writer.export_text(text, f32)
+    model, blocks = int8.int8_text_graph(onnx.load(str(f32)), "int8")
     assert blocks == [] and any(n.op_type == "LSTM" for n in model.graph.node)
     assert {i.name: i.data_type for i in model.graph.initializer}["embed.weight"] == onnx.TensorProto.INT8
     q8 = tmp_path / "q.onnx"

@@ -1,7 +1,7 @@
 """`report --table2`: the paper's Table 2 read from the seeds file, this project's runs set beside it."""
 import pytest
 
-from jointspace_train.report import COLUMNS, paper_table2, table2
+from jointspace_train.evaluation.report import COLUMNS, paper_table2, table2
 
 SEEDS = """Some prose | with a bar.
 

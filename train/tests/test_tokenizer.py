@@ -1,6 +1,6 @@
 import numpy as np
 
-from jointspace_train import tokenizer
+from jointspace_train.text import tokenizer
 
 
 def test_word_level_lowercase_punctuation_unknown(tmp_path):

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from jointspace_train import tokenizer
-from jointspace_train.model import TextEncoder
-from jointspace_train.train import Encoded, Settings, ema_update, evaluate_split, train
+from jointspace_train.text import tokenizer
+from jointspace_train.training.loop import Encoded, Settings, ema_update, evaluate_split, train
+from jointspace_train.training.model import TextEncoder
 
 WORDS = ["red", "green", "blue", "dog", "cat", "car", "tree", "boat"]
 
@@ -226,7 +226,7 @@ def test_without_raw_eval_the_run_keeps_the_same_models():
 
 
 def test_bf16_is_refused_on_a_cpu_without_fast_bf16(monkeypatch):
-    import jointspace_train.train as tr
+    import jointspace_train.training.loop as tr
 
     enc_tr, enc_dv, vocab = toy(16, 8, 8)
     s = Settings(loss="SH", joint_dim=8, word_dim=4, batch_size=8, epochs=1, threads=1, bf16=True)
@@ -238,7 +238,7 @@ def test_bf16_is_refused_on_a_cpu_without_fast_bf16(monkeypatch):
 
 
 def test_glove_rows_start_the_words_they_know_and_a_narrow_table_is_widened():
-    from jointspace_train.train import Settings, text_encoder
+    from jointspace_train.training.loop import Settings, text_encoder
 
     rows = np.arange(6 * 100, dtype=np.float32).reshape(6, 100) / 600
     found = np.array([True, False, True, True, False, True])  # row 0 is padding: never read, left as it was

@@ -3,9 +3,9 @@ import json
 import pytest
 import torch
 
-from jointspace_train import transfer
 from jointspace_train.cli import main
-from jointspace_train.model import ImageProjection, TextEncoder
+from jointspace_train.training import transfer
+from jointspace_train.training.model import ImageProjection, TextEncoder
 
 
 def finished_run(path, vocab=50, word=6, joint=12):

@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from jointspace_train import backbones, features
-from jointspace_train.backbones import vgg16
+from jointspace_train.vision import backbones, features
+from jointspace_train.vision.backbones import vgg16
 from tv_layout import torchvision_layout
 
 SMALL = ((3, 3), (4, 4), (4, 4, 4), (5, 5, 5), (6, 6, 6))
@@ -101,30 +101,30 @@ def test_torchvision_loader_runs_a_small_network(tmp_path):
 
 @pytest.mark.parametrize("tap_point", ["both", "post_relu"])
 def test_the_pytorch_network_gives_the_onnx_graphs_features(tmp_path, tap_point):
-    from jointspace_train import vision_torch
+    from jointspace_train.vision import pytorch
 
     w = vgg16.random_vgg(SMALL, seed=5, fc=7)
     path = tmp_path / "g.onnx"
     backbones.save(vgg16.build_graph(w, tap_point), path)
     x = np.random.default_rng(1).normal(0, 50, (3, 3, 224, 224)).astype(np.float32)
     want = features.session(path).run(None, {"images": x})[0]
-    got = vision_torch.runner(w, tap_point, "cpu")(x)
+    got = pytorch.runner(w, tap_point, "cpu")(x)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     # a different network is told apart: the comparison above can fail
-    other = vision_torch.runner(vgg16.random_vgg(SMALL, seed=6, fc=7), tap_point, "cpu")(x)
+    other = pytorch.runner(vgg16.random_vgg(SMALL, seed=6, fc=7), tap_point, "cpu")(x)
     assert np.abs(other - want).max() > 1e-2 * np.abs(want).max()
 
 
 def test_the_bfloat16_network_is_close_to_the_graph_but_not_equal(tmp_path):
-    from jointspace_train import vision_torch
+    from jointspace_train.vision import pytorch
 
     w = vgg16.random_vgg(SMALL, seed=5)
     path = tmp_path / "g.onnx"
     backbones.save(vgg16.build_graph(w, "both"), path)
     x = np.random.default_rng(1).normal(0, 50, (3, 3, 224, 224)).astype(np.float32)
     want = features.session(path).run(None, {"images": x})[0]
-    got = vision_torch.runner(w, "both", "cpu", bf16=True)(x)
+    got = pytorch.runner(w, "both", "cpu", bf16=True)(x)
     assert got.dtype == np.float32 and got.shape == want.shape
     rel = np.linalg.norm(got - want) / np.linalg.norm(want)
     # bfloat16 keeps 8 bits of mantissa: close to the graph, yet not the graph's float32 features

@@ -3,8 +3,8 @@ import hashlib
 import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
 
-from jointspace_train import backbones, features, vision_int8
-from jointspace_train.backbones import vgg16
+from jointspace_train.vision import backbones, features, int8
+from jointspace_train.vision.backbones import vgg16
 
 SMALL = ((3, 3), (4, 4), (4, 4, 4), (5, 5, 5), (6, 6, 6))
 
@@ -27,12 +27,12 @@ def test_int8_graph_is_rebuilt_byte_for_byte_from_the_kept_ranges(tmp_path):
     backbones.save(vgg16.build_graph(vgg16.random_vgg(SMALL, seed=5), "post_relu"), float_graph)
     rng = np.random.default_rng(0)
     photos = [rng.normal(0, 50, (1, 3, 224, 224)).astype(np.float32) for _ in range(3)]
-    ranges = tmp_path / vision_int8.RANGES
-    vision_int8.int8_graph(float_graph, tmp_path / "calibrated.onnx", ranges, Arrays(photos))
+    ranges = tmp_path / int8.RANGES
+    int8.int8_graph(float_graph, tmp_path / "calibrated.onnx", ranges, Arrays(photos))
     assert ranges.stat().st_size > 0, "the calibration kept its ranges"
     assert ranges.stat().st_mode & 0o777 == 0o644, "readable like the bundle's other files"
     # Without photos: only the ranges, as rebuild-vision has them on a fresh machine.
-    vision_int8.int8_graph(float_graph, tmp_path / "rebuilt.onnx", ranges)
+    int8.int8_graph(float_graph, tmp_path / "rebuilt.onnx", ranges)
     assert sha(tmp_path / "rebuilt.onnx") == sha(tmp_path / "calibrated.onnx")
     # And it is an int8 graph that still computes the same features, nearly.
     x = photos[0]

@@ -1,7 +1,7 @@
 """python -m jointspace_train <command>: vision-export, features, train, export, hubness, eval, fixture, check, ...
 
 Each command's module adds its parser, turns the parsed options into a typed, frozen settings object at once (the
-library's own settings type where a library function takes it: `selection.Fit`, `training_run.Train`, ...) and
+library's own settings type where a library function takes it: `training.selection.Fit`, `training.run.Train`, ...) and
 calls the library; nothing past that boundary sees the argparse Namespace, and no library module imports cli/
 (tests/test_imports.py)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import features
+from ..vision import features
 from .bundle_tools import (
     add_check,
     add_fixture,

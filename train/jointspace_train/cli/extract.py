@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from ..inputs import Extraction, dataset_features
-from ..weights import VisionWeights, load_weights
+from ..training.inputs import Extraction, dataset_features
+from ..vision.weights import VisionWeights, load_weights
 from .options import add_data, extraction_of, weights_of
 
 

@@ -1,11 +1,11 @@
 """`fit`: the closed-form systems of the other seed papers on the cached features, chosen on dev, optionally
-written as a bundle the server runs unchanged (the library's `selection`)."""
+written as a bundle the server runs unchanged (the library's `training.selection`)."""
 from __future__ import annotations
 
 import argparse
 
-from .. import selection
-from ..inputs import Features
+from ..training import selection
+from ..training.inputs import Features
 from .options import add_data, add_tap_point, extraction_of, weights_of
 
 

@@ -1,5 +1,5 @@
 """`vision-export` (write an FNE vision graph), `rebuild-vision` (a bundle's vision.onnx from its weights),
-`windowed` (a copy of a bundle under the windowed crop mode; these two: the library's `vision_bundle`) and
+`windowed` (a copy of a bundle under the windowed crop mode; these two: the library's `bundle.vision`) and
 `quantize-vision` (a copy with int8 convolutions)."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import backbones, features
-from ..backbones import vgg16
-from ..vision_bundle import RebuildVision, Windowed, rebuild_vision, windowed
-from ..weights import VisionWeights, load_weights
+from ..bundle.vision import RebuildVision, Windowed, rebuild_vision, windowed
+from ..vision import backbones, features
+from ..vision.backbones import vgg16
+from ..vision.weights import VisionWeights, load_weights
 from .options import DEFAULT_DATA, add_weights, add_wheel, weights_of
 
 
@@ -77,16 +77,16 @@ class QuantizeVision:
 
 
 def quantize_vision(s: QuantizeVision) -> None:
-    from .. import vision_int8
+    from ..vision import int8
 
-    photos = vision_int8.calibration_photos(s.data, s.calibration, s.seed)
-    m = vision_int8.quantize(s.bundle, s.out, photos,
+    photos = int8.calibration_photos(s.data, s.calibration, s.seed)
+    m = int8.quantize(s.bundle, s.out, photos,
                              f"Flickr8k training photos drawn with seed {s.seed}", name=s.name)
     print(f"{s.out}: {m['name']}, vision.onnx sha256 {m['files'][m['vision']['onnx']]}")
     if s.compare:
         d = Path(s.data)
         test = [d / "images" / n for n in (d / "Flickr_8k.testImages.txt").read_text().split()[: s.compare]]
-        print(json.dumps(vision_int8.compare(s.bundle, s.out, test), indent=1))
+        print(json.dumps(int8.compare(s.bundle, s.out, test), indent=1))
 
 
 def add_quantize_vision(sub) -> None:

@@ -1,10 +1,10 @@
 """`hubness`: give a cosine bundle a hubness bank (and optionally the annotation side's bank of images) and record
-its dev and test metrics with them (the library's `hubness_bank`)."""
+its dev and test metrics with them (the library's `bundle.add_hubness`)."""
 from __future__ import annotations
 
 import argparse
 
-from ..hubness_bank import Hubness, give_hubness_bank
+from ..bundle.add_hubness import Hubness, give_hubness_bank
 from .options import add_extraction, add_wheel, extraction_of
 
 

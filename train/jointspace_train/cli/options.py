@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..inputs import Extraction
-from ..weights import VisionWeights
+from ..training.inputs import Extraction
+from ..vision.weights import VisionWeights
 
 DEFAULT_DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "flickr8k"
 

@@ -1,12 +1,12 @@
-"""`pack`: every split's FNE codes and captions in one folder of a few MB (the library's `packs`)."""
+"""`pack`: every split's FNE codes and captions in one folder of a few MB (the library's `training.packs`)."""
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
 
-from .. import packs
-from ..inputs import Extraction, Features
-from ..weights import VisionWeights
+from ..training import packs
+from ..training.inputs import Extraction, Features
+from ..vision.weights import VisionWeights
 from .options import add_data, add_tap_point, extraction_of, weights_of
 
 

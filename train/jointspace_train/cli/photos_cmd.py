@@ -1,10 +1,10 @@
-"""`photos`: fetch the real camera-size photos that the preparation's tests use (photos.py)."""
+"""`photos`: fetch the real camera-size photos that the preparation's tests use (data/photos.py)."""
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
 
-from .. import photos
+from ..data import photos
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""`report`: a markdown table of finished runs (their result.json), for docs/results.md (the library's `report`)."""
+"""`report`: a markdown table of finished runs (their result.json), for docs/results.md (the library's
+`evaluation.report`)."""
 from __future__ import annotations
 
-from ..report import Report, report
+from ..evaluation.report import Report, report
 
 
 def add_report(sub) -> None:

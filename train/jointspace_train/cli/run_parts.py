@@ -19,7 +19,7 @@ class SplitRun:
 
 
 def split_run(s: SplitRun) -> None:
-    from .. import transfer
+    from ..training import transfer
 
     try:
         parts = transfer.split_run(s.run, s.out, int(s.part_mib * 2**20))
@@ -48,7 +48,7 @@ class JoinRun:
 
 
 def join_run(s: JoinRun) -> None:
-    from .. import transfer
+    from ..training import transfer
 
     try:
         print(f"{transfer.join_run(s.parts, s.run_dir)}: written")

