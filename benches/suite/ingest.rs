@@ -1,7 +1,8 @@
 //! The server's whole image path (decode -> crops -> vision -> FNE -> projection -> store -> index) through
 //! `Service::add_images`, the code the HTTP handler calls, in images per second; then the same images stage
 //! by stage, to say where the time goes. The Python side of the comparison is
-//! `python -m jointspace_train.bench` (onnxruntime-python and PyTorch eager on the same graph and images).
+//! `python -m jointspace_train.evaluation.bench` (onnxruntime-python and PyTorch eager on the same graph and
+//! images).
 use std::{path::Path, sync::Arc, time::Instant};
 
 use anyhow::Context;
