@@ -17,6 +17,7 @@ mod collections;
 mod dialect;
 mod idempotency;
 mod images;
+mod jobs;
 mod keywords;
 mod pgvector;
 mod reindex;
@@ -38,6 +39,7 @@ pub use self::{
     collections::{CollectionRow, CollectionSettings},
     idempotency::{Claim, IDEMPOTENCY_HEARTBEAT, IDEMPOTENCY_RETENTION, IdempotencyKey},
     images::{ImageRow, NewImage, Provenance, StoredCode},
+    jobs::{ClaimedJob, JOB_RETENTION, JobRow, JobState},
     keywords::KeywordQuery,
     pgvector::{HnswBuild, Nearest, VectorIndexReport, VectorMetric},
     reindex::Switch,
