@@ -178,6 +178,7 @@ fn fetch_error(index: Option<usize>, url: &str, e: FetchError) -> ApiError {
         FetchError::TooManyRedirects => "url_redirects",
         FetchError::TooLarge { .. } => "url_too_large",
         FetchError::NotImage { .. } => "url_not_image",
+        FetchError::NotFeed { .. } => "url_not_feed",
     };
     let advice = match &e {
         FetchError::Off => {
@@ -192,6 +193,9 @@ fn fetch_error(index: Option<usize>, url: &str, e: FetchError) -> ApiError {
         FetchError::TooLarge { .. } => "; the server's limit is --url-ingest-max-bytes",
         FetchError::NotImage { .. } => {
             "; the URL must serve the image file itself, not a page showing it"
+        }
+        FetchError::NotFeed { .. } => {
+            "; the URL must serve the feed file itself (CSV or JSON lines)"
         }
         _ => "",
     };

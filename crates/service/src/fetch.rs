@@ -290,6 +290,8 @@ pub enum FetchError {
     TooLarge { max: usize, declared: Option<u64> },
     #[error("the response is {content_type:?}, not an image")]
     NotImage { content_type: String },
+    #[error("the response is {content_type:?}, not a feed (CSV or JSON lines)")]
+    NotFeed { content_type: String },
 }
 
 impl FetchError {
@@ -305,6 +307,7 @@ impl FetchError {
             FetchError::TooManyRedirects => "redirects",
             FetchError::TooLarge { .. } => "too_large",
             FetchError::NotImage { .. } => "not_image",
+            FetchError::NotFeed { .. } => "not_feed",
         }
     }
 
@@ -403,6 +406,16 @@ impl Fetcher {
     /// The image at `url`: an http(s) URL whose every hop reaches only allowed addresses, answering 2xx with
     /// an image (or untyped bytes, which decoding then judges) within the time and byte limits.
     pub async fn fetch(&self, url: &str) -> Result<Bytes, FetchError> {
+        self.fetch_as(url, Wanted::Image).await
+    }
+
+    /// A catalogue feed (CSV or JSON lines) at `url`, under the same guard and time limit as an image and at
+    /// most `max_bytes`: any type but an HTML page (a login or error page read as a feed would fail every line).
+    pub async fn fetch_feed(&self, url: &str, max_bytes: usize) -> Result<Bytes, FetchError> {
+        self.fetch_as(url, Wanted::Feed { max_bytes }).await
+    }
+
+    async fn fetch_as(&self, url: &str, wanted: Wanted) -> Result<Bytes, FetchError> {
         let url = Url::parse(url.trim()).map_err(|e| FetchError::InvalidUrl(e.to_string()))?;
         self.guard.check_url(&url)?;
         let _permit = self
@@ -410,17 +423,21 @@ impl Fetcher {
             .acquire()
             .await
             .map_err(|_| FetchError::Unreachable("the server is shutting down".into()))?;
-        tokio::time::timeout(self.opts.timeout, self.get(url))
+        tokio::time::timeout(self.opts.timeout, self.get(url, wanted))
             .await
             .unwrap_or(Err(FetchError::Timeout(self.opts.timeout)))
     }
 
-    async fn get(&self, url: Url) -> Result<Bytes, FetchError> {
+    async fn get(&self, url: Url, wanted: Wanted) -> Result<Bytes, FetchError> {
         let client_error = |e| FetchError::from_client(e, self.opts.timeout);
+        let accept = match wanted {
+            Wanted::Image => "image/*",
+            Wanted::Feed { .. } => "text/csv, application/x-ndjson, application/jsonl, */*;q=0.5",
+        };
         let mut r = self
             .client
             .get(url)
-            .header(ACCEPT, "image/*")
+            .header(ACCEPT, accept)
             .send()
             .await
             .map_err(client_error)?;
@@ -435,11 +452,23 @@ impl Fetcher {
         // Object stores often serve images untyped; those are judged by decoding. Anything typed as something
         // else (an HTML error page, JSON) is refused before its body is read.
         if let Some(ct) = content_type {
-            if !(ct.starts_with("image/") || ct.starts_with("application/octet-stream")) {
-                return Err(FetchError::NotImage { content_type: ct });
+            let fits = match wanted {
+                Wanted::Image => {
+                    ct.starts_with("image/") || ct.starts_with("application/octet-stream")
+                }
+                Wanted::Feed { .. } => !ct.starts_with("text/html"),
+            };
+            if !fits {
+                return Err(match wanted {
+                    Wanted::Image => FetchError::NotImage { content_type: ct },
+                    Wanted::Feed { .. } => FetchError::NotFeed { content_type: ct },
+                });
             }
         }
-        let max = self.opts.max_bytes;
+        let max = match wanted {
+            Wanted::Image => self.opts.max_bytes,
+            Wanted::Feed { max_bytes } => max_bytes,
+        };
         if let Some(n) = r.content_length() {
             if n > max as u64 {
                 return Err(FetchError::TooLarge {
@@ -460,6 +489,13 @@ impl Fetcher {
         }
         Ok(body.freeze())
     }
+}
+
+/// What a fetch is for: its Accept header, the types it takes and its byte limit.
+#[derive(Debug, Clone, Copy)]
+enum Wanted {
+    Image,
+    Feed { max_bytes: usize },
 }
 
 /// A URL fit for a log line: a password in it (`https://user:secret@host/...`) replaced by `***`.

@@ -39,7 +39,7 @@ pub use crate::index::IndexParams;
 /// The rows the service answers with and the values it takes (the store's, handed up as they are).
 pub use crate::store::{
     CaptionRow, Claim, CollectionRow, CollectionSettings, IDEMPOTENCY_HEARTBEAT, IdempotencyKey,
-    ImagePatch, ImageRow, ImportMark, SyncedImage, Upserted,
+    ImagePatch, ImageRow, ImportMark, JobState, SyncedImage, Upserted,
 };
 pub use admin::follow::{CHANGE_RETENTION, FollowReport};
 pub use admin::readiness::{ReadinessReport, ReadyOptions};
@@ -47,7 +47,10 @@ pub use admin::reindex::{REINDEX_PAGE_ROWS, Reindexed};
 pub use collections::{CollectionName, validate_collection_name};
 pub use database::Database;
 pub use error::{Result, ServiceError};
-pub use items::feed::{Catalogue, FeedChange};
+pub use items::feed::{
+    Catalogue, FeedChange, FeedFormat, FeedItem, FeedMapping, FeedPhoto, FeedSource, SyncAction,
+    SyncFailure, SyncJob, SyncOptions, SyncProgress, SyncReport, SyncRequest, read_feed,
+};
 pub use items::ingest::{AddedImage, ImageInput};
 pub use items::transfer::{
     CaptionLine, EXPORT_FORMAT, EndLine, ExportHeader, ExportLine, ImageLine, export_collection,

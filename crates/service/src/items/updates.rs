@@ -56,6 +56,10 @@ pub enum UpsertOutcome {
 pub struct UpsertedImage {
     pub outcome: UpsertOutcome,
     pub image: Upserted,
+    /// Whether the CNN embedded the photo for this write.
+    pub photo_embedded: bool,
+    /// How many sentences the text model embedded for it (captions, and text-field sentences not stored).
+    pub sentences_embedded: usize,
 }
 
 /// An upsert re-reads the row and starts again when another write changed it meanwhile; this many times.
@@ -168,6 +172,7 @@ impl Service {
                 .await?
                 .remove(0),
         );
+        let sentences_embedded = captions.iter().filter(|c| !c.vector.is_empty()).count();
         let hash = content_hash(&input.bytes);
         let b = &self.pipeline.bundle;
         let prov = Provenance {
@@ -248,6 +253,8 @@ impl Service {
                     (false, None) => UpsertOutcome::Updated,
                 },
                 image: done,
+                photo_embedded: photo.is_some(),
+                sentences_embedded,
             });
         }
         Err(ServiceError::Conflict(format!(

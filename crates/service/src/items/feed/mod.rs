@@ -1,7 +1,21 @@
-//! A catalogue feed kept in sync (`jointspace sync`): what the collection holds under external ids, read page
-//! by page at one point in time, and what one feed item asks of it. The writes themselves are the upsert by
-//! external id (`updates`: a photo whose bytes are stored, coded by the loaded vision model, is not embedded
-//! again) and the delete, so a sync changes a collection exactly as the API would.
+//! A collection kept equal to a shop's catalogue feed: what the collection holds under external ids, read page
+//! by page at one point in time, and what one feed item asks of it (here); the feed read and checked
+//! (`read`), what it asks of the collection before anything is written (`plan`: photos as items, the deletion
+//! guard), the sync itself (`apply`) and its report (`report`), and feeds sent over HTTP run as jobs
+//! (`jobs`). The writes themselves are the upsert by external id (`updates`: a photo whose bytes are stored,
+//! coded by the loaded vision model, is not embedded again) and the delete, so a sync changes a collection
+//! exactly as the API would. `jointspace sync` and `POST /v1/collections/{name}/sync` both call `sync_feed`.
+
+mod apply;
+mod jobs;
+mod plan;
+mod read;
+mod report;
+
+pub use apply::{SyncOptions, SyncProgress};
+pub use jobs::{SyncJob, SyncRequest};
+pub use read::{FeedFormat, FeedItem, FeedMapping, FeedPhoto, FeedSource, read_feed};
+pub use report::{SyncAction, SyncFailure, SyncReport};
 
 use std::collections::HashMap;
 
@@ -137,6 +151,20 @@ impl Service {
     pub async fn fetch_image(&self, url: &str) -> Result<Bytes> {
         let fetched = match self.opts.url_fetcher.as_deref() {
             Some(f) => self.fetch_counted(f, url).await,
+            None => Err(FetchError::Off),
+        };
+        fetched.map_err(|source| ServiceError::Fetch {
+            index: None,
+            url: url.to_string(),
+            source: Box::new(source),
+        })
+    }
+
+    /// A feed's bytes from an http(s) URL (at most `max_bytes`), by URL ingest's guarded fetcher (refused when
+    /// the service has none: URL ingest off).
+    pub async fn fetch_feed(&self, url: &str, max_bytes: usize) -> Result<Bytes> {
+        let fetched = match self.opts.url_fetcher.as_deref() {
+            Some(f) => f.fetch_feed(url, max_bytes).await,
             None => Err(FetchError::Off),
         };
         fetched.map_err(|source| ServiceError::Fetch {
