@@ -166,6 +166,7 @@ pub struct Application {
     service: Arc<Service>,
     snapshot_interval: u64,
     follow_interval: Duration,
+    sync_job_lease: Duration,
 }
 
 impl Application {
@@ -254,6 +255,7 @@ impl Application {
             service,
             snapshot_interval: cfg.snapshot_interval,
             follow_interval: Duration::from_millis(cfg.follow_interval_ms),
+            sync_job_lease: Duration::from_millis(cfg.sync_job_lease_ms.max(1000)),
         })
     }
 
@@ -290,11 +292,17 @@ impl Application {
             let (svc, every) = (svc.clone(), self.follow_interval);
             AbortOnDrop(tokio::spawn(async move { svc.follow_forever(every).await }))
         });
+        // Catalogue feeds sent over HTTP, queued in the database: this server runs its share of them.
+        let jobs = AbortOnDrop(tokio::spawn(
+            svc.clone()
+                .run_sync_jobs(self.sync_job_lease, Duration::from_secs(1)),
+        ));
         tracing::info!(addr = %self.listener.local_addr()?, "listening");
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)
             .await?;
         drop(follower);
+        drop(jobs);
         match svc.snapshot().await {
             Ok(n) => tracing::info!(indexes = n, "index snapshots written"),
             Err(e) => tracing::warn!(error = %e, "index snapshot at shutdown failed"),

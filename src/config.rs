@@ -245,6 +245,10 @@ pub struct ServeArgs {
     /// follow writes made by other replicas sharing the database (0: never).
     #[arg(long, env = "JOINTSPACE_FOLLOW_INTERVAL_MS", default_value_t = 500)]
     pub follow_interval_ms: u64,
+    /// Milliseconds a running sync job (`POST /v1/collections/{name}/sync`) may go without its server's
+    /// heartbeat (every sixth of it) before another server, or this one restarted, runs it again.
+    #[arg(long, env = "JOINTSPACE_SYNC_JOB_LEASE_MS", default_value_t = 30_000)]
+    pub sync_job_lease_ms: u64,
     /// Milliseconds `/readyz` waits for a probe inference through each model's worker (and for the
     /// database); a worker that does not answer in time (wedged, or busy behind a long queue) is not ready.
     #[arg(

@@ -1,4 +1,4 @@
-//! The HTTP API, one module per area (collections, images, captions, search, embed, system), their wire
+//! The HTTP API, one module per area (collections, images, captions, search, embed, sync, system), their wire
 //! types beside their handlers, and `page`, the search page served at `/`. `routes` is the one table of routes; `middleware` is what runs around every
 //! handler; `openapi` assembles the document; `extract` and `error` are the edges where requests are parsed
 //! and errors become HTTP.
@@ -17,6 +17,7 @@ pub mod page;
 pub mod rate_limit;
 pub mod routes;
 pub mod search;
+pub mod sync;
 pub mod system;
 pub mod upload;
 pub mod upsert;

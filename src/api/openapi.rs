@@ -17,8 +17,8 @@ use utoipa::{
 };
 
 use super::{
-    access::Access, captions, collections, embed, error, images, page, routes, search, system,
-    upsert,
+    access::Access, captions, collections, embed, error, images, page, routes, search, sync,
+    system, upsert,
 };
 
 /// The served API description; `openapi.yaml` in the repository must be identical (a test checks it).
@@ -31,6 +31,7 @@ pub fn yaml() -> String {
     info(title = "jointspace", description = "Find photos from a sentence and sentences for a photo. Errors always have the shape of ErrorBody."),
     paths(
         collections::create, collections::list, collections::get, collections::delete, collections::export,
+        sync::start, sync::get,
         images::add, images::list, images::get, images::delete, images::thumbnail,
         upsert::patch, upsert::get, upsert::put, upsert::delete,
         captions::add, captions::list, captions::delete,

@@ -12,7 +12,7 @@ use axum::{
 use super::{
     AppState,
     access::{ADMIN, PUBLIC, READ, READ_INFER, RouteInfo, RouteInfos, WRITE, WRITE_INFER},
-    captions, collections, embed, images, page, search, system, upsert,
+    captions, collections, embed, images, page, search, sync, system, upsert,
 };
 
 pub struct Route {
@@ -65,6 +65,18 @@ pub fn table() -> Vec<Route> {
             "/v1/collections/{collection}/export",
             READ,
             get(collections::export),
+        ),
+        route(
+            M::POST,
+            "/v1/collections/{collection}/sync",
+            WRITE,
+            post(sync::start),
+        ),
+        route(
+            M::GET,
+            "/v1/collections/{collection}/sync/{job}",
+            READ,
+            get(sync::get),
         ),
         route(
             M::POST,

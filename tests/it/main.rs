@@ -32,6 +32,7 @@ mod self_contained;
 mod sharded;
 mod similarity;
 mod sync;
+mod sync_api;
 mod tenants;
 mod thumbnails;
 mod trainer_features;
