@@ -28,7 +28,8 @@ from jointspace_client import (
 METHODS = {
     "create_collection": "create_collection", "list_collections": "list_collections",
     "get_collection": "get_collection", "delete_collection": "delete_collection",
-    "export_collection": "export", "add_images": "add_images", "list_images": "list_images",
+    "export_collection": "export", "sync_collection": "sync_feed", "get_sync_job": "get_sync_job",
+    "add_images": "add_images", "list_images": "list_images",
     "get_image": "get_image", "delete_image": "delete_image", "patch_image": "patch_image",
     "get_image_by_external_id": "get_image_by_external_id", "upsert_image": "upsert_image",
     "delete_image_by_external_id": "delete_image_by_external_id", "thumbnail": "thumbnail",

@@ -44,6 +44,8 @@ import type {
   ReindexReport,
   SearchQuery,
   SnapshotReport,
+  SyncFeed,
+  SyncJob,
   UpsertImage,
   UpsertedImage,
 } from "./types.js";
@@ -155,6 +157,9 @@ interface RequestSpec {
   path: string;
   query?: Record<string, string | number | undefined | null> | undefined;
   json?: unknown;
+  /** A raw body (a catalogue feed) and its content type. */
+  body?: string;
+  contentType?: string;
   /** Sending it twice cannot apply it twice (set for reads and searches; keyed writes are so by their key). */
   repeatable: boolean;
   /** A POST that writes: gets an Idempotency-Key. */
@@ -269,6 +274,9 @@ export class JointspaceClient {
     if (spec.json !== undefined) {
       headers["content-type"] = "application/json";
       body = JSON.stringify(spec.json);
+    } else if (spec.body !== undefined) {
+      headers["content-type"] = spec.contentType ?? "application/octet-stream";
+      body = spec.body;
     }
     let repeatable = spec.repeatable;
     if (spec.write) {
@@ -653,6 +661,49 @@ export class JointspaceClient {
       repeatable: true,
       options,
     });
+  }
+
+  // ---- catalogue feeds ----------------------------------------------------------------------------------
+
+  /**
+   * POST /v1/collections/{c}/sync: makes the collection equal to a catalogue feed, run by the server as a job
+   * (write key). Give the feed's `text` (CSV or JSON lines; `format` says which, else its first character
+   * decides) or its `url` (fetched by the server, URL ingest on); photos are http(s) or data: URLs. A bad line
+   * is refused (422, naming it) with nothing queued; a second sync while one runs is 409. Answers the queued
+   * job; `waitSyncJob` follows it to its end.
+   */
+  syncFeed(collection: string, feed: SyncFeed, options?: WriteOptions): Promise<SyncJob> {
+    const { text, url, format, captionFields, numberFields, ...rest } = feed;
+    if ((text === undefined) === (url === undefined)) throw new TypeError("syncFeed needs the feed's text or its url, one of them");
+    const query = {
+      dry_run: rest.dryRun ? "true" : undefined,
+      skip_failed: rest.skipFailed ? "true" : undefined,
+      max_delete_share: rest.maxDeleteShare,
+      id_field: rest.idField,
+      image_field: rest.imageField,
+      captions_field: rest.captionsField,
+      caption_fields: captionFields?.join(","),
+      number_fields: numberFields?.join(","),
+    };
+    const path = `/v1/collections/${seg(collection)}/sync`;
+    const common = { method: "POST" as const, path, query, repeatable: false, write: true, idempotencyKey: options?.idempotencyKey, accept: [202], options };
+    if (url !== undefined) return this.json({ ...common, json: { url } });
+    const jsonl = format === "jsonl" || (format === undefined && text!.trimStart().startsWith("{"));
+    return this.json({ ...common, body: text!, contentType: jsonl ? "application/x-ndjson" : "text/csv" });
+  }
+
+  /** GET /v1/collections/{c}/sync/{job}: the job's state, progress and, once finished, its report. */
+  getSyncJob(collection: string, job: number, options?: CallOptions): Promise<SyncJob> {
+    return this.json({ method: "GET", path: `/v1/collections/${seg(collection)}/sync/${seg(job)}`, repeatable: true, options });
+  }
+
+  /** Follows a sync job until it has `succeeded` or `failed`, polling every `pollMs`; the finished job. */
+  async waitSyncJob(collection: string, job: number, pollMs = 500, options?: CallOptions): Promise<SyncJob> {
+    for (;;) {
+      const j = await this.getSyncJob(collection, job, options);
+      if (j.state === "succeeded" || j.state === "failed") return j;
+      await sleep(pollMs, options?.signal);
+    }
   }
 
   /** GET .../images/{id}/thumbnail: the JPEG (longest side 256 px) as a Blob; 404 when the image has none. */

@@ -324,6 +324,38 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/collections/{collection}/sync": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["sync_collection"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/collections/{collection}/sync/{job}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["get_sync_job"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/embed/image": {
         parameters: {
             query?: never;
@@ -846,6 +878,103 @@ export interface components {
         Similarity: "cosine" | "order" | "euclidean";
         SnapshotReport: {
             indexes: number;
+        };
+        SyncAction: {
+            /** @description `add`, `replace`, `reembed`, `update` or `delete`. */
+            action: string;
+            external_id: string;
+            /** @description The feed's line (none for a withdrawal). */
+            line?: number | null;
+        };
+        SyncFailure: {
+            external_id: string;
+            line: number;
+            reason: string;
+        };
+        /** @description A feed given by URL. */
+        SyncFromUrl: {
+            /**
+             * @description An http(s) URL serving the feed (URL ingest on; the same address guard as images). Its format is read
+             *     from its first character: `{` for JSON lines, else CSV.
+             */
+            url: string;
+        };
+        SyncJob: {
+            /**
+             * Format: int64
+             * @description How many times a server started it (more than 1: run again after its server stopped).
+             */
+            attempts: number;
+            collection: string;
+            created_at: string;
+            /**
+             * Format: int64
+             * @description How many of them the running attempt has handled.
+             */
+            done: number;
+            dry_run: boolean;
+            /** @description Why it failed. */
+            error?: string | null;
+            finished_at?: string | null;
+            /** Format: int64 */
+            id: number;
+            /**
+             * Format: int64
+             * @description The items the sync handles (each photo of a product is one).
+             */
+            items: number;
+            report?: null | components["schemas"]["SyncReport"];
+            started_at?: string | null;
+            state: components["schemas"]["SyncJobState"];
+        };
+        /** @enum {string} */
+        SyncJobState: "queued" | "running" | "succeeded" | "failed";
+        SyncReport: {
+            /** Format: int64 */
+            added: number;
+            /** @description Every change made (or that a dry run would make), unchanged items left out. */
+            changes: components["schemas"]["SyncAction"][];
+            /** Format: int64 */
+            deleted: number;
+            failed: components["schemas"]["SyncFailure"][];
+            /** @description Products in the feed. */
+            items: number;
+            /**
+             * Format: int64
+             * @description Images without an external id, which no feed line can name: left as they are.
+             */
+            left_without_external_id: number;
+            /**
+             * Format: int64
+             * @description Photos the CNN embedded (0 in a dry run, and when only text changed).
+             */
+            photos_embedded: number;
+            /**
+             * Format: int64
+             * @description The same photos coded by another bundle's vision model, embedded again by the loaded one.
+             */
+            reembedded: number;
+            /** @description Why the deletion guard refused the feed; nothing was written then. */
+            refused?: string | null;
+            /**
+             * Format: int64
+             * @description New photos, embedded (under a new id).
+             */
+            replaced: number;
+            /** Format: double */
+            seconds: number;
+            /**
+             * Format: int64
+             * @description Sentences the text model embedded (captions and text fields added or changed).
+             */
+            sentences_embedded: number;
+            /** Format: int64 */
+            unchanged: number;
+            /**
+             * Format: int64
+             * @description Text or attributes changed, the photo kept: written without the CNN.
+             */
+            updated: number;
         };
         UpsertImageJson: {
             /**
@@ -2199,6 +2328,135 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             /** @description no such collection or image, or the image has none (added with thumbnails off) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            422: components["responses"]["Invalid"];
+            429: components["responses"]["Overloaded"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    sync_collection: {
+        parameters: {
+            query?: {
+                /** @description Say what would change, write nothing (the job's report lists the changes). */
+                dry_run?: boolean;
+                /**
+                 * @description The largest share of the collection's items (those with an external id) the feed may withdraw, 0 to
+                 *     1 (default 0.2); a feed that leaves out more is refused whole, nothing written.
+                 */
+                max_delete_share?: number;
+                /**
+                 * @description Leave an item whose photo cannot be had as stored and go on (else the sync stops there, deleting
+                 *     nothing).
+                 */
+                skip_failed?: boolean;
+                /** @description The field holding the product's id (default `id`). */
+                id_field?: string;
+                /** @description The field holding the photo's http(s) or data: URL, or a list of them (default `image`). */
+                image_field?: string;
+                /** @description The field holding captions (default `captions`): a JSON array of strings, in CSV separated by `|`. */
+                captions_field?: string;
+                /** @description Fields whose text is also added as a caption, comma-separated. */
+                caption_fields?: string;
+                /** @description CSV columns read as numbers, comma-separated. */
+                number_fields?: string;
+            };
+            header?: {
+                /** @description any 1-255 visible ASCII characters (a UUID): a retry with the same key and the same request gets the first successful answer again (with `Idempotent-Replayed: true`) for 24 hours instead of running twice; 409 while the first is still running or when its server stopped while running it, 422 when the key was used for another request */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description collection name */
+                collection: string;
+            };
+            cookie?: never;
+        };
+        /** @description The catalogue, every product the collection should hold: CSV (a header row naming the columns, then one product per record), JSON lines (one object per product), or a URL serving either. Photos are http(s) URLs (URL ingest on) or data: URLs; a product with several photos needs a collection grouped by a product key. */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SyncFromUrl"];
+                "application/x-ndjson": string;
+                "text/csv": string;
+            };
+        };
+        responses: {
+            /** @description queued; follow it at the Location */
+            202: {
+                headers: {
+                    /** @description the job's URL */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SyncJob"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a sync job is already queued or running on this collection (its id in the message) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description bad lines (each named, up to 20; nothing queued), a path instead of a URL, photos by URL with URL ingest off, a feed URL that could not be fetched, or a bad option */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            429: components["responses"]["Overloaded"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    get_sync_job: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description collection name */
+                collection: string;
+                /** @description the job's id */
+                job: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SyncJob"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: {
                 headers: {
                     [name: string]: unknown;

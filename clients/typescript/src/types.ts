@@ -33,7 +33,24 @@ export type Outcome = S["Outcome"];
 export type Readiness = S["Readiness"];
 export type ReindexReport = S["ReindexReport"];
 export type SnapshotReport = S["SnapshotReport"];
+export type SyncJob = S["SyncJob"];
+export type SyncReport = S["SyncReport"];
 export type UpsertedImage = S["UpsertedImage"];
+
+/** A catalogue feed to sync: its text or its URL, and the sync's options (the query of POST .../sync). */
+export interface SyncFeed {
+  text?: string;
+  url?: string;
+  format?: "csv" | "jsonl";
+  dryRun?: boolean;
+  maxDeleteShare?: number;
+  skipFailed?: boolean;
+  idField?: string;
+  imageField?: string;
+  captionsField?: string;
+  captionFields?: string[];
+  numberFields?: string[];
+}
 
 /** A metadata object or a filter: any JSON object. */
 export type JsonObject = Record<string, unknown>;

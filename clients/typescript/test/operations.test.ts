@@ -73,6 +73,27 @@ describe("collections", () => {
   });
 });
 
+describe("catalogue feeds", () => {
+  test("syncFeed queues a job that waitSyncJob follows; a rerun changes nothing; a bad line is refused", async () => {
+    const name = uniqueName("feed");
+    await js.createCollection({ name });
+    const csv = `id,title,image\nsku-1,Red shoe,${photosBase}/p/fixture_0.png\nsku-2,Blue bag,${photosBase}/p/fixture_1.png\n`;
+    const job = await js.syncFeed(name, { text: csv });
+    assert.ok(["queued", "running"].includes(job.state));
+    const done = await js.waitSyncJob(name, job.id, 100);
+    assert.equal(done.state, "succeeded", JSON.stringify(done));
+    assert.equal(done.report?.added, 2);
+    assert.equal(done.report?.photos_embedded, 2);
+    const again = await js.waitSyncJob(name, (await js.syncFeed(name, { text: csv, format: "csv" })).id, 100);
+    assert.equal(again.report?.unchanged, 2);
+    const dry = await js.waitSyncJob(name, (await js.syncFeed(name, { text: csv.split("\n").slice(0, 2).join("\n"), dryRun: true, maxDeleteShare: 0.5 })).id, 100);
+    assert.deepEqual(dry.report?.changes.map((c) => c.action), ["delete"]);
+    assert.equal((await js.getCollection(name)).images, 2);
+    await assert.rejects(js.syncFeed(name, { text: '{"id": "x"}' }), (e: Error) => /line 1: no `image`/.test(e.message));
+    await js.deleteCollection(name);
+  });
+});
+
 describe("images", () => {
   const c = uniqueName("imgs");
   before(() => js.createCollection({ name: c }));

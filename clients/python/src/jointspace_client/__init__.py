@@ -54,6 +54,10 @@ from ._types import (
     Readiness,
     ReindexReport,
     SnapshotReport,
+    SyncAction,
+    SyncFailure,
+    SyncJob,
+    SyncReport,
     UpsertedImage,
 )
 from ._version import __version__
@@ -109,6 +113,10 @@ __all__ = [
     "RetryPolicy",
     "ServerError",
     "SnapshotReport",
+    "SyncAction",
+    "SyncFailure",
+    "SyncJob",
+    "SyncReport",
     "Unauthorized",
     "Unavailable",
     "UnsupportedMediaType",

@@ -98,6 +98,10 @@ class AsyncClient:
                 return result
             if isinstance(step, Emit):
                 raise TypeError("an operation emitted an item; iterators go through _iterate")
+            if isinstance(step, Sleep):
+                await asyncio.sleep(step.seconds)
+                answer = None
+                continue
             answer = await self._execute(step)
 
     async def _iterate(self, flow: ops.ItemFlow[T]) -> AsyncIterator[T]:
@@ -107,6 +111,10 @@ class AsyncClient:
                 step = flow.send(answer)
             except StopIteration:
                 return
+            if isinstance(step, Sleep):
+                await asyncio.sleep(step.seconds)
+                answer = None
+                continue
             if isinstance(step, Emit):
                 answer = None
                 yield step.item
@@ -158,3 +166,6 @@ class AsyncClient:
     ready = _call(ops.ready)
     reindex = _call(ops.reindex)
     snapshot = _call(ops.snapshot)
+    sync_feed = _call(ops.sync_feed)
+    get_sync_job = _call(ops.get_sync_job)
+    wait_sync_job = _call(ops.wait_sync_job)

@@ -35,6 +35,9 @@ class Call(Generic[T]):
     json: Any = None
     files: Sequence[FilePart] | None = None
     data: Mapping[str, str | list[str]] | None = None
+    # A raw body (a catalogue feed) and its content type.
+    content: bytes | None = None
+    content_type: str | None = None
     # A POST that writes (adding images, captions, collections; admin): it takes an Idempotency-Key, and is safe
     # to send again after a lost answer only with one.
     write: bool = False
@@ -140,6 +143,9 @@ class Core:
             # Encoded once here, the same bytes on every attempt: the server's idempotency fingerprint is the body.
             content = json.dumps(call.json, separators=(",", ":"), ensure_ascii=False).encode()
             headers["content-type"] = "application/json"
+        elif call.content is not None:
+            content = call.content
+            headers["content-type"] = call.content_type or "application/octet-stream"
         if call.stream:
             headers["accept"] = "application/x-ndjson"
         return http.build_request(

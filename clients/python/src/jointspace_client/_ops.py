@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ._core import Call, Emit, FilePart
+from ._core import Call, Emit, FilePart, Sleep
 from ._errors import JointspaceError
 from ._images import ImageInput, ImageSource, NewImage, as_base64, file_part, image_file, resolve
 from ._types import (
@@ -48,14 +48,16 @@ from ._types import (
     Readiness,
     ReindexReport,
     SnapshotReport,
+    SyncJob,
     UpsertedImage,
 )
 
 T = TypeVar("T")
-# An operation: yields the calls it needs (receiving each one's parsed answer) and returns its result.
-Flow: TypeAlias = Generator[Call[Any] | Emit[Any], Any, T]
-# An iterator: yields calls as a Flow does, and `Emit`s, the items its caller gets.
-ItemFlow: TypeAlias = Generator[Call[Any] | Emit[T], Any, None]
+# An operation: yields the calls it needs (receiving each one's parsed answer), and the pauses it makes
+# (receiving None), and returns its result.
+Flow: TypeAlias = Generator[Call[Any] | Emit[Any] | Sleep, Any, T]
+# An iterator: yields calls and pauses as a Flow does, and `Emit`s, the items its caller gets.
+ItemFlow: TypeAlias = Generator[Call[Any] | Emit[T] | Sleep, Any, None]
 Filter = Mapping[str, Any]
 
 
@@ -756,6 +758,106 @@ def import_catalogue(
                 ItemError(index=start + e["index"], url=e["url"], code=e["code"], message=e["message"])
             )
     return report
+
+
+# --- catalogue feeds -----------------------------------------------------------------------------------------
+
+_FEED_TYPES = {"csv": "text/csv", "jsonl": "application/x-ndjson"}
+
+
+def sync_feed(
+    collection: str,
+    feed: str | bytes | os.PathLike[str] | None = None,
+    *,
+    url: str | None = None,
+    format: str | None = None,
+    dry_run: bool = False,
+    max_delete_share: float | None = None,
+    skip_failed: bool = False,
+    id_field: str | None = None,
+    image_field: str | None = None,
+    captions_field: str | None = None,
+    caption_fields: Sequence[str] | None = None,
+    number_fields: Sequence[str] | None = None,
+    idempotency_key: str | None = None,
+) -> Flow[SyncJob]:
+    """Make the collection equal to a catalogue feed, run by the server as a job (write key): `feed` is its text
+    or bytes, or a path to a file (`format` "csv" or "jsonl", else by the file's extension, else by its first
+    character), or `url` names where the server fetches it (URL ingest on). Photos are http(s) or data: URLs.
+    The feed is read whole first: a bad line raises `InvalidRequest` naming it, and nothing is queued; a
+    second sync of a collection while one runs raises `Conflict`. Returns the queued job; `wait_sync_job`
+    follows it to its end (docs/api.md, "Over HTTP" under "Keeping a catalogue feed in sync")."""
+    if (feed is None) == (url is None):
+        raise ValueError("give the feed or its url, one of them")
+    params: dict[str, str | int | float] = {}
+    for name, value in (
+        ("max_delete_share", max_delete_share),
+        ("id_field", id_field),
+        ("image_field", image_field),
+        ("captions_field", captions_field),
+    ):
+        if value is not None:
+            params[name] = value
+    for name, flag in (("dry_run", dry_run), ("skip_failed", skip_failed)):
+        if flag:
+            params[name] = "true"
+    for name, fields in (("caption_fields", caption_fields), ("number_fields", number_fields)):
+        if fields:
+            params[name] = ",".join(fields)
+    path = f"{_col(collection)}/sync"
+    if url is not None:
+        call = Call[SyncJob](
+            "POST",
+            path,
+            _json,
+            params=params,
+            json={"url": url},
+            write=True,
+            idempotency_key=idempotency_key,
+            ok=(202,),
+        )
+        return one(call)
+    if isinstance(feed, os.PathLike):
+        file = Path(feed)
+        body = file.read_bytes()
+        format = format or {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(file.suffix.lower())
+    else:
+        body = feed.encode() if isinstance(feed, str) else bytes(feed or b"")
+    if format is None:
+        format = "jsonl" if body.lstrip()[:1] == b"{" else "csv"
+    if format not in _FEED_TYPES:
+        raise ValueError(f"format is csv or jsonl, not {format!r}")
+    call = Call[SyncJob](
+        "POST",
+        path,
+        _json,
+        params=params,
+        content=body,
+        content_type=_FEED_TYPES[format],
+        write=True,
+        idempotency_key=idempotency_key,
+        ok=(202,),
+    )
+    return one(call)
+
+
+def get_sync_job(collection: str, job_id: int) -> Flow[SyncJob]:
+    """A sync job: its state (`queued`, `running`, `succeeded`, `failed`), progress and, once finished, its report."""
+    return one(Call[SyncJob]("GET", f"{_col(collection)}/sync/{_seg(job_id)}", _json))
+
+
+def wait_sync_job(collection: str, job_id: int, *, poll: float = 0.5, timeout: float | None = None) -> Flow[SyncJob]:
+    """Follow a sync job until it has `succeeded` or `failed` (polling every `poll` seconds); the finished job.
+    Raises `TimeoutError` after `timeout` seconds (None: no limit)."""
+    waited = 0.0
+    while True:
+        job: SyncJob = yield from get_sync_job(collection, job_id)
+        if job["state"] in ("succeeded", "failed"):
+            return job
+        if timeout is not None and waited >= timeout:
+            raise TimeoutError(f"sync job {job_id} is still {job['state']} after {timeout} s")
+        yield Sleep(poll)
+        waited += poll
 
 
 # --- system and admin ----------------------------------------------------------------------------------------

@@ -101,6 +101,10 @@ class Client:
                 return result
             if isinstance(step, Emit):
                 raise TypeError("an operation emitted an item; iterators go through _iterate")
+            if isinstance(step, Sleep):
+                time.sleep(step.seconds)
+                answer = None
+                continue
             answer = self._execute(step)
 
     def _iterate(self, flow: ops.ItemFlow[T]) -> Iterator[T]:
@@ -110,6 +114,10 @@ class Client:
                 step = flow.send(answer)
             except StopIteration:
                 return
+            if isinstance(step, Sleep):
+                time.sleep(step.seconds)
+                answer = None
+                continue
             if isinstance(step, Emit):
                 answer = None
                 yield step.item
@@ -163,3 +171,6 @@ class Client:
     ready = _call(ops.ready)
     reindex = _call(ops.reindex)
     snapshot = _call(ops.snapshot)
+    sync_feed = _call(ops.sync_feed)
+    get_sync_job = _call(ops.get_sync_job)
+    wait_sync_job = _call(ops.wait_sync_job)

@@ -233,6 +233,54 @@ class SnapshotReport(TypedDict):
     indexes: int
 
 
+class SyncFailure(TypedDict):
+    line: int
+    external_id: str
+    reason: str
+
+
+class SyncAction(TypedDict):
+    line: int | None
+    external_id: str
+    action: Literal["add", "replace", "reembed", "update", "delete"]
+
+
+class SyncReport(TypedDict):
+    """What a sync job did (or, in a dry run, would do)."""
+
+    items: int
+    added: int
+    replaced: int
+    reembedded: int
+    updated: int
+    unchanged: int
+    deleted: int
+    failed: list[SyncFailure]
+    left_without_external_id: int
+    photos_embedded: int
+    sentences_embedded: int
+    refused: NotRequired[str | None]
+    seconds: float
+    changes: list[SyncAction]
+
+
+class SyncJob(TypedDict):
+    """A catalogue feed's sync, run by the server as a job (`POST /v1/collections/{c}/sync`)."""
+
+    id: int
+    collection: str
+    state: Literal["queued", "running", "succeeded", "failed"]
+    dry_run: bool
+    items: int
+    done: int
+    attempts: int
+    created_at: str
+    started_at: NotRequired[str | None]
+    finished_at: NotRequired[str | None]
+    report: NotRequired[SyncReport | None]
+    error: NotRequired[str | None]
+
+
 class ImportReport(TypedDict):
     """What `import_catalogue` did (a client-side summary, not a wire type)."""
 
