@@ -51,31 +51,7 @@ impl Opts {
 
 pub fn run(o: &Opts) -> anyhow::Result<Value> {
     let mut rng = Rng::new(23);
-    let (hub, proj, source) = match &o.bundle {
-        Some(dir) => {
-            let b = Bundle::load(std::path::Path::new(dir))?;
-            let proj = Projection::new(&b);
-            let hub = match o.side.as_str() {
-                "images" => b.hubness,
-                "captions" => b.annotation_hubness.map(std::sync::Arc::new),
-                other => anyhow::bail!("--side {other}: images or captions"),
-            }
-            .with_context(|| format!("{dir} has no hubness bank for the {} side", o.side))?;
-            (hub, proj, format!("bundle {} ({} side)", b.id, o.side))
-        }
-        None => {
-            let bank: Vec<i8> = (0..o.captions * o.joint)
-                .map(|_| (rng.next() * 254.0) as i8)
-                .collect();
-            let scales = vec![1.0 / (127.0 * (o.joint as f32).sqrt()); o.captions];
-            let w: Vec<f32> = (0..o.joint * o.dim).map(|_| rng.next()).collect();
-            (
-                std::sync::Arc::new(Hubness::from_int8(&bank, &scales, o.joint, o.k, 0.5)),
-                Projection::from_matrix(&w, o.joint, o.dim, false),
-                "random".to_string(),
-            )
-        }
-    };
+    let (hub, proj, source) = bank_and_projection(o, &mut rng)?;
     let dim = proj.fne_dim();
     ensure!(
         hub.joint_dim() == proj.joint_dim(),
@@ -111,20 +87,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
         );
         // The same offsets from a float32 bank through ndarray's matrix product (the batch as columns).
         let t = Instant::now();
-        let mut dense = Vec::new();
-        let mut x = Array2::<f32>::zeros((hub.joint_dim(), b));
-        let mut col = Vec::new();
-        for start in (0..done).step_by(b) {
-            for j in 0..b {
-                x.column_mut(j)
-                    .assign(&ArrayView1::from(refs[(start + j) % refs.len()]));
-            }
-            for c in bank.dot(&x).columns() {
-                col.clear();
-                col.extend(c.iter().copied());
-                dense.push(hub.offset_of(&mut col));
-            }
-        }
+        let dense = dense_offsets(&hub, &bank, &refs, b, done);
         let dense_us = t.elapsed().as_secs_f64() * 1e6 / done as f64;
         let max_diff = dense
             .iter()
@@ -149,4 +112,63 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
         "projection_us_per_image": round(project_us, 1),
         "offsets": rows,
     }))
+}
+
+/// The hubness bank, the projection before it, and what they are (the bundle's, or random ones of the
+/// flags' sizes).
+fn bank_and_projection(
+    o: &Opts,
+    rng: &mut Rng,
+) -> anyhow::Result<(std::sync::Arc<Hubness>, Projection, String)> {
+    Ok(match &o.bundle {
+        Some(dir) => {
+            let b = Bundle::load(std::path::Path::new(dir))?;
+            let proj = Projection::new(&b);
+            let hub = match o.side.as_str() {
+                "images" => b.hubness,
+                "captions" => b.annotation_hubness.map(std::sync::Arc::new),
+                other => anyhow::bail!("--side {other}: images or captions"),
+            }
+            .with_context(|| format!("{dir} has no hubness bank for the {} side", o.side))?;
+            (hub, proj, format!("bundle {} ({} side)", b.id, o.side))
+        }
+        None => {
+            let bank: Vec<i8> = (0..o.captions * o.joint)
+                .map(|_| (rng.next() * 254.0) as i8)
+                .collect();
+            let scales = vec![1.0 / (127.0 * (o.joint as f32).sqrt()); o.captions];
+            let w: Vec<f32> = (0..o.joint * o.dim).map(|_| rng.next()).collect();
+            (
+                std::sync::Arc::new(Hubness::from_int8(&bank, &scales, o.joint, o.k, 0.5)),
+                Projection::from_matrix(&w, o.joint, o.dim, false),
+                "random".to_string(),
+            )
+        }
+    })
+}
+
+/// The same offsets from a float32 bank through ndarray's matrix product (the batch as columns), for the
+/// `done` vectors from `refs` the int8 bank was timed on.
+fn dense_offsets(
+    hub: &Hubness,
+    bank: &Array2<f32>,
+    refs: &[&[f32]],
+    b: usize,
+    done: usize,
+) -> Vec<f32> {
+    let mut dense = Vec::new();
+    let mut x = Array2::<f32>::zeros((hub.joint_dim(), b));
+    let mut col = Vec::new();
+    for start in (0..done).step_by(b) {
+        for j in 0..b {
+            x.column_mut(j)
+                .assign(&ArrayView1::from(refs[(start + j) % refs.len()]));
+        }
+        for c in bank.dot(&x).columns() {
+            col.clear();
+            col.extend(c.iter().copied());
+            dense.push(hub.offset_of(&mut col));
+        }
+    }
+    dense
 }

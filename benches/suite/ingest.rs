@@ -74,39 +74,7 @@ fn names(o: &Opts) -> anyhow::Result<Vec<String>> {
 
 pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     let bundle = Arc::new(Bundle::load(Path::new(&o.bundle))?);
-    let dylib = runtime::locate_dylib(o.ort_dylib.as_deref().map(Path::new))?;
-    let backend = Arc::new(OrtBackend::new(
-        &bundle,
-        &dylib,
-        RuntimeOptions {
-            release_memory: o.release_memory,
-            ..RuntimeOptions::cpu(Some(o.threads))
-        },
-    )?);
-    let limits = DecodeLimits {
-        max_bytes: 20 << 20,
-        max_pixels: 40_000_000,
-        min_side: 1,
-    };
-    let pipeline = Arc::new(Pipeline::new(
-        bundle.clone(),
-        backend.clone(),
-        PipelineOptions {
-            limits,
-            crop_mode: o.crop,
-            max_text_chars: 1000,
-            // As the server runs by default (--thumbnails on).
-            thumbnails: true,
-            max_batch_crops: o.max_batch_crops,
-            max_batch_texts: 256,
-            // The server's defaults (JOINTSPACE_INFERENCE_QUEUE, _BATCH_WAIT_MS, _MAX_QUEUE_WAIT_MS).
-            queue: 256,
-            max_wait: std::time::Duration::ZERO,
-            max_queue_wait: std::time::Duration::from_millis(2000),
-            vision_stats: Default::default(),
-            text_stats: Default::default(),
-        },
-    )?);
+    let (backend, pipeline) = build_pipeline(o, &bundle)?;
     let mode = pipeline.crop_mode;
     let dir = tempfile::tempdir()?;
     // A file database with the server's settings (WAL, synchronous=FULL): commits cost what they cost.
@@ -115,20 +83,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     let db = Database::open(&url, std::time::Duration::from_secs(30)).await?;
     let store = Store::connect(&url).await?;
     let index = IndexParams::default();
-    let svc = Service::open(
-        pipeline.clone(),
-        db,
-        Arc::new(Metrics::new()),
-        ServiceOptions {
-            index,
-            backend: Default::default(),
-            snapshot_dir: None,
-            max_k: 1000,
-            max_batch: 64,
-            url_fetcher: None,
-        },
-    )
-    .await?;
+    let svc = open_service(pipeline.clone(), db, index).await?;
     let bench = CollectionName::parse("bench")?;
     svc.create_collection(&bench, "").await?;
     let names = names(o)?;
@@ -161,87 +116,94 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     let whole_s = t.elapsed().as_secs_f64();
 
     // 2. The same images stage by stage (one thread but for the runtime's), the same batching.
-    let spec = &bundle.manifest.vision;
-    let (per, crop_len) = (mode.crops(), crops::crop_len(spec));
-    let fne = Fne::new(&bundle);
-    let proj = Projection::new(&bundle);
-    let stage_coll = store.create_collection("stages", "").await?;
-    let idx = VectorIndex::build(index, vec![])?;
-    let mut st = [0f64; 8];
-    let mut next_id = 1i64;
-    for chunk in files.chunks(o.batch.max(1)) {
-        let mut crops_all = Vec::with_capacity(chunk.len() * per * crop_len);
-        let mut sizes = vec![];
-        for b in chunk {
-            let t = Instant::now();
-            let img = decode::decode(b, &limits)?;
-            st[0] += t.elapsed().as_secs_f64();
-            sizes.push(img.dimensions());
-            let t = Instant::now();
-            let r = crops::resize(&img, spec.resize);
-            let start = crops_all.len();
-            crops_all.resize(start + per * crop_len, 0f32);
-            crops::write_crops(&r, spec, mode, &mut crops_all[start..]);
-            st[1] += t.elapsed().as_secs_f64();
-        }
-        let t = Instant::now();
-        let mut raw = Vec::with_capacity(chunk.len() * per * spec.raw_dim);
-        for run in crops_all.chunks(per_run * per * crop_len) {
-            raw.extend(backend.vision(run, run.len() / crop_len, spec.graph_side())?);
-        }
-        st[2] += t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let codes: Vec<_> = raw
-            .chunks(per * spec.raw_dim)
-            .map(|rows| fne.code(rows))
-            .collect();
-        st[3] += t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let vectors: Vec<Vec<f32>> = codes.iter().map(|c| proj.project(c)).collect();
-        st[4] += t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
-        let offsets = hubness::offsets(bundle.hubness.as_deref(), &refs);
-        st[5] += t.elapsed().as_secs_f64();
-        let rows: Vec<NewImage> = codes
-            .iter()
-            .zip(vectors)
-            .zip(offsets)
-            .zip(&sizes)
-            .map(|(((c, v), offset), (w, h))| NewImage {
-                external_id: None,
-                metadata: json!({}),
-                width: *w,
-                height: *h,
-                code: c.packed().to_vec(),
-                vector: v,
-                offset,
-                captions: vec![],
-                thumbnail: None,
-                content_hash: None,
-            })
-            .collect();
-        let t = Instant::now();
-        store
-            .insert_images(
-                stage_coll.id,
-                &rows,
-                Provenance {
-                    bundle_id: &bundle.id,
-                    vision_id: &bundle.vision_id,
-                },
-                None,
-            )
-            .await?;
-        st[6] += t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        for r in rows {
-            idx.insert(next_id, r.vector, r.offset)?;
-            next_id += 1;
-        }
-        st[7] += t.elapsed().as_secs_f64();
-    }
+    let stages = Stages {
+        bundle: &bundle,
+        backend: &backend,
+        mode,
+        limits: pipeline_limits(),
+        per_run,
+    };
+    let st = stages.time(&store, index, &files, o.batch).await?;
     let n = files.len() as f64;
+    let total: f64 = st.iter().sum();
+    Ok(json!({
+        "images": names.len(), "crop_mode": format!("{mode:?}").to_lowercase(), "threads": o.threads,
+        "batch": o.batch, "max_batch_crops": o.max_batch_crops, "release_memory": o.release_memory, "bundle": bundle.id,
+        "whole_path_s": round(whole_s, 3),
+        "images_per_s": round(n / whole_s, 3),
+        "stages_images_per_s": round(n / total, 3),
+        "profile": profile(st, n),
+    }))
+}
+
+/// The decoder's limits, as generous as the bench's images need.
+fn pipeline_limits() -> DecodeLimits {
+    DecodeLimits {
+        max_bytes: 20 << 20,
+        max_pixels: 40_000_000,
+        min_side: 1,
+    }
+}
+
+/// ONNX Runtime on the bundle, and the pipeline the server would build on it.
+fn build_pipeline(
+    o: &Opts,
+    bundle: &Arc<Bundle>,
+) -> anyhow::Result<(Arc<OrtBackend>, Arc<Pipeline>)> {
+    let dylib = runtime::locate_dylib(o.ort_dylib.as_deref().map(Path::new))?;
+    let backend = Arc::new(OrtBackend::new(
+        bundle,
+        &dylib,
+        RuntimeOptions {
+            release_memory: o.release_memory,
+            ..RuntimeOptions::cpu(Some(o.threads))
+        },
+    )?);
+    let pipeline = Arc::new(Pipeline::new(
+        bundle.clone(),
+        backend.clone(),
+        PipelineOptions {
+            limits: pipeline_limits(),
+            crop_mode: o.crop,
+            max_text_chars: 1000,
+            // As the server runs by default (--thumbnails on).
+            thumbnails: true,
+            max_batch_crops: o.max_batch_crops,
+            max_batch_texts: 256,
+            // The server's defaults (JOINTSPACE_INFERENCE_QUEUE, _BATCH_WAIT_MS, _MAX_QUEUE_WAIT_MS).
+            queue: 256,
+            max_wait: std::time::Duration::ZERO,
+            max_queue_wait: std::time::Duration::from_millis(2000),
+            vision_stats: Default::default(),
+            text_stats: Default::default(),
+        },
+    )?);
+    Ok((backend, pipeline))
+}
+
+async fn open_service(
+    pipeline: Arc<Pipeline>,
+    db: Database,
+    index: IndexParams,
+) -> anyhow::Result<Service> {
+    Ok(Service::open(
+        pipeline,
+        db,
+        Arc::new(Metrics::new()),
+        ServiceOptions {
+            index,
+            backend: Default::default(),
+            snapshot_dir: None,
+            max_k: 1000,
+            max_batch: 64,
+            url_fetcher: None,
+        },
+    )
+    .await?)
+}
+
+/// Each stage's seconds per image and share of the whole, by name.
+fn profile(st: [f64; 8], n: f64) -> serde_json::Map<String, Value> {
     let stages = [
         "decode",
         "resize_and_crops",
@@ -253,7 +215,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         "index",
     ];
     let total: f64 = st.iter().sum();
-    let profile: serde_json::Map<String, Value> = stages
+    stages
         .iter()
         .zip(st)
         .map(|(k, s)| {
@@ -262,13 +224,124 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                 json!({"ms_per_image": round(s * 1e3 / n, 2), "share": round(s / total, 4)}),
             )
         })
-        .collect();
-    Ok(json!({
-        "images": names.len(), "crop_mode": format!("{mode:?}").to_lowercase(), "threads": o.threads,
-        "batch": o.batch, "max_batch_crops": o.max_batch_crops, "release_memory": o.release_memory, "bundle": bundle.id,
-        "whole_path_s": round(whole_s, 3),
-        "images_per_s": round(n / whole_s, 3),
-        "stages_images_per_s": round(n / total, 3),
-        "profile": profile,
-    }))
+        .collect()
+}
+
+/// A batch's crops, every image's one after another, and each image's size.
+type CroppedBatch = (Vec<f32>, Vec<(u32, u32)>);
+
+/// The image path taken apart, each stage timed on its own.
+struct Stages<'a> {
+    bundle: &'a Bundle,
+    backend: &'a OrtBackend,
+    mode: CropMode,
+    limits: DecodeLimits,
+    /// Images per runtime call.
+    per_run: usize,
+}
+
+impl Stages<'_> {
+    /// Seconds spent in each stage of [`profile`]'s list, over all of `files` in batches of `batch`.
+    async fn time(
+        &self,
+        store: &Store,
+        index: IndexParams,
+        files: &[Bytes],
+        batch: usize,
+    ) -> anyhow::Result<[f64; 8]> {
+        let bundle = self.bundle;
+        let spec = &bundle.manifest.vision;
+        let (per, crop_len) = (self.mode.crops(), crops::crop_len(spec));
+        let fne = Fne::new(bundle);
+        let proj = Projection::new(bundle);
+        let stage_coll = store.create_collection("stages", "").await?;
+        let idx = VectorIndex::build(index, vec![])?;
+        let mut st = [0f64; 8];
+        let mut next_id = 1i64;
+        for chunk in files.chunks(batch.max(1)) {
+            let (crops_all, sizes) = self.decode_and_crop(chunk, &mut st)?;
+            let t = Instant::now();
+            let mut raw = Vec::with_capacity(chunk.len() * per * spec.raw_dim);
+            for run in crops_all.chunks(self.per_run * per * crop_len) {
+                raw.extend(
+                    self.backend
+                        .vision(run, run.len() / crop_len, spec.graph_side())?,
+                );
+            }
+            st[2] += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let codes: Vec<_> = raw
+                .chunks(per * spec.raw_dim)
+                .map(|rows| fne.code(rows))
+                .collect();
+            st[3] += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let vectors: Vec<Vec<f32>> = codes.iter().map(|c| proj.project(c)).collect();
+            st[4] += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+            let offsets = hubness::offsets(bundle.hubness.as_deref(), &refs);
+            st[5] += t.elapsed().as_secs_f64();
+            let rows: Vec<NewImage> = codes
+                .iter()
+                .zip(vectors)
+                .zip(offsets)
+                .zip(&sizes)
+                .map(|(((c, v), offset), (w, h))| NewImage {
+                    external_id: None,
+                    metadata: json!({}),
+                    width: *w,
+                    height: *h,
+                    code: c.packed().to_vec(),
+                    vector: v,
+                    offset,
+                    captions: vec![],
+                    thumbnail: None,
+                    content_hash: None,
+                })
+                .collect();
+            let t = Instant::now();
+            store
+                .insert_images(
+                    stage_coll.id,
+                    &rows,
+                    Provenance {
+                        bundle_id: &bundle.id,
+                        vision_id: &bundle.vision_id,
+                    },
+                    None,
+                )
+                .await?;
+            st[6] += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            for r in rows {
+                idx.insert(next_id, r.vector, r.offset)?;
+                next_id += 1;
+            }
+            st[7] += t.elapsed().as_secs_f64();
+        }
+        Ok(st)
+    }
+
+    /// The decode and crop stages of one batch (timed into `st[0]` and `st[1]`): the crops of every image,
+    /// one after another, and each image's size.
+    fn decode_and_crop(&self, chunk: &[Bytes], st: &mut [f64; 8]) -> anyhow::Result<CroppedBatch> {
+        let spec = &self.bundle.manifest.vision;
+        let (per, crop_len) = (self.mode.crops(), crops::crop_len(spec));
+        let mut crops_all = Vec::with_capacity(chunk.len() * per * crop_len);
+        let mut sizes = vec![];
+        for b in chunk {
+            let t = Instant::now();
+            let img = decode::decode(b, &self.limits)?;
+            st[0] += t.elapsed().as_secs_f64();
+            sizes.push(img.dimensions());
+            let t = Instant::now();
+            let r = crops::resize(&img, spec.resize);
+            let start = crops_all.len();
+            crops_all.resize(start + per * crop_len, 0f32);
+            crops::write_crops(&r, spec, self.mode, &mut crops_all[start..]);
+            st[1] += t.elapsed().as_secs_f64();
+        }
+        Ok((crops_all, sizes))
+    }
 }

@@ -137,56 +137,9 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     let cpu_before = o.server_pid.and_then(cpu_seconds);
     let start = Instant::now();
     if o.rate > 0.0 {
-        let interval = Duration::from_secs_f64(1.0 / o.rate);
-        let total = (o.duration.as_secs_f64() * o.rate) as usize;
-        let mut tasks = Vec::with_capacity(total);
-        for i in 0..total {
-            let due = interval * i as u32;
-            tokio::time::sleep_until((start + due).into()).await;
-            let (client, url, body, samples) = (
-                client.clone(),
-                o.url.clone(),
-                o.body(i, &mut rng),
-                samples.clone(),
-            );
-            tasks.push(tokio::spawn(async move {
-                let status = send(&client, &url, body).await;
-                let took = start.elapsed().saturating_sub(due);
-                samples.lock().unwrap().push(Sample { due, took, status });
-            }));
-        }
-        for t in tasks {
-            let _ = t.await;
-        }
+        open_loop(o, &client, &mut rng, &samples, start).await;
     } else {
-        let tasks: Vec<_> = (0..o.concurrency)
-            .map(|w| {
-                let (client, url, samples) = (client.clone(), o.url.clone(), samples.clone());
-                let bodies: Vec<String> = {
-                    let mut rng = Rng::new(w as u64 + 10);
-                    (0..1000)
-                        .map(|i| o.body(i * o.concurrency + w, &mut rng))
-                        .collect()
-                };
-                let end = o.duration;
-                tokio::spawn(async move {
-                    let mut i = 0;
-                    loop {
-                        let due = start.elapsed();
-                        if due >= end {
-                            break;
-                        }
-                        let status = send(&client, &url, bodies[i % bodies.len()].clone()).await;
-                        let took = start.elapsed() - due;
-                        samples.lock().unwrap().push(Sample { due, took, status });
-                        i += 1;
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            let _ = t.await;
-        }
+        closed_loop(o, &client, &samples, start).await;
     }
     let wall = start.elapsed().as_secs_f64();
     let cpu = match (cpu_before, o.server_pid.and_then(cpu_seconds)) {
@@ -225,4 +178,72 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         "server_cpu_ms_per_request": cpu.map(|c| round(c * 1e3 / samples.len().max(1) as f64, 2)),
         "server_cpu_cores_used": cpu.map(|c| round(c / wall, 2)),
     }))
+}
+
+/// Requests started on a fixed schedule (`--rate`) whatever the server does, each timed from when it was due.
+async fn open_loop(
+    o: &Opts,
+    client: &reqwest::Client,
+    rng: &mut Rng,
+    samples: &Arc<Mutex<Vec<Sample>>>,
+    start: Instant,
+) {
+    let interval = Duration::from_secs_f64(1.0 / o.rate);
+    let total = (o.duration.as_secs_f64() * o.rate) as usize;
+    let mut tasks = Vec::with_capacity(total);
+    for i in 0..total {
+        let due = interval * i as u32;
+        tokio::time::sleep_until((start + due).into()).await;
+        let (client, url, body, samples) = (
+            client.clone(),
+            o.url.clone(),
+            o.body(i, rng),
+            samples.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let status = send(&client, &url, body).await;
+            let took = start.elapsed().saturating_sub(due);
+            samples.lock().unwrap().push(Sample { due, took, status });
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// `--concurrency` clients, each sending its next request when the last one answers, until the run's end.
+async fn closed_loop(
+    o: &Opts,
+    client: &reqwest::Client,
+    samples: &Arc<Mutex<Vec<Sample>>>,
+    start: Instant,
+) {
+    let tasks: Vec<_> = (0..o.concurrency)
+        .map(|w| {
+            let (client, url, samples) = (client.clone(), o.url.clone(), samples.clone());
+            let bodies: Vec<String> = {
+                let mut rng = Rng::new(w as u64 + 10);
+                (0..1000)
+                    .map(|i| o.body(i * o.concurrency + w, &mut rng))
+                    .collect()
+            };
+            let end = o.duration;
+            tokio::spawn(async move {
+                let mut i = 0;
+                loop {
+                    let due = start.elapsed();
+                    if due >= end {
+                        break;
+                    }
+                    let status = send(&client, &url, bodies[i % bodies.len()].clone()).await;
+                    let took = start.elapsed() - due;
+                    samples.lock().unwrap().push(Sample { due, took, status });
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
 }

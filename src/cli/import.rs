@@ -102,32 +102,7 @@ fn survey(file: &Path) -> anyhow::Result<Kind> {
         }
         let at = || format!("{}:{n}", file.display());
         match &kind {
-            None => {
-                if let Ok(ExportLine::Header(h)) = serde_json::from_str::<ExportLine>(&l) {
-                    if h.format != EXPORT_FORMAT || h.version != 1 {
-                        bail!(
-                            "{}: an export of format {} version {}; this jointspace reads {EXPORT_FORMAT} version 1",
-                            at(),
-                            h.format,
-                            h.version
-                        );
-                    }
-                    kind = Some(Kind::Export {
-                        collection: h.collection,
-                        description: h.description,
-                        images: 0,
-                        captions: 0,
-                    });
-                } else {
-                    let it = catalogue_item(&l).with_context(|| {
-                        format!("{}: neither an export's header nor a catalogue item ({{\"path\" or \"url\", \"external_id\", \"metadata\", \"captions\"}})", at())
-                    })?;
-                    kind = Some(Kind::Catalogue {
-                        items: 1,
-                        urls: it.url.is_some(),
-                    });
-                }
-            }
+            None => kind = Some(first_line(&l, at)?),
             Some(Kind::Catalogue { .. }) => {
                 let it = catalogue_item(&l)
                     .with_context(|| format!("{}: not a catalogue item", at()))?;
@@ -151,6 +126,46 @@ fn survey(file: &Path) -> anyhow::Result<Kind> {
             }
         }
     }
+    surveyed(file, kind, seen, ended)
+}
+
+/// What the file's first line says it is: an export (by its header, whose format this jointspace must read)
+/// or a catalogue (by its first item).
+fn first_line(l: &str, at: impl Fn() -> String) -> anyhow::Result<Kind> {
+    if let Ok(ExportLine::Header(h)) = serde_json::from_str::<ExportLine>(l) {
+        if h.format != EXPORT_FORMAT || h.version != 1 {
+            bail!(
+                "{}: an export of format {} version {}; this jointspace reads {EXPORT_FORMAT} version 1",
+                at(),
+                h.format,
+                h.version
+            );
+        }
+        Ok(Kind::Export {
+            collection: h.collection,
+            description: h.description,
+            images: 0,
+            captions: 0,
+        })
+    } else {
+        let it = catalogue_item(l).with_context(|| {
+            format!("{}: neither an export's header nor a catalogue item ({{\"path\" or \"url\", \"external_id\", \"metadata\", \"captions\"}})", at())
+        })?;
+        Ok(Kind::Catalogue {
+            items: 1,
+            urls: it.url.is_some(),
+        })
+    }
+}
+
+/// The survey's verdict once every line is read: an export must end with its `end` line, and its counts
+/// must be those of the lines it holds.
+fn surveyed(
+    file: &Path,
+    kind: Option<Kind>,
+    seen: (u64, u64),
+    ended: Option<(u64, u64)>,
+) -> anyhow::Result<Kind> {
     match kind {
         None => bail!("{} is empty", file.display()),
         Some(Kind::Export {
@@ -223,18 +238,7 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     check_url_ingest(&args.file, urls, &args.url_ingest)?;
     let source = identity(&args.file)?;
     let (svc, metrics) = fetching_service(&args.model, &args.store, &args.url_ingest).await?;
-    let (name, description) = match (&args.collection, &kind) {
-        (Some(c), _) => (c.clone(), String::new()),
-        (
-            None,
-            Kind::Export {
-                collection,
-                description,
-                ..
-            },
-        ) => (collection.clone(), description.clone()),
-        (None, Kind::Catalogue { .. }) => bail!("a catalogue needs --collection"),
-    };
+    let (name, description) = target_collection(&args, &kind)?;
     let collection = CollectionName::parse(&name)?;
     match svc.create_collection(&collection, &description).await {
         Ok(_) => {}
@@ -280,34 +284,35 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
         if n <= done || l.trim().is_empty() {
             continue;
         }
-        if let Ok(line) = serde_json::from_str::<ExportLine>(&l) {
-            match line {
-                ExportLine::Image(i) => {
-                    if !job.captions.is_empty() {
-                        job.flush().await?;
-                    }
-                    job.images.push(i);
-                }
-                ExportLine::Caption(c) => {
-                    if !job.images.is_empty() {
-                        job.flush().await?;
-                    }
-                    job.captions.push(c.text);
-                }
-                ExportLine::Header(_) | ExportLine::End(_) => {}
-            }
-        } else {
-            job.items.push((n, catalogue_item(&l)?));
-        }
-        job.last = n;
-        if job.images.len() + job.items.len() >= batch || job.captions.len() >= batch * 8 {
-            job.flush().await?;
-        }
+        job.take_line(n, &l, batch).await?;
     }
     job.flush().await?;
     job.pb.finish();
     svc.snapshot().await?;
     svc.close().await;
+    print_summary(&job, &name, &svc, &metrics);
+    Ok(())
+}
+
+/// The collection to import into, and its description: `--collection`, else the export's own (a catalogue
+/// has none).
+fn target_collection(args: &ImportArgs, kind: &Kind) -> anyhow::Result<(String, String)> {
+    Ok(match (&args.collection, kind) {
+        (Some(c), _) => (c.clone(), String::new()),
+        (
+            None,
+            Kind::Export {
+                collection,
+                description,
+                ..
+            },
+        ) => (collection.clone(), description.clone()),
+        (None, Kind::Catalogue { .. }) => bail!("a catalogue needs --collection"),
+    })
+}
+
+/// What the import did, and what it left for the server.
+fn print_summary(job: &Job<'_>, name: &str, svc: &Service, metrics: &Metrics) {
     println!(
         "imported {} images and {} captions into \"{name}\" ({} photos embedded by the CNN, {} sentences by \
          the text model)",
@@ -328,7 +333,6 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
             job.failed
         );
     }
-    Ok(())
 }
 
 /// What is read but not yet committed, and where it comes from.
@@ -353,6 +357,35 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
+    /// Line `n` (not committed yet) into the batch: an export's images and captions each in batches of their
+    /// own, a catalogue's items; the batch is committed once full.
+    async fn take_line(&mut self, n: usize, l: &str, batch: usize) -> anyhow::Result<()> {
+        if let Ok(line) = serde_json::from_str::<ExportLine>(l) {
+            match line {
+                ExportLine::Image(i) => {
+                    if !self.captions.is_empty() {
+                        self.flush().await?;
+                    }
+                    self.images.push(i);
+                }
+                ExportLine::Caption(c) => {
+                    if !self.images.is_empty() {
+                        self.flush().await?;
+                    }
+                    self.captions.push(c.text);
+                }
+                ExportLine::Header(_) | ExportLine::End(_) => {}
+            }
+        } else {
+            self.items.push((n, catalogue_item(l)?));
+        }
+        self.last = n;
+        if self.images.len() + self.items.len() >= batch || self.captions.len() >= batch * 8 {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
     async fn flush(&mut self) -> anyhow::Result<()> {
         let pending = self.images.len() + self.captions.len() + self.items.len();
         let mark = ImportMark {

@@ -148,70 +148,16 @@ impl<I: Send + 'static> Batcher<I> {
                             Err(_) => return, // every sender dropped: shut down
                         },
                     };
-                    let deadline = Instant::now() + opts.max_wait;
-                    let mut rows = first.rows;
-                    let mut jobs = vec![first];
-                    while rows < max_rows {
-                        let next = match deadline.checked_duration_since(Instant::now()) {
-                            Some(left) if !left.is_zero() => {
-                                rx.recv_timeout(left).map_err(|e| match e {
-                                    RecvTimeoutError::Timeout => TryRecvError::Empty,
-                                    RecvTimeoutError::Disconnected => TryRecvError::Disconnected,
-                                })
-                            }
-                            _ => rx.try_recv(),
-                        };
-                        match next {
-                            Ok(j) => {
-                                took(&j);
-                                if rows + j.rows <= max_rows {
-                                    rows += j.rows;
-                                    jobs.push(j);
-                                } else {
-                                    pending = Some(j);
-                                    break;
-                                }
-                            }
-                            Err(_) => break,
-                        }
-                    }
+                    let (jobs, rows) =
+                        gather_batch(&rx, first, max_rows, opts.max_wait, &took, &mut pending);
                     st.batch_rows.observe(rows as f64);
                     let started = Instant::now();
                     let result = run(&jobs);
-                    let took_ns = started.elapsed().as_nanos() as u64 / rows.max(1) as u64;
-                    let old = per_row.load(Ordering::Relaxed);
-                    let avg = if old == 0 {
-                        took_ns
-                    } else {
-                        (old * 7 + took_ns) / 8
-                    };
-                    per_row.store(avg.max(1), Ordering::Relaxed);
-                    match result {
-                        Ok(out) if out.len() == rows * dim => {
-                            let ms = epoch.elapsed().as_millis() as u64;
-                            ok_at.store(ms.max(1), Ordering::Relaxed);
-                            let mut rest = out.as_slice();
-                            for job in jobs {
-                                let (mine, tail) = rest.split_at(job.rows * dim);
-                                rest = tail;
-                                let _ = job.reply.send(Ok(mine.to_vec()));
-                            }
-                        }
-                        Ok(out) => {
-                            for job in jobs {
-                                let _ = job.reply.send(Err(RuntimeError::Run(format!(
-                                    "expected {rows}x{dim} outputs, got {}",
-                                    out.len()
-                                ))));
-                            }
-                        }
-                        Err(e) => {
-                            let msg = e.to_string();
-                            for job in jobs {
-                                let _ = job.reply.send(Err(RuntimeError::Run(msg.clone())));
-                            }
-                        }
-                    }
+                    update_row_time(&per_row, started, rows);
+                    answer_jobs(jobs, result, rows, dim, || {
+                        let ms = epoch.elapsed().as_millis() as u64;
+                        ok_at.store(ms.max(1), Ordering::Relaxed);
+                    });
                 }
             });
         if let Err(e) = spawned {
@@ -329,6 +275,92 @@ impl<I: Send + 'static> Batcher<I> {
             out.push(rx.await.map_err(|_| RuntimeError::Stopped)??);
         }
         Ok(out)
+    }
+}
+
+/// The jobs run together after `first`: those that arrive within `max_wait` while their rows fit in
+/// `max_rows`. A job that would not fit waits in `pending` for the next batch. Returns the jobs and their rows.
+fn gather_batch<I>(
+    rx: &mpsc::Receiver<Job<I>>,
+    first: Job<I>,
+    max_rows: usize,
+    max_wait: Duration,
+    took: &impl Fn(&Job<I>),
+    pending: &mut Option<Job<I>>,
+) -> (Vec<Job<I>>, usize) {
+    let deadline = Instant::now() + max_wait;
+    let mut rows = first.rows;
+    let mut jobs = vec![first];
+    while rows < max_rows {
+        let next = match deadline.checked_duration_since(Instant::now()) {
+            Some(left) if !left.is_zero() => rx.recv_timeout(left).map_err(|e| match e {
+                RecvTimeoutError::Timeout => TryRecvError::Empty,
+                RecvTimeoutError::Disconnected => TryRecvError::Disconnected,
+            }),
+            _ => rx.try_recv(),
+        };
+        match next {
+            Ok(j) => {
+                took(&j);
+                if rows + j.rows <= max_rows {
+                    rows += j.rows;
+                    jobs.push(j);
+                } else {
+                    *pending = Some(j);
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    (jobs, rows)
+}
+
+/// Folds a run's time per row into the moving average the queue's expected wait is judged by.
+fn update_row_time(per_row: &AtomicU64, started: Instant, rows: usize) {
+    let took_ns = started.elapsed().as_nanos() as u64 / rows.max(1) as u64;
+    let old = per_row.load(Ordering::Relaxed);
+    let avg = if old == 0 {
+        took_ns
+    } else {
+        (old * 7 + took_ns) / 8
+    };
+    per_row.store(avg.max(1), Ordering::Relaxed);
+}
+
+/// Hands each job its rows of a run's output, or the run's error; `ran_ok` is called first when the run gave
+/// every row.
+fn answer_jobs<I>(
+    jobs: Vec<Job<I>>,
+    result: Result<Vec<f32>, RuntimeError>,
+    rows: usize,
+    dim: usize,
+    ran_ok: impl FnOnce(),
+) {
+    match result {
+        Ok(out) if out.len() == rows * dim => {
+            ran_ok();
+            let mut rest = out.as_slice();
+            for job in jobs {
+                let (mine, tail) = rest.split_at(job.rows * dim);
+                rest = tail;
+                let _ = job.reply.send(Ok(mine.to_vec()));
+            }
+        }
+        Ok(out) => {
+            for job in jobs {
+                let _ = job.reply.send(Err(RuntimeError::Run(format!(
+                    "expected {rows}x{dim} outputs, got {}",
+                    out.len()
+                ))));
+            }
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            for job in jobs {
+                let _ = job.reply.send(Err(RuntimeError::Run(msg.clone())));
+            }
+        }
     }
 }
 

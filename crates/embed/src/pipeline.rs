@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use crate::{
     batch::{BatchOptions, BatchStats},
-    bundle::{Bundle, CropMode, Similarity},
+    bundle::{Bundle, CropMode, Similarity, VisionSpec},
     crops,
     decode::{self, DecodeError, DecodeLimits},
     fne::{Fne, TernaryCode},
@@ -199,7 +199,6 @@ impl Pipeline {
         }
         let per = self.crop_mode.crops();
         let spec = self.bundle.manifest.vision.clone();
-        let crop_len = crops::crop_len(&spec);
         let (limits, mode) = (self.limits, self.crop_mode);
         let thumbnails = self.thumbnails && purpose == ImageUse::Store;
         // Decode and cut every image on the blocking pool; the permits bound the decoded images in memory.
@@ -212,19 +211,9 @@ impl Pipeline {
                         .acquire_owned()
                         .await
                         .map_err(|_| EmbedError::Runtime(RuntimeError::Stopped))?;
-                    blocking(move || -> Result<Decoded, DecodeError> {
-                        let img = decode::decode(&bytes, &limits)?;
-                        let (w, h) = img.dimensions();
-                        let thumb = thumbnails.then(|| thumbnail::make(&img)).flatten();
-                        let img = prepare::apply(spec.prepare.as_ref(), img);
-                        let resized = crops::resize(&img, spec.resize);
-                        drop(img);
-                        let mut out = vec![0f32; per * crop_len];
-                        crops::write_crops(&resized, &spec, mode, &mut out);
-                        Ok((out, w, h, thumb))
-                    })
-                    .await?
-                    .map_err(EmbedError::from)
+                    blocking(move || decode_and_cut(&bytes, &spec, limits, mode, thumbnails))
+                        .await?
+                        .map_err(EmbedError::from)
                 }
             })
             .collect();
@@ -250,33 +239,8 @@ impl Pipeline {
             self.bundle.clone(),
         );
         blocking(move || {
-            let dim = fne.dim();
-            let mut out: Vec<ImageEmbedding> = sizes
-                .into_iter()
-                .zip(thumbs)
-                .enumerate()
-                .map(|(i, ((width, height), thumbnail))| ImageEmbedding {
-                    code: fne.code(&raw[i * per * dim..(i + 1) * per * dim]),
-                    vector: Vec::new(),
-                    offset: 0.0,
-                    width,
-                    height,
-                    thumbnail,
-                })
-                .collect();
-            let codes: Vec<&TernaryCode> = out.iter().map(|e| &e.code).collect();
-            let vectors = projection.project_all(&codes);
-            for (e, v) in out.iter_mut().zip(vectors) {
-                e.vector = v;
-            }
-            if purpose == ImageUse::Store {
-                let vectors: Vec<&[f32]> = out.iter().map(|e| e.vector.as_slice()).collect();
-                let offsets = hubness::offsets(bundle.hubness.as_deref(), &vectors);
-                for (e, o) in out.iter_mut().zip(offsets) {
-                    e.offset = o;
-                }
-            }
-            out
+            let images = sizes.into_iter().zip(thumbs).collect();
+            embeddings(&fne, &projection, &bundle, &raw, per, images, purpose)
         })
         .await
         .map_err(|e| (0, e))
@@ -369,6 +333,68 @@ impl Pipeline {
             .map_err(|(_, e)| e)?;
         Ok(v.remove(0))
     }
+}
+
+/// One image decoded (within `limits`) and cut into its crops, with its size and, when `thumbnails`, its
+/// thumbnail.
+fn decode_and_cut(
+    bytes: &[u8],
+    spec: &VisionSpec,
+    limits: DecodeLimits,
+    mode: CropMode,
+    thumbnails: bool,
+) -> Result<Decoded, DecodeError> {
+    let img = decode::decode(bytes, &limits)?;
+    let (w, h) = img.dimensions();
+    let thumb = thumbnails.then(|| thumbnail::make(&img)).flatten();
+    let img = prepare::apply(spec.prepare.as_ref(), img);
+    let resized = crops::resize(&img, spec.resize);
+    drop(img);
+    let mut out = vec![0f32; mode.crops() * crops::crop_len(spec)];
+    crops::write_crops(&resized, spec, mode, &mut out);
+    Ok((out, w, h, thumb))
+}
+
+/// An image's width and height, and its thumbnail (when one is kept).
+type SizeAndThumbnail = ((u32, u32), Option<Vec<u8>>);
+
+/// The images' embeddings from their vision features (`per` crops each): codes, vectors and, for images to
+/// store, their hubness offsets. Each image comes with its size and thumbnail.
+fn embeddings(
+    fne: &Fne,
+    projection: &Projection,
+    bundle: &Bundle,
+    raw: &[f32],
+    per: usize,
+    images: Vec<SizeAndThumbnail>,
+    purpose: ImageUse,
+) -> Vec<ImageEmbedding> {
+    let dim = fne.dim();
+    let mut out: Vec<ImageEmbedding> = images
+        .into_iter()
+        .enumerate()
+        .map(|(i, ((width, height), thumbnail))| ImageEmbedding {
+            code: fne.code(&raw[i * per * dim..(i + 1) * per * dim]),
+            vector: Vec::new(),
+            offset: 0.0,
+            width,
+            height,
+            thumbnail,
+        })
+        .collect();
+    let codes: Vec<&TernaryCode> = out.iter().map(|e| &e.code).collect();
+    let vectors = projection.project_all(&codes);
+    for (e, v) in out.iter_mut().zip(vectors) {
+        e.vector = v;
+    }
+    if purpose == ImageUse::Store {
+        let vectors: Vec<&[f32]> = out.iter().map(|e| e.vector.as_slice()).collect();
+        let offsets = hubness::offsets(bundle.hubness.as_deref(), &vectors);
+        for (e, o) in out.iter_mut().zip(offsets) {
+            e.offset = o;
+        }
+    }
+    out
 }
 
 /// One image off the blocking pool: its crops, its size, its thumbnail (when one is made).

@@ -39,6 +39,66 @@ const SNAPSHOT_FORMAT: u32 = 2;
 /// Why a snapshot was not used, and the vectors handed back to build from instead.
 pub type NotLoaded = (String, Vec<(i64, Vec<f32>)>);
 
+/// The snapshot's graph file, for `n` points of `dim` dimensions, searched with the server's `ef_search`.
+fn read_graph(
+    params: &IndexParams,
+    dir: &Path,
+    file: &str,
+    dim: usize,
+    n: usize,
+) -> Result<Graph, super::IndexError> {
+    Graph::new(params, dim, n).and_then(|g| {
+        g.index
+            .load(&dir.join(file).to_string_lossy())
+            .map_err(|e| super::IndexError::Graph(e.to_string()))?;
+        // The file carries the build's search expansion; the server's setting wins.
+        g.index.change_expansion_search(params.ef_search);
+        Ok(g)
+    })
+}
+
+/// Brings a loaded graph up to the database: removes the snapshot's `ids` no longer `live` and adds the live
+/// points it lacks. Returns how many were removed and added; refused (why) when too many were deleted since
+/// for removal to be worth it, or when the result would not hold the database's ids.
+fn bring_up_to_date(
+    graph: &Graph,
+    ids: &[i64],
+    live: &[(i64, Vec<f32>)],
+    rebuild_fraction: f32,
+) -> Result<(usize, usize), String> {
+    let in_db: HashSet<i64> = live.iter().map(|(id, _)| *id).collect();
+    let gone: Vec<i64> = ids
+        .iter()
+        .copied()
+        .filter(|id| !in_db.contains(id))
+        .collect();
+    let points = graph.index.size();
+    if gone.len() >= 64 && gone.len() as f32 > rebuild_fraction * points as f32 {
+        return Err(format!(
+            "{} of the snapshot's {points} points were deleted since",
+            gone.len()
+        ));
+    }
+    for id in &gone {
+        graph.remove(*id);
+    }
+    // Points written after the snapshot, and (old manifests) any the graph lacks.
+    let mut added = 0;
+    for (id, v) in live
+        .iter()
+        .filter(|(id, _)| !graph.index.contains(*id as u64))
+    {
+        if let Err(e) = graph.push(*id, v) {
+            return Err(format!("snapshot could not be brought up to date: {e}"));
+        }
+        added += 1;
+    }
+    if graph.index.size() != live.len() {
+        return Err("snapshot holds other ids than the database".into());
+    }
+    Ok((gone.len(), added))
+}
+
 /// Where the snapshot of one index lives.
 pub fn snapshot_name(collection_id: i64, modality: Modality) -> String {
     format!("c{collection_id}-{}", modality.as_str())
@@ -120,62 +180,23 @@ impl VectorIndex {
         if !listed && (meta.generation != generation || meta.points != live.len()) {
             return Err(("snapshot is stale".into(), live));
         }
-        let graph = match Graph::new(&params, dim, live.len()).and_then(|g| {
-            g.index
-                .load(&dir.join(&meta.file).to_string_lossy())
-                .map_err(|e| super::IndexError::Graph(e.to_string()))?;
-            // The file carries the build's search expansion; the server's setting wins.
-            g.index.change_expansion_search(params.ef_search);
-            Ok(g)
-        }) {
+        let graph = match read_graph(&params, dir, &meta.file, dim, live.len()) {
             Ok(g) => g,
             Err(e) => return Err((format!("snapshot unreadable: {e}"), live)),
         };
         if graph.index.dimensions() != dim || (listed && graph.index.size() != meta.ids.len()) {
             return Err(("snapshot disagrees with its manifest".into(), live));
         }
-        let in_db: HashSet<i64> = live.iter().map(|(id, _)| *id).collect();
-        let gone: Vec<i64> = meta
-            .ids
-            .iter()
-            .copied()
-            .filter(|id| !in_db.contains(id))
-            .collect();
-        let points = graph.index.size();
-        if gone.len() >= 64 && gone.len() as f32 > params.rebuild_fraction * points as f32 {
-            return Err((
-                format!(
-                    "{} of the snapshot's {points} points were deleted since",
-                    gone.len()
-                ),
-                live,
-            ));
-        }
-        for id in &gone {
-            graph.remove(*id);
-        }
-        // Points written after the snapshot, and (old manifests) any the graph lacks.
-        let mut added = 0;
-        for (id, v) in live
-            .iter()
-            .filter(|(id, _)| !graph.index.contains(*id as u64))
-        {
-            if let Err(e) = graph.push(*id, v) {
-                return Err((
-                    format!("snapshot could not be brought up to date: {e}"),
-                    live,
-                ));
-            }
-            added += 1;
-        }
-        if graph.index.size() != live.len() {
-            return Err(("snapshot holds other ids than the database".into(), live));
-        }
-        if added > 0 || !gone.is_empty() {
+        let (gone, added) =
+            match bring_up_to_date(&graph, &meta.ids, &live, params.rebuild_fraction) {
+                Ok(changed) => changed,
+                Err(why) => return Err((why, live)),
+            };
+        if added > 0 || gone > 0 {
             tracing::info!(
                 index = basename,
                 added,
-                removed = gone.len(),
+                removed = gone,
                 snapshot_generation = meta.generation,
                 generation,
                 "snapshot brought up to the database"
@@ -186,7 +207,7 @@ impl VectorIndex {
                 graph: Some(Arc::new(graph)),
                 live: live.into_iter().map(|(id, v)| (id, Arc::from(v))).collect(),
                 offsets: HashMap::new(),
-                deleted: gone.len(),
+                deleted: gone,
                 rebuilding: false,
             }),
             params,

@@ -178,133 +178,21 @@ impl Store {
         metrics: &[VectorMetric],
         build: HnswBuild,
     ) -> Result<VectorIndexReport, StoreError> {
-        let mut version: Option<String> =
-            sqlx::query_scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-                .fetch_optional(&mut *conn)
-                .await?;
-        if version.is_none() {
-            sqlx::query("CREATE EXTENSION IF NOT EXISTS vector")
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| {
-                    StoreError::Invalid(format!(
-                        "--index database needs the pgvector extension (0.8 or newer) in this database, and \
-                         creating it failed ({e}): install pgvector on the server and run `CREATE EXTENSION \
-                         vector` as a role that may, or start with --index memory"
-                    ))
-                })?;
-            version =
-                sqlx::query_scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-                    .fetch_optional(&mut *conn)
-                    .await?;
-        }
-        let version = version.unwrap_or_default();
-        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        if (major, minor) < MIN_PGVECTOR {
-            return Err(StoreError::Invalid(format!(
-                "--index database needs pgvector 0.8 or newer (its iterative index scans keep filtered searches \
-                 full); this database has {version}: `ALTER EXTENSION vector UPDATE` after upgrading it"
-            )));
-        }
+        let version = pgvector_version(conn).await?;
         let mut report = VectorIndexReport {
             pgvector: version,
             ..Default::default()
         };
-        for m in Modality::BOTH {
-            let t = m.as_str();
-            match column_dim(conn, t).await? {
-                Some(d) if d == dim => {}
-                found => {
-                    if let Some(d) = found {
-                        // Another bundle's dimension: the column (and its indexes) go, and are refilled below
-                        // from the vectors of the bundle now loaded.
-                        tracing::warn!(
-                            table = t,
-                            was = d,
-                            now = dim,
-                            "recreating the embedding column for the loaded bundle's dimension"
-                        );
-                        sqlx::query(&format!("ALTER TABLE {t} DROP COLUMN embedding"))
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                    sqlx::query(&format!(
-                        "ALTER TABLE {t} ADD COLUMN embedding halfvec({dim})"
-                    ))
-                    .execute(&mut *conn)
-                    .await?;
-                }
-            }
-        }
+        fit_embedding_columns(conn, dim).await?;
         // The rows still to fill, found through a partial index that holds only them: without it every start
         // read the whole table to learn that none were left (3.3 s at 1M images, cold).
-        let mut partitioned = vec![];
-        for m in Modality::BOTH {
-            // A table partitioned over other servers (postgres_fdw shards) cannot carry an index: each shard
-            // indexes its own rows (docs/storage.md, "Beyond one machine").
-            let relkind: Option<String> = sqlx::query_scalar(
-                "SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)",
-            )
-            .bind(m.as_str())
-            .fetch_optional(&mut *conn)
-            .await?;
-            if relkind.as_deref() == Some("p") {
-                partitioned.push(m);
-                continue;
-            }
-            let t = m.as_str();
-            sqlx::query(&format!(
-                "CREATE INDEX IF NOT EXISTS {t}_embedding_missing ON {t} (id) WHERE embedding IS NULL"
-            ))
-            .execute(&mut *conn)
-            .await?;
-        }
+        let partitioned = index_missing_embeddings(conn).await?;
         // From here on this process writes the column with every row; what was written before is filled now.
         self.embedding_dim.store(dim, Ordering::Release);
         for m in Modality::BOTH {
             report.filled += fill_embeddings(conn, m.as_str(), dim).await?;
         }
-        for m in Modality::BOTH {
-            if partitioned.contains(&m) {
-                tracing::info!(
-                    table = m.as_str(),
-                    "partitioned: its shards hold the HNSW indexes"
-                );
-                continue;
-            }
-            for metric in metrics {
-                let t = m.as_str();
-                let name = format!("{t}_embedding_{}", metric.suffix());
-                let exists: Option<bool> = sqlx::query_scalar(
-                    "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)",
-                )
-                .bind(&name)
-                .fetch_optional(&mut *conn)
-                .await?;
-                match exists {
-                    Some(true) => continue,
-                    // A build interrupted by a crash leaves an invalid index that would never be used.
-                    Some(false) => {
-                        sqlx::query(&format!("DROP INDEX {name}"))
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                    None => {}
-                }
-                let t0 = std::time::Instant::now();
-                sqlx::query(&format!(
-                    "CREATE INDEX {name} ON {t} USING hnsw (embedding {}) WITH (m = {}, ef_construction = {})",
-                    metric.opclass(),
-                    build.m,
-                    build.ef_construction
-                ))
-                .execute(&mut *conn)
-                .await?;
-                tracing::info!(index = %name, secs = t0.elapsed().as_secs_f32(), "HNSW index built in the database");
-                report.built.push(name);
-            }
-        }
+        report.built = build_hnsw_indexes(conn, metrics, build, &partitioned).await?;
         if report.filled > 0 || !report.built.is_empty() {
             // Fresh row estimates for the planner after a bulk fill (autovacuum would get there later).
             sqlx::query("ANALYZE images, captions")
@@ -450,6 +338,150 @@ async fn fill_embeddings(
         .rows_affected();
         filled += n;
     }
+}
+
+/// The pgvector extension's version, creating the extension when it is missing; refused below 0.8.
+async fn pgvector_version(conn: &mut AnyConnection) -> Result<String, StoreError> {
+    let mut version: Option<String> =
+        sqlx::query_scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            .fetch_optional(&mut *conn)
+            .await?;
+    if version.is_none() {
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS vector")
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| {
+                StoreError::Invalid(format!(
+                    "--index database needs the pgvector extension (0.8 or newer) in this database, and \
+                     creating it failed ({e}): install pgvector on the server and run `CREATE EXTENSION \
+                     vector` as a role that may, or start with --index memory"
+                ))
+            })?;
+        version =
+            sqlx::query_scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+                .fetch_optional(&mut *conn)
+                .await?;
+    }
+    let version = version.unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < MIN_PGVECTOR {
+        return Err(StoreError::Invalid(format!(
+            "--index database needs pgvector 0.8 or newer (its iterative index scans keep filtered searches \
+             full); this database has {version}: `ALTER EXTENSION vector UPDATE` after upgrading it"
+        )));
+    }
+    Ok(version)
+}
+
+/// An `embedding` column of the bundle's dimension in both tables: added when missing, recreated (empty) when
+/// another bundle's dimension left it.
+async fn fit_embedding_columns(conn: &mut AnyConnection, dim: usize) -> Result<(), StoreError> {
+    for m in Modality::BOTH {
+        let t = m.as_str();
+        match column_dim(conn, t).await? {
+            Some(d) if d == dim => {}
+            found => {
+                if let Some(d) = found {
+                    // Another bundle's dimension: the column (and its indexes) go, and are refilled below
+                    // from the vectors of the bundle now loaded.
+                    tracing::warn!(
+                        table = t,
+                        was = d,
+                        now = dim,
+                        "recreating the embedding column for the loaded bundle's dimension"
+                    );
+                    sqlx::query(&format!("ALTER TABLE {t} DROP COLUMN embedding"))
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                sqlx::query(&format!(
+                    "ALTER TABLE {t} ADD COLUMN embedding halfvec({dim})"
+                ))
+                .execute(&mut *conn)
+                .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The partial index of each table's rows with no embedding yet; returns the tables partitioned over other
+/// servers, which carry no index of their own.
+async fn index_missing_embeddings(conn: &mut AnyConnection) -> Result<Vec<Modality>, StoreError> {
+    let mut partitioned = vec![];
+    for m in Modality::BOTH {
+        // A table partitioned over other servers (postgres_fdw shards) cannot carry an index: each shard
+        // indexes its own rows (docs/storage.md, "Beyond one machine").
+        let relkind: Option<String> =
+            sqlx::query_scalar("SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)")
+                .bind(m.as_str())
+                .fetch_optional(&mut *conn)
+                .await?;
+        if relkind.as_deref() == Some("p") {
+            partitioned.push(m);
+            continue;
+        }
+        let t = m.as_str();
+        sqlx::query(&format!(
+            "CREATE INDEX IF NOT EXISTS {t}_embedding_missing ON {t} (id) WHERE embedding IS NULL"
+        ))
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(partitioned)
+}
+
+/// The HNSW index of each metric on each table not partitioned, built where it is missing (or left invalid
+/// by a crash); returns the names of those built.
+async fn build_hnsw_indexes(
+    conn: &mut AnyConnection,
+    metrics: &[VectorMetric],
+    build: HnswBuild,
+    partitioned: &[Modality],
+) -> Result<Vec<String>, StoreError> {
+    let mut built = vec![];
+    for m in Modality::BOTH {
+        if partitioned.contains(&m) {
+            tracing::info!(
+                table = m.as_str(),
+                "partitioned: its shards hold the HNSW indexes"
+            );
+            continue;
+        }
+        for metric in metrics {
+            let t = m.as_str();
+            let name = format!("{t}_embedding_{}", metric.suffix());
+            let exists: Option<bool> = sqlx::query_scalar(
+                "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)",
+            )
+            .bind(&name)
+            .fetch_optional(&mut *conn)
+            .await?;
+            match exists {
+                Some(true) => continue,
+                // A build interrupted by a crash leaves an invalid index that would never be used.
+                Some(false) => {
+                    sqlx::query(&format!("DROP INDEX {name}"))
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                None => {}
+            }
+            let t0 = std::time::Instant::now();
+            sqlx::query(&format!(
+                "CREATE INDEX {name} ON {t} USING hnsw (embedding {}) WITH (m = {}, ef_construction = {})",
+                metric.opclass(),
+                build.m,
+                build.ef_construction
+            ))
+            .execute(&mut *conn)
+            .await?;
+            tracing::info!(index = %name, secs = t0.elapsed().as_secs_f32(), "HNSW index built in the database");
+            built.push(name);
+        }
+    }
+    Ok(built)
 }
 
 #[cfg(test)]

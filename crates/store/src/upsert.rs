@@ -229,15 +229,8 @@ impl Store {
     ) -> Result<Option<Upserted>, StoreError> {
         let now = now_rfc3339();
         let mut tx = self.write_tx().await?;
-        let sql = format!(
-            "SELECT id, content_hash, vision_id, width, height FROM images WHERE collection_id = $1 \
-             AND external_id = $2{}",
-            dialect::for_update(self.engine)
-        );
-        let row = sqlx::query(&sql)
-            .bind(collection_id)
-            .bind(u.external_id)
-            .fetch_optional(&mut *tx)
+        let row = self
+            .locked_image(&mut tx, collection_id, u.external_id)
             .await?;
         let state = row.as_ref().map(ImageState::of);
         if state != u.seen {
@@ -263,34 +256,18 @@ impl Store {
                 (*id, None, *w, *h)
             }
             (old, Photo::New(img)) => {
-                if let Some((old_id, ..)) = old {
+                let old_id = old.as_ref().map(|(o, ..)| *o);
+                if let Some(old_id) = old_id {
                     // Free the external id for the new row; the old row goes once its captions are sorted.
                     sqlx::query("UPDATE images SET external_id = NULL WHERE id = $1")
                         .bind(old_id)
                         .execute(&mut *tx)
                         .await?;
                 }
-                let row = NewImage {
-                    external_id: Some(u.external_id.to_string()),
-                    metadata: u.metadata.clone(),
-                    width: img.width,
-                    height: img.height,
-                    code: img.code.clone(),
-                    vector: img.vector.clone(),
-                    offset: img.offset,
-                    captions: vec![],
-                    thumbnail: img.thumbnail.clone(),
-                    content_hash: img.content_hash.clone(),
-                };
-                let (id, _) = self
-                    .insert_image_tx(&mut tx, collection_id, &row, &prov, &now)
+                let id = self
+                    .insert_replacement(&mut tx, collection_id, u, img, &prov, &now)
                     .await?;
-                (
-                    id,
-                    old.as_ref().map(|(o, ..)| *o),
-                    i64::from(img.width),
-                    i64::from(img.height),
-                )
+                (id, old_id, i64::from(img.width), i64::from(img.height))
             }
         };
         let (caption_ids, added, removed) = self
@@ -306,13 +283,7 @@ impl Store {
             .await?;
         self.refresh_text(&mut tx, collection_id, &[id]).await?;
         if let Some(old_id) = previous_id {
-            // Its remaining captions were moved or deleted above; the thumbnail goes with the row.
-            sqlx::query("DELETE FROM images WHERE id = $1")
-                .bind(old_id)
-                .execute(&mut *tx)
-                .await?;
-            Self::forget_text_tx(&mut tx, self.engine, &[old_id]).await?;
-            Self::log(&mut tx, collection_id, ChangeKind::Image, true, &[old_id]).await?;
+            self.delete_replaced(&mut tx, collection_id, old_id).await?;
         }
         // Also when updated in place: followers read its metadata again.
         Self::log(&mut tx, collection_id, ChangeKind::Image, false, &[id]).await?;
@@ -332,6 +303,70 @@ impl Store {
     }
 
     /// Replaces image `id`'s metadata, in the caller's write transaction.
+    /// The image stored under the external id, locked for the rest of the transaction (Postgres).
+    async fn locked_image(
+        &self,
+        tx: &mut Tx<'_>,
+        collection_id: i64,
+        external_id: &str,
+    ) -> Result<Option<sqlx::any::AnyRow>, StoreError> {
+        let sql = format!(
+            "SELECT id, content_hash, vision_id, width, height FROM images WHERE collection_id = $1 \
+             AND external_id = $2{}",
+            dialect::for_update(self.engine)
+        );
+        Ok(sqlx::query(&sql)
+            .bind(collection_id)
+            .bind(external_id)
+            .fetch_optional(&mut **tx)
+            .await?)
+    }
+
+    /// The upsert's new photo as a new row under the external id; returns its id.
+    async fn insert_replacement(
+        &self,
+        tx: &mut Tx<'_>,
+        collection_id: i64,
+        u: &Upsert<'_>,
+        img: &NewImage,
+        prov: &Provenance<'_>,
+        now: &str,
+    ) -> Result<i64, StoreError> {
+        let row = NewImage {
+            external_id: Some(u.external_id.to_string()),
+            metadata: u.metadata.clone(),
+            width: img.width,
+            height: img.height,
+            code: img.code.clone(),
+            vector: img.vector.clone(),
+            offset: img.offset,
+            captions: vec![],
+            thumbnail: img.thumbnail.clone(),
+            content_hash: img.content_hash.clone(),
+        };
+        let (id, _) = self
+            .insert_image_tx(tx, collection_id, &row, prov, now)
+            .await?;
+        Ok(id)
+    }
+
+    /// The row a new photo replaced. Its remaining captions were moved or deleted already; the thumbnail
+    /// goes with the row.
+    async fn delete_replaced(
+        &self,
+        tx: &mut Tx<'_>,
+        collection_id: i64,
+        old_id: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM images WHERE id = $1")
+            .bind(old_id)
+            .execute(&mut **tx)
+            .await?;
+        Self::forget_text_tx(tx, self.engine, &[old_id]).await?;
+        Self::log(tx, collection_id, ChangeKind::Image, true, &[old_id]).await?;
+        Ok(())
+    }
+
     async fn set_metadata(
         &self,
         tx: &mut Tx<'_>,

@@ -163,64 +163,19 @@ pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next
         Ok(k) => k,
         Err(e) => return e.into_response(),
     };
-    let caller = req
-        .extensions()
-        .get::<KeyFound>()
-        .and_then(|c| c.0.as_ref().map(|k| k.name.clone()))
-        .unwrap_or_else(|| "-".into());
-    let claim = IdempotencyKey {
-        scope: format!("{caller} POST {}", req.uri().path()),
-        key,
-    };
+    let claim = claim_of(&req, key);
     let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, st.max_request_bytes).await {
+    let bytes = match buffered_body(body, st.max_request_bytes).await {
         Ok(b) => b,
-        Err(e) => {
-            let too_large = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            return if too_large {
-                body_too_large(Some(BodyLimit(st.max_request_bytes)))
-            } else {
-                ApiError::bad_request(format!("the request body could not be read: {e}"))
-            }
-            .into_response();
-        }
+        Err(refused) => return refused,
     };
     let fp = fingerprint(&parts.headers, &bytes);
     match st.service.claim_idempotency(&claim, &fp).await {
         Err(e) => return ApiError::from(e).into_response(),
-        Ok(Claim::Run) => {}
-        Ok(Claim::Replay { status, body }) => return replay(status, body),
-        Ok(Claim::InFlight) => return in_flight(),
-        Ok(Claim::Abandoned { .. })
-            if st
-                .running
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(&claim) =>
-        {
-            return in_flight();
-        }
-        Ok(Claim::Abandoned { since }) => {
-            return ApiError::new(
-                StatusCode::CONFLICT,
-                "idempotency_abandoned",
-                format!(
-                    "the request first sent with this Idempotency-Key stopped without an answer (the server \
-                     running it stopped; last seen {since}); it may or may not have been applied: check \
-                     (for example, look the images up by external id), then send it with a new key"
-                ),
-            )
-            .into_response();
-        }
-        Ok(Claim::Mismatch) => {
-            return ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_key_reused",
-                "this Idempotency-Key was used for a different request in the last 24 hours; \
-                 use a new key for a new request",
-            )
-            .into_response();
+        Ok(claimed) => {
+            if let Some(answer) = not_run(&st, &claim, claimed) {
+                return answer;
+            }
         }
     }
     let _running = Running::start(&st, claim.clone());
@@ -233,6 +188,78 @@ pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next
         }
         return res;
     }
+    keep_answer(&st, &claim, res).await
+}
+
+/// The claim a request makes: its key, scoped by the caller's key name and the path.
+fn claim_of(req: &Request, key: String) -> IdempotencyKey {
+    let caller = req
+        .extensions()
+        .get::<KeyFound>()
+        .and_then(|c| c.0.as_ref().map(|k| k.name.clone()))
+        .unwrap_or_else(|| "-".into());
+    IdempotencyKey {
+        scope: format!("{caller} POST {}", req.uri().path()),
+        key,
+    }
+}
+
+/// The request's body, read whole (up to the server's limit) so it can be fingerprinted; else the answer
+/// refusing it.
+async fn buffered_body(body: Body, limit: usize) -> Result<Bytes, Response> {
+    match axum::body::to_bytes(body, limit).await {
+        Ok(b) => Ok(b),
+        Err(e) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            Err(if too_large {
+                body_too_large(Some(BodyLimit(limit)))
+            } else {
+                ApiError::bad_request(format!("the request body could not be read: {e}"))
+            }
+            .into_response())
+        }
+    }
+}
+
+/// The answer to a request whose key was claimed before (the first answer again, or why it does not run
+/// now); none when the request runs.
+fn not_run(st: &Idempotency, claim: &IdempotencyKey, claimed: Claim) -> Option<Response> {
+    Some(match claimed {
+        Claim::Run => return None,
+        Claim::Replay { status, body } => replay(status, body),
+        Claim::InFlight => in_flight(),
+        Claim::Abandoned { .. }
+            if st
+                .running
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(claim) =>
+        {
+            in_flight()
+        }
+        Claim::Abandoned { since } => ApiError::new(
+            StatusCode::CONFLICT,
+            "idempotency_abandoned",
+            format!(
+                "the request first sent with this Idempotency-Key stopped without an answer (the server \
+                 running it stopped; last seen {since}); it may or may not have been applied: check \
+                 (for example, look the images up by external id), then send it with a new key"
+            ),
+        )
+        .into_response(),
+        Claim::Mismatch => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_key_reused",
+            "this Idempotency-Key was used for a different request in the last 24 hours; \
+             use a new key for a new request",
+        )
+        .into_response(),
+    })
+}
+
+/// A successful answer, kept for the key's retries (a failed one frees the key instead).
+async fn keep_answer(st: &Idempotency, claim: &IdempotencyKey, res: Response) -> Response {
     let (parts, body) = res.into_parts();
     let body: Bytes = match axum::body::to_bytes(body, usize::MAX).await {
         Ok(b) => b,
@@ -248,7 +275,7 @@ pub async fn idempotency(State(st): State<Idempotency>, req: Request, next: Next
     };
     if let Err(e) = st
         .service
-        .finish_idempotency(&claim, parts.status.as_u16(), &body)
+        .finish_idempotency(claim, parts.status.as_u16(), &body)
         .await
     {
         tracing::warn!(error = %e, "keeping the answer of an idempotent request failed; its retries answer 409");

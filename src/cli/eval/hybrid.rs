@@ -41,8 +41,48 @@ pub(super) async fn measure(
             "--fusion-sweep weighs photos one by one: run it without --photos-per-product"
         );
     }
-    // Each photo's product: the name of the product's first photo.
-    let product_of = |i: usize| names[i - i % per_product].clone();
+    let photos = Photos {
+        names,
+        captions,
+        per_product,
+    };
+    let to = titled_copy(svc, from, ids, &photos).await?;
+    let mut out = serde_json::Map::new();
+    let queries = recall_by_mode(svc, &to, &photos, &mut out).await?;
+    if sweep {
+        out.insert(
+            "sweep".into(),
+            sweep_weights(svc, &to, names, captions).await?,
+        );
+    }
+    svc.delete_collection(&to).await?;
+    out.insert("queries".into(), json!(queries));
+    Ok(Value::Object(out))
+}
+
+/// The split's photos by name, with their captions, `per_product` photos to a product.
+struct Photos<'a> {
+    names: &'a [String],
+    captions: &'a HashMap<String, Vec<String>>,
+    per_product: usize,
+}
+
+impl Photos<'_> {
+    /// Each photo's product: the name of the product's first photo.
+    fn product_of(&self, i: usize) -> String {
+        self.names[i - i % self.per_product].clone()
+    }
+}
+
+/// `<from>-hybrid`, made afresh: each photo copied from its stored code with its first caption as its
+/// `title` (and its product when products have several photos).
+async fn titled_copy(
+    svc: &Service,
+    from: &CollectionName,
+    ids: &HashMap<String, i64>,
+    photos: &Photos<'_>,
+) -> anyhow::Result<CollectionName> {
+    let (names, captions, per_product) = (photos.names, photos.captions, photos.per_product);
     let to = CollectionName::parse(&format!("{}-hybrid", from.as_str()))?;
     if svc.collection(&to).await.is_ok() {
         svc.delete_collection(&to).await?;
@@ -65,7 +105,7 @@ pub(super) async fn measure(
         let metadata = if per_product == 1 {
             json!({ "title": title })
         } else {
-            json!({ "title": title, "product": product_of(i) })
+            json!({ "title": title, "product": photos.product_of(i) })
         };
         lines.push(ImageLine {
             external_id: Some(name.clone()),
@@ -88,7 +128,17 @@ pub(super) async fn measure(
     for chunk in lines.chunks(256) {
         svc.restore_images(&to, chunk.to_vec(), &mark).await?;
     }
-    let mut out = serde_json::Map::new();
+    Ok(to)
+}
+
+/// R@1/5/10 of every search mode into `out`, by the mode's name; returns the queries each mode ran.
+async fn recall_by_mode(
+    svc: &Service,
+    to: &CollectionName,
+    photos: &Photos<'_>,
+    out: &mut serde_json::Map<String, Value>,
+) -> anyhow::Result<usize> {
+    let (names, captions) = (photos.names, photos.captions);
     let mut queries = 0;
     let modes: [(&str, SearchParams); 6] = [
         ("vector", mode(SearchMode::Vector, None, Fusion::Score)),
@@ -107,10 +157,10 @@ pub(super) async fn measure(
     for (label, p) in modes {
         let mut ranks = vec![];
         for (i, name) in names.iter().enumerate() {
-            let product = product_of(i);
+            let product = photos.product_of(i);
             for q in captions.get(name).map(|c| &c[1..]).unwrap_or_default() {
                 let hits = svc
-                    .search_images(&to, Query::Text(q.clone()), p.clone())
+                    .search_images(to, Query::Text(q.clone()), p.clone())
                     .await?;
                 let found = |h: &crate::service::ImageHit| match &h.product {
                     Some(p) => p.key.as_deref() == Some(product.as_str()),
@@ -122,15 +172,7 @@ pub(super) async fn measure(
         queries = ranks.len();
         out.insert(label.into(), recalls(&ranks));
     }
-    if sweep {
-        out.insert(
-            "sweep".into(),
-            sweep_weights(svc, &to, names, captions).await?,
-        );
-    }
-    svc.delete_collection(&to).await?;
-    out.insert("queries".into(), json!(queries));
-    Ok(Value::Object(out))
+    Ok(queries)
 }
 
 /// Search parameters for one row of the report: k = 10 in `m`, with only `only` as a channel if given.

@@ -25,43 +25,15 @@ use crate::{
     config::{EvalArgs, StoreArgs},
     metrics::Metrics,
     modality::Modality,
+    pipeline::Pipeline,
     service::{CollectionName, Service},
 };
 
 pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
-    let Some(data) = &args.data else {
-        anyhow::bail!(
-            "which dataset? give --data (or JOINTSPACE_EVAL_DATA) the Flickr8k folder: images/, \
-             Flickr8k.token.txt and Flickr_8k.<split>Images.txt (in this project's layout, ../shared/data/flickr8k)"
-        );
-    };
-    if !data.is_dir() {
-        anyhow::bail!(
-            "--data {}: no such folder (the Flickr8k folder: images/, Flickr8k.token.txt, ...)",
-            data.display()
-        );
-    }
+    let data = data_folder(&args)?;
     let split = dataset::read_split(data, &args.split, args.limit)?;
     let pipeline = offline_pipeline(&args.model)?;
-    let store_args = StoreArgs {
-        database_url: args.database_url.clone(),
-        database_timeout: 5,
-        index: crate::config::IndexMode::Memory,
-        index_dir: None,
-        // Through the HNSW graphs, as a large collection is searched (full rankings are exact either way).
-        exact_below: 0,
-        ef_search: 128,
-        max_k: 1000,
-        max_batch: 64,
-    };
-    let svc = open_service(
-        pipeline.clone(),
-        &store_args,
-        Arc::new(Metrics::new()),
-        None,
-        Purpose::Search,
-    )
-    .await?;
+    let svc = eval_service(&args, pipeline.clone()).await?;
     let collection = CollectionName::parse(&format!("eval-{}", args.split))?;
     let cid = ensure_collection(&svc, &collection).await?;
     let t = std::time::Instant::now();
@@ -122,6 +94,56 @@ pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
         None
     };
     svc.close().await;
+    print_results(&args, &report, hybrid)?;
+    Ok(())
+}
+
+/// `--data`, which must be a folder.
+fn data_folder(args: &EvalArgs) -> anyhow::Result<&std::path::Path> {
+    let Some(data) = &args.data else {
+        anyhow::bail!(
+            "which dataset? give --data (or JOINTSPACE_EVAL_DATA) the Flickr8k folder: images/, \
+             Flickr8k.token.txt and Flickr_8k.<split>Images.txt (in this project's layout, ../shared/data/flickr8k)"
+        );
+    };
+    if !data.is_dir() {
+        anyhow::bail!(
+            "--data {}: no such folder (the Flickr8k folder: images/, Flickr8k.token.txt, ...)",
+            data.display()
+        );
+    }
+    Ok(data)
+}
+
+/// The service the split is added to and searched in.
+async fn eval_service(args: &EvalArgs, pipeline: Arc<Pipeline>) -> anyhow::Result<Arc<Service>> {
+    let store_args = StoreArgs {
+        database_url: args.database_url.clone(),
+        database_timeout: 5,
+        index: crate::config::IndexMode::Memory,
+        index_dir: None,
+        // Through the HNSW graphs, as a large collection is searched (full rankings are exact either way).
+        exact_below: 0,
+        ef_search: 128,
+        max_k: 1000,
+        max_batch: 64,
+    };
+    open_service(
+        pipeline,
+        &store_args,
+        Arc::new(Metrics::new()),
+        None,
+        Purpose::Search,
+    )
+    .await
+}
+
+/// The report as JSON (`--json`) or as a table, with the hybrid search's figures when they were measured.
+fn print_results(
+    args: &EvalArgs,
+    report: &Report<'_>,
+    hybrid: Option<serde_json::Value>,
+) -> anyhow::Result<()> {
     if args.json {
         let mut j = report.json();
         if let (Some(h), Some(o)) = (hybrid, j.as_object_mut()) {

@@ -29,91 +29,9 @@ impl Checker<'_> {
                 found: m.format,
             });
         }
-        let v = &m.vision;
-        let taps: usize = v.taps.iter().map(|t| t.channels).sum();
-        if taps != v.raw_dim {
-            return bad(format!(
-                "vision.taps sum to {taps} channels but vision.raw_dim is {}",
-                v.raw_dim
-            ));
-        }
-        if m.fne.dim != v.raw_dim {
-            return bad(format!(
-                "fne.dim is {} but vision.raw_dim is {}",
-                m.fne.dim, v.raw_dim
-            ));
-        }
-        if let Some(p) = &v.prepare {
-            if !(1..=16_384).contains(&p.width()) || !(1..=16_384).contains(&p.height()) {
-                return bad(format!(
-                    "vision.prepare.resize {:?} must be two sizes in 1..=16384",
-                    p.resize
-                ));
-            }
-        }
-        if v.input_size == 0 || v.input_size > v.resize {
-            return bad(format!(
-                "vision.input_size {} must be in 1..=resize ({})",
-                v.input_size, v.resize
-            ));
-        }
-        let [lo, hi] = m.fne.thresholds;
-        if !matches!(
-            lo.partial_cmp(&hi),
-            Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
-        ) {
-            return bad(format!("fne.thresholds [{lo}, {hi}] must be ordered"));
-        }
-        if m.projection.joint_dim == 0 || m.text.max_tokens == 0 {
-            return bad("projection.joint_dim and text.max_tokens must be positive".into());
-        }
-        if m.similarity == Similarity::Euclidean && m.projection.abs {
-            return bad("projection.abs is for order embeddings; a euclidean bundle's vectors are used as they are (set abs to false)".into());
-        }
-        if let Some(h) = &m.hubness {
-            if m.similarity != Similarity::Cosine {
-                return bad(format!(
-                    "hubness offsets cosine scores; this bundle's similarity is {}",
-                    serde_json::to_string(&m.similarity).unwrap_or_default()
-                ));
-            }
-            bank_settings("hubness", "captions", h.captions, h.k, h.alpha).or_else(bad)?;
-            if let Some(a) = &h.annotation {
-                bank_settings("hubness.annotation", "images", a.images, a.k, a.alpha)
-                    .or_else(bad)?;
-            }
-        }
-        if let Some(l) = &m.labels {
-            if m.similarity != Similarity::Cosine || m.projection.abs {
-                return bad("labels add unit vectors: they are for cosine bundles".into());
-            }
-            if l.code_start >= m.fne.dim {
-                return bad(format!(
-                    "labels.code_start {} must be below fne.dim ({})",
-                    l.code_start, m.fne.dim
-                ));
-            }
-            if l.top == 0 || l.top > l.classes {
-                return bad(format!(
-                    "labels.top {} must be in 1..=labels.classes ({})",
-                    l.top, l.classes
-                ));
-            }
-            if !(l.weight.is_finite() && l.weight >= 0.0) {
-                return bad(format!(
-                    "labels.weight {} must be a finite number >= 0",
-                    l.weight
-                ));
-            }
-            if let Some(g) = &l.gate {
-                if m.hubness.is_none() {
-                    return bad("labels.gate reads the hubness section's caption bank; this bundle has none".into());
-                }
-                if !(g.middle.is_finite() && g.slope.is_finite()) {
-                    return bad("labels.gate.middle and slope must be finite numbers".into());
-                }
-            }
-        }
+        sizes(m).or_else(bad)?;
+        hubness_settings(m).or_else(bad)?;
+        labels_settings(m).or_else(bad)?;
         Ok(())
     }
 
@@ -299,6 +217,108 @@ impl Checker<'_> {
             }
         })
     }
+}
+
+/// The sizes the sections must agree on, and the settings a bundle's similarity rules out.
+fn sizes(m: &Manifest) -> Result<(), String> {
+    let v = &m.vision;
+    let taps: usize = v.taps.iter().map(|t| t.channels).sum();
+    if taps != v.raw_dim {
+        return Err(format!(
+            "vision.taps sum to {taps} channels but vision.raw_dim is {}",
+            v.raw_dim
+        ));
+    }
+    if m.fne.dim != v.raw_dim {
+        return Err(format!(
+            "fne.dim is {} but vision.raw_dim is {}",
+            m.fne.dim, v.raw_dim
+        ));
+    }
+    if let Some(p) = &v.prepare {
+        if !(1..=16_384).contains(&p.width()) || !(1..=16_384).contains(&p.height()) {
+            return Err(format!(
+                "vision.prepare.resize {:?} must be two sizes in 1..=16384",
+                p.resize
+            ));
+        }
+    }
+    if v.input_size == 0 || v.input_size > v.resize {
+        return Err(format!(
+            "vision.input_size {} must be in 1..=resize ({})",
+            v.input_size, v.resize
+        ));
+    }
+    let [lo, hi] = m.fne.thresholds;
+    if !matches!(
+        lo.partial_cmp(&hi),
+        Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+    ) {
+        return Err(format!("fne.thresholds [{lo}, {hi}] must be ordered"));
+    }
+    if m.projection.joint_dim == 0 || m.text.max_tokens == 0 {
+        return Err("projection.joint_dim and text.max_tokens must be positive".into());
+    }
+    if m.similarity == Similarity::Euclidean && m.projection.abs {
+        return Err("projection.abs is for order embeddings; a euclidean bundle's vectors are used as they are (set abs to false)".into());
+    }
+    Ok(())
+}
+
+/// The hubness banks' settings (for cosine bundles only).
+fn hubness_settings(m: &Manifest) -> Result<(), String> {
+    if let Some(h) = &m.hubness {
+        if m.similarity != Similarity::Cosine {
+            return Err(format!(
+                "hubness offsets cosine scores; this bundle's similarity is {}",
+                serde_json::to_string(&m.similarity).unwrap_or_default()
+            ));
+        }
+        bank_settings("hubness", "captions", h.captions, h.k, h.alpha)?;
+        if let Some(a) = &h.annotation {
+            bank_settings("hubness.annotation", "images", a.images, a.k, a.alpha)?;
+        }
+    }
+    Ok(())
+}
+
+/// The labels' settings (for cosine bundles only; the gate reads the hubness bank).
+fn labels_settings(m: &Manifest) -> Result<(), String> {
+    if let Some(l) = &m.labels {
+        if m.similarity != Similarity::Cosine || m.projection.abs {
+            return Err("labels add unit vectors: they are for cosine bundles".into());
+        }
+        if l.code_start >= m.fne.dim {
+            return Err(format!(
+                "labels.code_start {} must be below fne.dim ({})",
+                l.code_start, m.fne.dim
+            ));
+        }
+        if l.top == 0 || l.top > l.classes {
+            return Err(format!(
+                "labels.top {} must be in 1..=labels.classes ({})",
+                l.top, l.classes
+            ));
+        }
+        if !(l.weight.is_finite() && l.weight >= 0.0) {
+            return Err(format!(
+                "labels.weight {} must be a finite number >= 0",
+                l.weight
+            ));
+        }
+        if let Some(g) = &l.gate {
+            if m.hubness.is_none() {
+                return Err(
+                    "labels.gate reads the hubness section's caption bank; this bundle has none"
+                        .into(),
+                );
+            }
+            if !(g.middle.is_finite() && g.slope.is_finite()) {
+                return Err("labels.gate.middle and slope must be finite numbers".into());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A hubness bank's k and alpha against its row count (`section` names the manifest object, `rows` its count

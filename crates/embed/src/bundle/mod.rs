@@ -88,6 +88,88 @@ pub struct Bundle {
     pub labels: Option<LabelTensors>,
 }
 
+/// Every file the manifest names has its sha256 in `files` (so every file read is checked).
+fn check_files_listed(check: &Checker<'_>, manifest: &Manifest) -> Result<(), BundleError> {
+    let (v, f, p, t) = (
+        &manifest.vision,
+        &manifest.fne,
+        &manifest.projection,
+        &manifest.text,
+    );
+    let banks = manifest
+        .hubness
+        .iter()
+        .flat_map(|h| std::iter::once(&h.bank).chain(h.annotation.as_ref().map(|a| &a.bank)));
+    let vocabulary = t
+        .vocabulary
+        .iter()
+        .flat_map(|w| [&w.from.onnx, &w.from.tokenizer, &w.map]);
+    for file in [&v.onnx, &f.stats, &p.weights, &t.onnx, &t.tokenizer]
+        .into_iter()
+        .chain(banks)
+        .chain(vocabulary)
+        .chain(
+            manifest
+                .labels
+                .iter()
+                .flat_map(|l| std::iter::once(&l.weights).chain(&l.from)),
+        )
+    {
+        if !manifest.files.contains_key(file.as_str()) {
+            return Err(check.invalid("bundle.json", format!("`files` has no sha256 for {file}")));
+        }
+    }
+    Ok(())
+}
+
+/// W, and the bias beside it when there is one (finite throughout).
+fn read_projection(
+    check: &Checker<'_>,
+    p: &ProjectionSpec,
+    fne_dim: usize,
+) -> Result<(Vec<f32>, Option<Vec<f32>>), BundleError> {
+    let weights = check.read(&p.weights)?;
+    let weights = check.safetensors(&p.weights, &weights)?;
+    let projection = check.tensor(&p.weights, &weights, "weight", &[p.joint_dim, fne_dim])?;
+    let projection_bias = if weights.names().contains(&"bias") {
+        let b = check.tensor(&p.weights, &weights, "bias", &[p.joint_dim])?;
+        if b.iter().any(|x| !x.is_finite()) {
+            return Err(check.invalid(&p.weights, "tensor \"bias\" has a non-finite value"));
+        }
+        Some(b)
+    } else {
+        None
+    };
+    Ok((projection, projection_bias))
+}
+
+/// The hubness banks: of captions (offsets of images) and, when given, of images (offsets of captions).
+fn read_banks(
+    check: &Checker<'_>,
+    manifest: &Manifest,
+) -> Result<(Option<Arc<Hubness>>, Option<Hubness>), BundleError> {
+    let p = &manifest.projection;
+    let hubness = match &manifest.hubness {
+        None => None,
+        Some(h) => Some(Arc::new(check.bank(
+            &h.bank,
+            h.captions,
+            p.joint_dim,
+            h.k,
+            h.alpha,
+        )?)),
+    };
+    let annotation_hubness = match manifest
+        .hubness
+        .as_ref()
+        .and_then(|h| h.annotation.as_ref())
+    {
+        None => None,
+        Some(a) => Some(check.bank(&a.bank, a.images, p.joint_dim, a.k, a.alpha)?),
+    };
+    Ok((hubness, annotation_hubness))
+}
+
 /// `labels.safetensors`, as f32: row-major `[classes, head]` for plus and minus, `[classes, joint]` vectors.
 #[derive(Debug)]
 pub struct LabelTensors {
@@ -127,71 +209,14 @@ impl Bundle {
         for (file, expected) in &manifest.files {
             check.sha256(file, expected)?;
         }
-        let (v, f, p, t) = (
-            &manifest.vision,
-            &manifest.fne,
-            &manifest.projection,
-            &manifest.text,
-        );
-        let banks = manifest
-            .hubness
-            .iter()
-            .flat_map(|h| std::iter::once(&h.bank).chain(h.annotation.as_ref().map(|a| &a.bank)));
-        let vocabulary = t
-            .vocabulary
-            .iter()
-            .flat_map(|w| [&w.from.onnx, &w.from.tokenizer, &w.map]);
-        for file in [&v.onnx, &f.stats, &p.weights, &t.onnx, &t.tokenizer]
-            .into_iter()
-            .chain(banks)
-            .chain(vocabulary)
-            .chain(
-                manifest
-                    .labels
-                    .iter()
-                    .flat_map(|l| std::iter::once(&l.weights).chain(&l.from)),
-            )
-        {
-            if !manifest.files.contains_key(file.as_str()) {
-                return Err(
-                    check.invalid("bundle.json", format!("`files` has no sha256 for {file}"))
-                );
-            }
-        }
+        check_files_listed(&check, &manifest)?;
+        let (f, p) = (&manifest.fne, &manifest.projection);
         let stats = check.read(&f.stats)?;
         let stats = check.safetensors(&f.stats, &stats)?;
         let fne_mean = check.tensor(&f.stats, &stats, "mean", &[f.dim])?;
         let fne_std = check.tensor(&f.stats, &stats, "std", &[f.dim])?;
-        let weights = check.read(&p.weights)?;
-        let weights = check.safetensors(&p.weights, &weights)?;
-        let projection = check.tensor(&p.weights, &weights, "weight", &[p.joint_dim, f.dim])?;
-        let projection_bias = if weights.names().contains(&"bias") {
-            let b = check.tensor(&p.weights, &weights, "bias", &[p.joint_dim])?;
-            if b.iter().any(|x| !x.is_finite()) {
-                return Err(check.invalid(&p.weights, "tensor \"bias\" has a non-finite value"));
-            }
-            Some(b)
-        } else {
-            None
-        };
-        let hubness = match &manifest.hubness {
-            None => None,
-            Some(h) => Some(Arc::new(check.bank(
-                &h.bank,
-                h.captions,
-                p.joint_dim,
-                h.k,
-                h.alpha,
-            )?)),
-        };
-        let annotation_hubness = match manifest
-            .hubness
-            .as_ref()
-            .and_then(|h| h.annotation.as_ref())
-        {
-            None => None,
-            Some(a) => Some(check.bank(&a.bank, a.images, p.joint_dim, a.k, a.alpha)?),
-        };
+        let (projection, projection_bias) = read_projection(&check, p, f.dim)?;
+        let (hubness, annotation_hubness) = read_banks(&check, &manifest)?;
         let labels = match &manifest.labels {
             None => None,
             Some(l) => Some(check.labels(l, f.dim, p.joint_dim)?),

@@ -125,27 +125,12 @@ impl Service {
             self.reload_all().await?;
             return Ok(true);
         }
-        // Upserts before deletes: ids are never reused, so a delete is always the last word on its id.
-        type ByIndex = BTreeMap<(i64, Modality), Vec<i64>>;
-        let (mut upserts, mut deletes) = (ByIndex::new(), ByIndex::new());
-        let (mut created, mut dropped) = (BTreeSet::new(), BTreeSet::new());
-        for c in changes {
-            let m = match c.kind {
-                ChangeKind::Collection => {
-                    if c.delete {
-                        dropped.insert(c.collection_id);
-                    } else {
-                        created.insert(c.collection_id);
-                    }
-                    continue;
-                }
-                ChangeKind::Image => Modality::Images,
-                ChangeKind::Caption => Modality::Captions,
-                ChangeKind::All => continue,
-            };
-            let to = if c.delete { &mut deletes } else { &mut upserts };
-            to.entry((c.collection_id, m)).or_default().push(c.item_id);
-        }
+        let Sorted {
+            upserts,
+            deletes,
+            created,
+            dropped,
+        } = sorted(changes);
         for id in &dropped {
             self.indexes.remove(*id);
         }
@@ -157,6 +142,25 @@ impl Service {
             .chain(upserts.keys().chain(deletes.keys()).map(|(c, _)| *c))
             .filter(|c| !dropped.contains(c))
             .collect();
+        self.load_unseen(mentioned).await?;
+        self.apply_upserts(upserts).await?;
+        for ((cid, m), ids) in deletes {
+            let Ok(idx) = self.indexes_of(cid) else {
+                continue;
+            };
+            if m == Modality::Images {
+                idx.attributes.remove(&ids);
+            }
+            for id in ids {
+                hide(idx.get(m), id);
+            }
+        }
+        self.update_gauges();
+        Ok(false)
+    }
+
+    /// Loads the collections among `mentioned` that this process has no indexes for.
+    async fn load_unseen(&self, mentioned: BTreeSet<i64>) -> Result<()> {
         for cid in mentioned {
             if self.indexes.contains(cid) {
                 continue;
@@ -167,6 +171,11 @@ impl Service {
             let idx = self.load_indexes(&row).await?;
             self.indexes.put_if_absent(cid, idx);
         }
+        Ok(())
+    }
+
+    /// Brings upserted items into the indexes: images' metadata read again, vectors the indexes lack added.
+    async fn apply_upserts(&self, upserts: ByIndex) -> Result<()> {
         for ((cid, m), ids) in upserts {
             let Ok(idx) = self.indexes_of(cid) else {
                 continue;
@@ -189,19 +198,7 @@ impl Service {
                 idx.insert(p.id, p.vector, p.offset)?;
             }
         }
-        for ((cid, m), ids) in deletes {
-            let Ok(idx) = self.indexes_of(cid) else {
-                continue;
-            };
-            if m == Modality::Images {
-                idx.attributes.remove(&ids);
-            }
-            for id in ids {
-                hide(idx.get(m), id);
-            }
-        }
-        self.update_gauges();
-        Ok(false)
+        Ok(())
     }
 
     /// Rebuilds every index from the database (after a reindex elsewhere, or a long absence).
@@ -217,5 +214,46 @@ impl Service {
         self.indexes.replace_all(fresh);
         self.update_gauges();
         Ok(())
+    }
+}
+
+/// Item ids by collection and modality.
+type ByIndex = BTreeMap<(i64, Modality), Vec<i64>>;
+
+/// A batch of changes sorted by what they do.
+struct Sorted {
+    upserts: ByIndex,
+    deletes: ByIndex,
+    created: BTreeSet<i64>,
+    dropped: BTreeSet<i64>,
+}
+
+/// Sorts changes into upserts and deletes, applied in that order: ids are never reused, so a delete is
+/// always the last word on its id. (`All` is handled before.)
+fn sorted(changes: Vec<Change>) -> Sorted {
+    let (mut upserts, mut deletes) = (ByIndex::new(), ByIndex::new());
+    let (mut created, mut dropped) = (BTreeSet::new(), BTreeSet::new());
+    for c in changes {
+        let m = match c.kind {
+            ChangeKind::Collection => {
+                if c.delete {
+                    dropped.insert(c.collection_id);
+                } else {
+                    created.insert(c.collection_id);
+                }
+                continue;
+            }
+            ChangeKind::Image => Modality::Images,
+            ChangeKind::Caption => Modality::Captions,
+            ChangeKind::All => continue,
+        };
+        let to = if c.delete { &mut deletes } else { &mut upserts };
+        to.entry((c.collection_id, m)).or_default().push(c.item_id);
+    }
+    Sorted {
+        upserts,
+        deletes,
+        created,
+        dropped,
     }
 }

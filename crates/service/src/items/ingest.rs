@@ -158,19 +158,7 @@ impl Service {
                 ),
             )
             .await?;
-        let out = rows
-            .iter()
-            .zip(&ids)
-            .zip(written)
-            .map(|((row, (id, cap_ids)), n)| AddedImage {
-                id: *id,
-                external_id: row.external_id.clone(),
-                // The written captions' ids; the fields' sentences follow them.
-                caption_ids: cap_ids[..n].to_vec(),
-                width: row.width,
-                height: row.height,
-            })
-            .collect();
+        let out = added_images(&rows, &ids, written);
         self.index_added(c.id, rows, &ids)?;
         Ok(out)
     }
@@ -247,4 +235,25 @@ impl Service {
         self.update_gauges();
         Ok(())
     }
+}
+
+/// What an add answers for each row inserted: its id, and the ids of the `written` captions sent with it
+/// (the fields' sentences follow them).
+fn added_images(
+    rows: &[NewImage],
+    ids: &[(i64, Vec<i64>)],
+    written: Vec<usize>,
+) -> Vec<AddedImage> {
+    rows.iter()
+        .zip(ids)
+        .zip(written)
+        .map(|((row, (id, cap_ids)), n)| AddedImage {
+            id: *id,
+            external_id: row.external_id.clone(),
+            // The written captions' ids; the fields' sentences follow them.
+            caption_ids: cap_ids[..n].to_vec(),
+            width: row.width,
+            height: row.height,
+        })
+        .collect()
 }

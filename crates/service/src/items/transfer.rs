@@ -223,34 +223,9 @@ impl Service {
         let mut codes = Vec::with_capacity(images.len());
         let mut thumbs = Vec::with_capacity(images.len());
         for img in &images {
-            let what = img
-                .external_id
-                .as_deref()
-                .map(|e| format!("image \"{e}\""))
-                .unwrap_or_else(|| "an image".into());
-            if img.vision_id != b.vision_id {
-                return Err(ServiceError::Invalid(format!(
-                    "{what} was coded by vision model {}, and the loaded bundle's is {}: its code cannot be \
-                     projected; import under a bundle with that vision model, or add the photos again",
-                    img.vision_id, b.vision_id
-                )));
-            }
-            let raw = STANDARD
-                .decode(&img.code)
-                .map_err(|e| ServiceError::Invalid(format!("{what}: code is not base64: {e}")))?;
-            codes.push(
-                TernaryCode::from_packed(dim, raw)
-                    .map_err(|e| ServiceError::Invalid(format!("{what}: {e}")))?,
-            );
-            thumbs.push(
-                img.thumbnail
-                    .as_deref()
-                    .map(|t| STANDARD.decode(t))
-                    .transpose()
-                    .map_err(|e| {
-                        ServiceError::Invalid(format!("{what}: thumbnail is not base64: {e}"))
-                    })?,
-            );
+            let (code, thumb) = code_and_thumbnail(img, &b.vision_id, dim)?;
+            codes.push(code);
+            thumbs.push(thumb);
         }
         let texts: Vec<String> = images.iter().flat_map(|i| i.captions.clone()).collect();
         let mut text_vecs = self.embed_captions(&texts).await?.into_iter();
@@ -332,6 +307,39 @@ impl Service {
         let vectors = self.embed_texts(texts).await?;
         self.with_caption_offsets(vectors).await
     }
+}
+
+/// An exported image's code and thumbnail, decoded; refused when another vision model coded it (its code
+/// cannot be projected by the loaded bundle's W).
+fn code_and_thumbnail(
+    img: &ImageLine,
+    vision_id: &str,
+    dim: usize,
+) -> Result<(TernaryCode, Option<Vec<u8>>)> {
+    let what = img
+        .external_id
+        .as_deref()
+        .map(|e| format!("image \"{e}\""))
+        .unwrap_or_else(|| "an image".into());
+    if img.vision_id != vision_id {
+        return Err(ServiceError::Invalid(format!(
+            "{what} was coded by vision model {}, and the loaded bundle's is {}: its code cannot be \
+             projected; import under a bundle with that vision model, or add the photos again",
+            img.vision_id, vision_id
+        )));
+    }
+    let raw = STANDARD
+        .decode(&img.code)
+        .map_err(|e| ServiceError::Invalid(format!("{what}: code is not base64: {e}")))?;
+    let code = TernaryCode::from_packed(dim, raw)
+        .map_err(|e| ServiceError::Invalid(format!("{what}: {e}")))?;
+    let thumbnail = img
+        .thumbnail
+        .as_deref()
+        .map(|t| STANDARD.decode(t))
+        .transpose()
+        .map_err(|e| ServiceError::Invalid(format!("{what}: thumbnail is not base64: {e}")))?;
+    Ok((code, thumbnail))
 }
 
 #[cfg(test)]

@@ -136,42 +136,11 @@ impl Service {
     ) -> Result<UpsertedImage> {
         let c = self.writable_ref(collection).await?;
         check_external_id(external_id, "")?;
-        let metadata = match input.metadata {
-            None => Value::Object(Default::default()),
-            Some(m) if m.is_object() => m,
-            Some(_) => {
-                return Err(ServiceError::Invalid(
-                    "metadata must be a JSON object".into(),
-                ));
-            }
-        };
-        self.check_caption_count(input.captions.len())?;
-        let tokens = self
-            .pipeline
-            .tokenize(input.captions.iter().collect::<Vec<&String>>())
-            .map_err(|(i, e)| ServiceError::Text {
-                index: Some(i),
-                source: e,
-            })?;
-        let vectors = self.embed_tokens(tokens).await?;
+        let metadata = object_metadata(input.metadata)?;
         let written = input.captions.len();
-        let mut captions: Vec<EmbeddedCaption> = input
-            .captions
-            .into_iter()
-            .zip(self.with_caption_offsets(vectors).await?)
-            .map(|(text, v)| EmbeddedCaption::new(text, v))
-            .collect();
-        // The text fields' sentences after the upsert: those stored already are kept, not embedded again.
-        let stored = match self.store.image_by_external_id(c.id, external_id).await {
-            Ok(img) => self.stored_fields(c.id, &img).await?,
-            Err(crate::store::StoreError::NotFound(_)) => Default::default(),
-            Err(e) => return Err(e.into()),
-        };
-        captions.extend(
-            self.embed_fields(c.text_fields.as_deref(), &[&metadata], &stored)
-                .await?
-                .remove(0),
-        );
+        let captions = self
+            .upsert_captions(&c, external_id, input.captions, &metadata)
+            .await?;
         let sentences_embedded = captions.iter().filter(|c| !c.vector.is_empty()).count();
         let hash = content_hash(&input.bytes);
         let b = &self.pipeline.bundle;
@@ -187,22 +156,7 @@ impl Service {
                 .as_ref()
                 .is_some_and(|s| s.is_photo(&hash, &b.vision_id));
             if !same && photo.is_none() {
-                let e = self
-                    .embed_images(vec![input.bytes.clone()], ImageUse::Store)
-                    .await?
-                    .remove(0);
-                photo = Some(NewImage {
-                    external_id: Some(external_id.to_string()),
-                    metadata: Value::Null,
-                    width: e.width,
-                    height: e.height,
-                    code: e.code.packed().to_vec(),
-                    vector: e.vector,
-                    offset: e.offset,
-                    captions: vec![],
-                    thumbnail: e.thumbnail,
-                    content_hash: Some(hash.clone()),
-                });
+                photo = Some(self.embed_photo(external_id, &input.bytes, &hash).await?);
             }
             let u = Upsert {
                 external_id,
@@ -223,26 +177,7 @@ impl Service {
             else {
                 continue;
             };
-            // Committed: now the indexes (under --index database the rows are the index: nothing to do).
-            if let Some(idx) = self.memory_indexes(c.id)? {
-                if let Some(prev) = done.previous_id {
-                    hide(&idx.images, prev);
-                    idx.attributes.remove(&[prev]);
-                }
-                idx.attributes.set([(done.id, metadata.clone())]);
-                if let (Photo::New(p), true) =
-                    (&u.photo, done.created || done.previous_id.is_some())
-                {
-                    idx.images.insert(done.id, p.vector.clone(), p.offset)?;
-                }
-                for cid in &done.removed_captions {
-                    hide(&idx.captions, *cid);
-                }
-                for (cid, i) in &done.added_captions {
-                    let c = &captions[*i];
-                    idx.captions.insert(*cid, c.vector.clone(), c.offset)?;
-                }
-            }
+            self.index_upserted(c.id, &done, &u)?;
             self.update_gauges();
             let mut done = done;
             done.caption_ids.truncate(written);
@@ -261,5 +196,96 @@ impl Service {
             "the image with external_id \"{external_id}\" kept changing while this upsert ran \
              (other writes to it); send it again"
         )))
+    }
+
+    /// The image's captions after the upsert: those sent, embedded, then its text fields' sentences.
+    async fn upsert_captions(
+        &self,
+        c: &crate::CollectionRef,
+        external_id: &str,
+        sent: Vec<String>,
+        metadata: &Value,
+    ) -> Result<Vec<EmbeddedCaption>> {
+        self.check_caption_count(sent.len())?;
+        let tokens = self
+            .pipeline
+            .tokenize(sent.iter().collect::<Vec<&String>>())
+            .map_err(|(i, e)| ServiceError::Text {
+                index: Some(i),
+                source: e,
+            })?;
+        let vectors = self.embed_tokens(tokens).await?;
+        let mut captions: Vec<EmbeddedCaption> = sent
+            .into_iter()
+            .zip(self.with_caption_offsets(vectors).await?)
+            .map(|(text, v)| EmbeddedCaption::new(text, v))
+            .collect();
+        // The text fields' sentences after the upsert: those stored already are kept, not embedded again.
+        let stored = match self.store.image_by_external_id(c.id, external_id).await {
+            Ok(img) => self.stored_fields(c.id, &img).await?,
+            Err(crate::store::StoreError::NotFound(_)) => Default::default(),
+            Err(e) => return Err(e.into()),
+        };
+        captions.extend(
+            self.embed_fields(c.text_fields.as_deref(), &[metadata], &stored)
+                .await?
+                .remove(0),
+        );
+        Ok(captions)
+    }
+
+    /// The photo sent, embedded as a new row of the external id (its metadata and captions come separately).
+    async fn embed_photo(&self, external_id: &str, bytes: &Bytes, hash: &str) -> Result<NewImage> {
+        let e = self
+            .embed_images(vec![bytes.clone()], ImageUse::Store)
+            .await?
+            .remove(0);
+        Ok(NewImage {
+            external_id: Some(external_id.to_string()),
+            metadata: Value::Null,
+            width: e.width,
+            height: e.height,
+            code: e.code.packed().to_vec(),
+            vector: e.vector,
+            offset: e.offset,
+            captions: vec![],
+            thumbnail: e.thumbnail,
+            content_hash: Some(hash.to_string()),
+        })
+    }
+
+    /// A committed upsert, carried into the in-memory indexes (under --index database the rows are the
+    /// index: nothing to do).
+    fn index_upserted(&self, collection_id: i64, done: &Upserted, u: &Upsert<'_>) -> Result<()> {
+        let Some(idx) = self.memory_indexes(collection_id)? else {
+            return Ok(());
+        };
+        if let Some(prev) = done.previous_id {
+            hide(&idx.images, prev);
+            idx.attributes.remove(&[prev]);
+        }
+        idx.attributes.set([(done.id, u.metadata.clone())]);
+        if let (Photo::New(p), true) = (&u.photo, done.created || done.previous_id.is_some()) {
+            idx.images.insert(done.id, p.vector.clone(), p.offset)?;
+        }
+        for cid in &done.removed_captions {
+            hide(&idx.captions, *cid);
+        }
+        for (cid, i) in &done.added_captions {
+            let c = &u.captions[*i];
+            idx.captions.insert(*cid, c.vector.clone(), c.offset)?;
+        }
+        Ok(())
+    }
+}
+
+/// An upsert's metadata: an object, `{}` when none was sent.
+fn object_metadata(metadata: Option<Value>) -> Result<Value> {
+    match metadata {
+        None => Ok(Value::Object(Default::default())),
+        Some(m) if m.is_object() => Ok(m),
+        Some(_) => Err(ServiceError::Invalid(
+            "metadata must be a JSON object".into(),
+        )),
     }
 }

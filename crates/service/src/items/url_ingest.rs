@@ -84,41 +84,56 @@ impl Service {
             .filter(|i| matches!(i.source, ImageSource::Url(_)))
             .count();
         if urls == 0 {
-            let inputs = items
-                .into_iter()
-                .map(|it| ImageInput {
-                    bytes: match it.source {
-                        ImageSource::Bytes(b) => b,
-                        ImageSource::Url(_) => Bytes::new(),
-                    },
-                    external_id: it.external_id,
-                    metadata: it.metadata,
-                    captions: it.captions,
-                })
-                .collect();
-            let added = self.add_images_marked(collection, inputs, mark).await?;
-            return Ok(AddReport {
-                added: added.into_iter().enumerate().collect(),
-                failed: vec![],
-            });
+            return self.add_byte_items(collection, items, mark).await;
         }
         let Some(fetcher) = self.opts.url_fetcher.as_deref() else {
-            let (index, url) = items
-                .iter()
-                .enumerate()
-                .find_map(|(i, it)| match &it.source {
-                    ImageSource::Url(u) => Some((i, u.clone())),
-                    ImageSource::Bytes(_) => None,
-                })
-                .unwrap_or_default();
-            return Err(ServiceError::Fetch {
-                index: Some(index),
-                url,
-                source: Box::new(FetchError::Off),
-            });
+            return Err(url_ingest_off(&items));
         };
-        // Everything the request itself may be refused for, before any fetch (and with the request's
-        // positions, which the failures below would shift).
+        self.check_item_request(collection, &items).await?;
+        let (pending, failed) = self.fetch_items(fetcher, items).await;
+        if !failed.is_empty() && (all_or_nothing || pending.is_empty()) {
+            return Ok(AddReport {
+                added: vec![],
+                failed,
+            });
+        }
+        self.add_fetched(collection, pending, failed, several, all_or_nothing, mark)
+            .await
+    }
+
+    /// A request with no URLs: added as it always was, failing as a whole.
+    async fn add_byte_items(
+        &self,
+        collection: &CollectionName,
+        items: Vec<ImageItem>,
+        mark: Option<&ImportMark>,
+    ) -> Result<AddReport> {
+        let inputs = items
+            .into_iter()
+            .map(|it| ImageInput {
+                bytes: match it.source {
+                    ImageSource::Bytes(b) => b,
+                    ImageSource::Url(_) => Bytes::new(),
+                },
+                external_id: it.external_id,
+                metadata: it.metadata,
+                captions: it.captions,
+            })
+            .collect();
+        let added = self.add_images_marked(collection, inputs, mark).await?;
+        Ok(AddReport {
+            added: added.into_iter().enumerate().collect(),
+            failed: vec![],
+        })
+    }
+
+    /// Everything the request itself may be refused for, before any fetch (and with the request's
+    /// positions, which the failures after fetching would shift).
+    async fn check_item_request(
+        &self,
+        collection: &CollectionName,
+        items: &[ImageItem],
+    ) -> Result<()> {
         self.collection_ref(collection).await?;
         let shapes: Vec<ImageInput> = items
             .iter()
@@ -138,7 +153,16 @@ impl Service {
                 index: Some(i),
                 source: e,
             })?;
+        Ok(())
+    }
 
+    /// Fetches the URL items (all at once; the fetcher bounds them): those that came through wait to be
+    /// added, those that did not are failures.
+    async fn fetch_items(
+        &self,
+        fetcher: &Fetcher,
+        items: Vec<ImageItem>,
+    ) -> (Vec<Pending>, Vec<ItemFailure>) {
         let fetched = futures::future::join_all(items.iter().map(|it| async move {
             match &it.source {
                 ImageSource::Bytes(b) => Ok(b.clone()),
@@ -177,14 +201,20 @@ impl Service {
                 }
             }
         }
-        if !failed.is_empty() && (all_or_nothing || pending.is_empty()) {
-            return Ok(AddReport {
-                added: vec![],
-                failed,
-            });
-        }
-        // A URL's bytes that do not decode drop that item and the rest go again: decoding comes before any
-        // inference or write, so a retry costs only the others' decoding.
+        (pending, failed)
+    }
+
+    /// Adds the fetched items. A URL's bytes that do not decode drop that item and the rest go again:
+    /// decoding comes before any inference or write, so a retry costs only the others' decoding.
+    async fn add_fetched(
+        &self,
+        collection: &CollectionName,
+        mut pending: Vec<Pending>,
+        mut failed: Vec<ItemFailure>,
+        several: bool,
+        all_or_nothing: bool,
+        mark: Option<&ImportMark>,
+    ) -> Result<AddReport> {
         loop {
             let inputs = pending.iter().map(Pending::input).collect();
             match self.add_images_marked(collection, inputs, mark).await {
@@ -223,5 +253,22 @@ impl Service {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// The error for a request with URLs when URL ingest is off: it names the first URL.
+fn url_ingest_off(items: &[ImageItem]) -> ServiceError {
+    let (index, url) = items
+        .iter()
+        .enumerate()
+        .find_map(|(i, it)| match &it.source {
+            ImageSource::Url(u) => Some((i, u.clone())),
+            ImageSource::Bytes(_) => None,
+        })
+        .unwrap_or_default();
+    ServiceError::Fetch {
+        index: Some(index),
+        url,
+        source: Box::new(FetchError::Off),
     }
 }

@@ -255,19 +255,8 @@ impl Service {
         } else {
             vec![]
         };
-        // The vector side's score and similarity of each candidate: those it did not reach read from the
-        // index's vectors, or under --index database from their rows (one read for all of them).
-        let mut vec_of: HashMap<i64, (f32, f32)> =
-            vector.iter().map(|(i, s, sim)| (*i, (*s, *sim))).collect();
-        let mut missing: Vec<i64> = keyword
-            .iter()
-            .map(|h| h.0)
-            .chain(words.iter().map(|h| h.0))
-            .filter(|id| !vec_of.contains_key(id))
-            .collect();
-        missing.sort_unstable();
-        missing.dedup();
-        vec_of.extend(self.vector_scores(c, qv, &missing).await?);
+        let others = keyword.iter().map(|h| h.0).chain(words.iter().map(|h| h.0));
+        let vec_of = self.vector_side(c, qv, &vector, others).await?;
         // An image this server's index does not hold yet (just written on another replica) waits for the
         // follower; one below `min_score` is left out.
         let mut ids: Vec<i64> = vec_of
@@ -362,6 +351,25 @@ impl Service {
         let mut out: Vec<(i64, f32)> = best.into_iter().collect();
         out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         Ok(out)
+    }
+
+    /// The vector side's score and similarity of each candidate: those it did not reach (among `others`,
+    /// the other channels' candidates) read from the index's vectors, or under --index database from their
+    /// rows (one read for all of them).
+    async fn vector_side(
+        &self,
+        c: &CollectionRef,
+        qv: &QueryVector,
+        vector: &[Ranked],
+        others: impl Iterator<Item = i64>,
+    ) -> Result<HashMap<i64, (f32, f32)>> {
+        let mut vec_of: HashMap<i64, (f32, f32)> =
+            vector.iter().map(|(i, s, sim)| (*i, (*s, *sim))).collect();
+        let mut missing: Vec<i64> = others.filter(|id| !vec_of.contains_key(id)).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        vec_of.extend(self.vector_scores(c, qv, &missing).await?);
+        Ok(vec_of)
     }
 
     /// The vector channel's (score, similarity) of images it did not rank: from the index's vectors and
