@@ -10,13 +10,14 @@ use axum::{
 };
 use serde::de::DeserializeOwned;
 
+use super::metrics::HttpMetrics;
 use super::{
     AppState,
     error::{ApiError, ApiResult, BodyLimit, body_too_large},
     keys::{Key, KeyFound},
     middleware::auth::too_many,
 };
-use crate::{metrics::Metrics, service::CollectionName};
+use crate::service::CollectionName;
 
 /// The `{collection}` path segment, checked against the naming rule (422 when it breaks it).
 pub struct CollectionPath(pub CollectionName);
@@ -111,7 +112,7 @@ pub fn page(offset: Option<i64>, limit: Option<i64>) -> ApiResult<(i64, i64)> {
 /// Who is calling: the key the key check found (none on an open API), with the metrics its refusals count in.
 pub struct Caller {
     key: Option<Arc<Key>>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<HttpMetrics>,
 }
 
 impl FromRequestParts<AppState> for Caller {
@@ -128,7 +129,7 @@ impl FromRequestParts<AppState> for Caller {
             .unwrap_or_default();
         Ok(Caller {
             key,
-            metrics: s.metrics.clone(),
+            metrics: s.http.clone(),
         })
     }
 }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod extract;
 pub mod images;
 pub mod keys;
+pub mod metrics;
 pub mod middleware;
 pub mod openapi;
 pub mod page;
@@ -41,12 +42,10 @@ use tower_http::{
 };
 use tracing::Level;
 
-use crate::{
-    metrics::Metrics,
-    service::{ReadyOptions, Service},
-};
+use crate::service::{ReadyOptions, Service, metrics::Metrics};
 use error::{ApiError, BodyLimit};
 pub use keys::ApiKeys;
+use metrics::HttpMetrics;
 use middleware::{
     auth::KeyCheck, body_timeout::BodyTimeout, idempotency::Idempotency, timeout::Timeout,
 };
@@ -55,8 +54,10 @@ pub use openapi::ApiDoc;
 #[derive(Clone)]
 pub struct AppState {
     pub service: Arc<Service>,
-    /// The registry the HTTP layer records into (the service records into the same one).
+    /// The registry `/metrics` renders (the service's, with the HTTP layer's families in it).
     pub metrics: Arc<Metrics>,
+    /// The HTTP layer's own families.
+    pub http: Arc<HttpMetrics>,
     /// What `/readyz` demands.
     pub ready: ReadyOptions,
     /// The served API description, made once.
@@ -138,6 +139,7 @@ pub fn router_with(
     let max_request_bytes = opts.max_request_bytes;
     let state = AppState {
         service,
+        http: Arc::new(HttpMetrics::register(&metrics)),
         metrics,
         ready: opts.ready,
         openapi: openapi::yaml().into(),
@@ -171,7 +173,7 @@ pub fn router_with(
             KeyCheck {
                 keys: opts.keys,
                 routes: infos.clone(),
-                metrics: state.metrics.clone(),
+                metrics: state.http.clone(),
             },
             middleware::auth::require_key,
         ))

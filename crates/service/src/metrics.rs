@@ -1,7 +1,8 @@
-//! Prometheus metrics: HTTP traffic, embedding and search latency, inference batching and queueing, database
-//! latency, index sizes, the execution provider.
+//! Prometheus metrics: embedding and search latency, inference batching and queueing, database latency, index
+//! sizes, URL fetches, the execution provider. One registry for the process: the HTTP layer registers its own
+//! families (traffic, keys) into it (`register`), so `/metrics` is one exposition.
 
-use std::time::Duration;
+use std::{sync::Mutex, time::Duration};
 
 use crate::{batch::BatchStats, runtime::Provider};
 use prometheus_client::{
@@ -9,13 +10,6 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::{Metric, Registry},
 };
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HttpLabels {
-    pub method: String,
-    pub route: String,
-    pub status: u16,
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
@@ -30,17 +24,6 @@ pub struct ModelLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderLabels {
     pub provider: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KeyLabels {
-    pub key: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LimitLabels {
-    pub key: String,
-    pub limit: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -62,40 +45,41 @@ fn batch_rows() -> Histogram {
     BatchStats::default().batch_rows
 }
 
-fn latency() -> Histogram {
+/// Latency buckets, 1 ms to 30 s.
+pub fn latency() -> Histogram {
     Histogram::new([
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     ])
 }
 
 /// Registers `metric` and hands it back: a metric is a shared handle, so the copy kept is the one registered.
-fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+pub fn registered<M: Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
     registry.register(name, help, metric.clone());
     metric
 }
 
-fn latency_family<L: Clone + std::hash::Hash + Eq>() -> Family<L, Histogram> {
+pub fn latency_family<L: Clone + std::hash::Hash + Eq>() -> Family<L, Histogram> {
     Family::new_with_constructor(latency)
 }
 
 pub struct Metrics {
-    registry: Registry,
-    http_requests: Family<HttpLabels, Counter>,
-    http_seconds: Family<HttpLabels, Histogram>,
+    registry: Mutex<Registry>,
     embed_seconds: Family<KindLabels, Histogram>,
     embed_items: Family<KindLabels, Counter>,
     search_seconds: Family<KindLabels, Histogram>,
     index_images: Gauge,
     index_captions: Gauge,
-    http_in_flight: Gauge,
     queue_depth: Family<ModelLabels, Gauge>,
     batch_rows: Family<ModelLabels, Histogram>,
     rejected: Family<ModelLabels, Counter>,
     db_seconds: Family<OpLabels, Histogram>,
     provider: Family<ProviderLabels, Gauge>,
     index_loads: Family<SourceLabels, Counter>,
-    key_requests: Family<KeyLabels, Counter>,
-    rate_limited: Family<LimitLabels, Counter>,
     url_fetches: Family<OutcomeLabels, Counter>,
 }
 
@@ -110,18 +94,6 @@ impl Metrics {
         let mut r = Registry::with_prefix("jointspace");
         // Fields in registration order: the text exposition lists metrics in that order.
         Metrics {
-            http_requests: registered(
-                &mut r,
-                "http_requests",
-                "HTTP requests by route and status",
-                Family::default(),
-            ),
-            http_seconds: registered(
-                &mut r,
-                "http_request_duration_seconds",
-                "HTTP request latency",
-                latency_family(),
-            ),
             embed_seconds: registered(
                 &mut r,
                 "embed_duration_seconds",
@@ -150,12 +122,6 @@ impl Metrics {
                 &mut r,
                 "index_captions",
                 "Live caption vectors in all indexes",
-                Gauge::default(),
-            ),
-            http_in_flight: registered(
-                &mut r,
-                "http_requests_in_flight",
-                "HTTP requests being served",
                 Gauge::default(),
             ),
             queue_depth: registered(
@@ -195,18 +161,6 @@ impl Metrics {
                  database (built from every stored vector)",
                 Family::default(),
             ),
-            key_requests: registered(
-                &mut r,
-                "key_requests",
-                "Requests by API key name (keys are never shown, only their names)",
-                Family::default(),
-            ),
-            rate_limited: registered(
-                &mut r,
-                "rate_limited",
-                "Requests refused (429) by an API key's rate: limit=requests or rows",
-                Family::default(),
-            ),
             url_fetches: registered(
                 &mut r,
                 "url_fetches",
@@ -214,18 +168,8 @@ impl Metrics {
                  status, redirects, unreachable, invalid_url, off)",
                 Family::default(),
             ),
-            registry: r,
+            registry: Mutex::new(r),
         }
-    }
-
-    pub fn observe_http(&self, method: &str, route: &str, status: u16, d: Duration) {
-        let l = HttpLabels {
-            method: method.to_string(),
-            route: route.to_string(),
-            status,
-        };
-        self.http_requests.get_or_create(&l).inc();
-        self.http_seconds.get_or_create(&l).observe(d.as_secs_f64());
     }
 
     pub fn observe_embed(&self, kind: &str, n: usize, d: Duration) {
@@ -265,10 +209,6 @@ impl Metrics {
             .observe(d.as_secs_f64());
     }
 
-    pub fn http_in_flight(&self) -> &Gauge {
-        &self.http_in_flight
-    }
-
     pub fn observe_search(&self, kind: &str, d: Duration) {
         self.search_seconds
             .get_or_create(&KindLabels {
@@ -280,23 +220,6 @@ impl Metrics {
     pub fn set_index_sizes(&self, images: i64, captions: i64) {
         self.index_images.set(images);
         self.index_captions.set(captions);
-    }
-
-    pub fn key_request(&self, key: &str) {
-        self.key_requests
-            .get_or_create(&KeyLabels {
-                key: key.to_string(),
-            })
-            .inc();
-    }
-
-    pub fn rate_limited(&self, key: &str, limit: &str) {
-        self.rate_limited
-            .get_or_create(&LimitLabels {
-                key: key.to_string(),
-                limit: limit.to_string(),
-            })
-            .inc();
     }
 
     /// Counts a URL ingest fetch by outcome: "ok" or the refusal's kind.
@@ -326,9 +249,23 @@ impl Metrics {
             .set(1);
     }
 
+    /// Registers more metric families (the HTTP layer's) into the one registry: `f` registers them and
+    /// answers their handles.
+    pub fn register<T>(&self, f: impl FnOnce(&mut Registry) -> T) -> T {
+        let mut r = self
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut r)
+    }
+
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let _ = encode(&mut s, &self.registry);
+        let r = self
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = encode(&mut s, &r);
         s
     }
 }

@@ -19,9 +19,9 @@ use crate::{
         access::{Access, RouteInfos},
         error::ApiError,
         keys::{ApiKeys, KeyFound, check_secret},
+        metrics::HttpMetrics,
     },
     config::HttpArgs,
-    metrics::Metrics,
 };
 
 fn key_from(
@@ -87,7 +87,7 @@ fn collection_of(path: &str) -> Option<&str> {
 pub struct KeyCheck {
     pub keys: ApiKeys,
     pub routes: RouteInfos,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<HttpMetrics>,
 }
 
 pub async fn require_key(State(check): State<KeyCheck>, mut req: Request, next: Next) -> Response {

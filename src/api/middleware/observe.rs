@@ -26,11 +26,11 @@ pub async fn observe(State(s): State<AppState>, req: Request, next: Next) -> Res
             self.0.dec();
         }
     }
-    let g = InFlight(s.metrics.http_in_flight().clone());
+    let g = InFlight(s.http.in_flight().clone());
     g.0.inc();
     let res = next.run(req).await;
     drop(g);
-    s.metrics
-        .observe_http(&method, &route, res.status().as_u16(), t.elapsed());
+    s.http
+        .observe(&method, &route, res.status().as_u16(), t.elapsed());
     res
 }
