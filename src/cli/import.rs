@@ -26,7 +26,7 @@ use crate::{
     metrics::Metrics,
     service::{
         CollectionName, EXPORT_FORMAT, ExportLine, ImageItem, ImageLine, ImageSource, ImportMark,
-        IndexBackend, Service,
+        Service,
     },
 };
 
@@ -321,11 +321,8 @@ fn print_summary(job: &Job<'_>, name: &str, svc: &Service, metrics: &Metrics) {
         metrics.embedded("image"),
         metrics.embedded("text"),
     );
-    if svc.index_backend() == IndexBackend::RowsOnly {
-        println!(
-            "rows only: no HNSW graph built here (nowhere to keep it without --index-dir); a server builds \
-             its own from the rows at start"
-        );
+    if let Some(note) = svc.index_note() {
+        println!("{note}");
     }
     if job.failed > 0 {
         println!(

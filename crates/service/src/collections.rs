@@ -90,7 +90,7 @@ impl Service {
             .store
             .create_collection_with(name.as_str(), description, settings)
             .await?;
-        if !self.holds_graphs() {
+        if self.graphs().is_none() {
             return Ok(row);
         }
         let params = self.opts.index;

@@ -4,10 +4,11 @@
 //! (api, cli) see rows and hits, never the store itself.
 //!
 //! One module per area a reader can name: `collections`; `items` (adding, reading, changing, deleting, export
-//! and import); `search` (by vector, keyword or both); `admin` (reindex, following other replicas, readiness,
-//! warm-up, idempotency keys). Beside them: `registry` (the only holder of the index map's lock), `database`
+//! and import, catalogue feeds); `search` (by vector, keyword or both); `admin` (reindex, following other
+//! replicas, readiness, warm-up, idempotency keys). Beside them: `index_backend` (where the vectors live, chosen
+//! once at open: the one place `--index` is matched), `registry` (the only holder of the index map's lock), `database`
 //! (the opaque handle to the store), `fetch` (images by URL, behind an address guard), `metrics` (the
-//! Prometheus registry the service and the HTTP layer record into) and `error`.
+//! Prometheus registry the service records into, and the HTTP layer registers its own families in) and `error`.
 
 pub mod fetch;
 pub mod metrics;
@@ -16,6 +17,7 @@ mod admin;
 mod collections;
 mod database;
 mod error;
+mod index_backend;
 mod items;
 mod registry;
 mod search;
@@ -47,6 +49,7 @@ pub use admin::reindex::{REINDEX_PAGE_ROWS, Reindexed};
 pub use collections::{CollectionName, validate_collection_name};
 pub use database::Database;
 pub use error::{Result, ServiceError};
+pub use index_backend::IndexBackend;
 pub use items::feed::{
     Catalogue, FeedChange, FeedFormat, FeedItem, FeedMapping, FeedPhoto, FeedSource, SyncAction,
     SyncFailure, SyncJob, SyncOptions, SyncProgress, SyncReport, SyncRequest, read_feed,
@@ -88,22 +91,6 @@ pub struct ModelInfo {
     pub provider: &'static str,
     /// The trainer's provenance and test metrics, as in bundle.json.
     pub training: serde_json::Value,
-}
-
-/// Where the vector indexes live (`--index`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IndexBackend {
-    /// An HNSW graph per collection and modality in this process's memory, built or loaded at start and kept
-    /// in step by following the change sequence.
-    #[default]
-    Memory,
-    /// pgvector columns and HNSW indexes inside Postgres, written with the rows; this process holds no graph
-    /// (docs/storage.md, "The index in the database").
-    Database,
-    /// No index here or in the database: an offline command's writes go to the rows only, because a graph
-    /// built as it writes would have nowhere to be kept (`jointspace import`, `ingest` or `sync` into Postgres
-    /// without `--index-dir`); a server builds or fills its own index from the rows, as it would anyway.
-    RowsOnly,
 }
 
 pub struct ServiceOptions {
@@ -167,16 +154,7 @@ impl Service {
             sizes: Default::default(),
         };
         svc.check_provenance().await?;
-        match svc.opts.backend {
-            IndexBackend::Database => svc.enable_database_index().await?,
-            IndexBackend::Memory => {
-                for c in svc.store.list_collections().await? {
-                    let idx = svc.load_indexes(&c).await?;
-                    svc.indexes.put(c.id, idx);
-                }
-            }
-            IndexBackend::RowsOnly => {}
-        }
+        svc.open_indexes().await?;
         svc.update_gauges();
         Ok(svc)
     }
@@ -303,62 +281,6 @@ impl Service {
         })
     }
 
-    /// Whether the vector index lives in the database (`--index database`): no graph here, nothing to load,
-    /// update or follow.
-    fn in_database(&self) -> bool {
-        self.opts.backend == IndexBackend::Database
-    }
-
-    /// Where this process's vector index lives.
-    pub fn index_backend(&self) -> IndexBackend {
-        self.opts.backend
-    }
-
-    /// Whether this process keeps HNSW graphs (`--index memory`, where they can be used or kept).
-    fn holds_graphs(&self) -> bool {
-        self.opts.backend == IndexBackend::Memory
-    }
-
-    /// Readies the database's pgvector columns and HNSW indexes for the loaded bundle (built at the first start
-    /// in this mode, found at later ones).
-    async fn enable_database_index(&self) -> Result<()> {
-        let score = |q, t| self.score(q, t);
-        let mut metrics = vec![];
-        for (q, t) in [
-            (Modality::Captions, Modality::Images),
-            (Modality::Images, Modality::Images),
-            (Modality::Images, Modality::Captions),
-        ] {
-            let m = search::database::metric_of(score(q, t));
-            if !metrics.contains(&m) {
-                metrics.push(m);
-            }
-        }
-        let t = Instant::now();
-        let build = store::HnswBuild {
-            m: self.opts.index.max_connections,
-            ef_construction: self.opts.index.ef_construction,
-        };
-        let report = self
-            .store
-            .enable_vector_index(self.pipeline.joint_dim(), &metrics, build)
-            .await?;
-        tracing::info!(
-            pgvector = %report.pgvector, filled = report.filled, built = ?report.built,
-            secs = t.elapsed().as_secs_f32(), "the vector index is in the database"
-        );
-        Ok(())
-    }
-
-    /// A collection's in-memory indexes, or none where this process holds no graph (under `--index database`
-    /// the caller's write is then searchable through the rows it committed, with nothing more to do).
-    fn memory_indexes(&self, collection_id: i64) -> Result<Option<CollectionIndexes>> {
-        if !self.holds_graphs() {
-            return Ok(None);
-        }
-        self.indexes_of(collection_id).map(Some)
-    }
-
     /// `collection_ref` for a write: also requires the collection's index loaded here (`--index memory`) before
     /// anything is stored. A write committed and then refused for want of an index would release its
     /// idempotency key (a failed request wrote nothing), so its retry would store it twice.
@@ -392,7 +314,7 @@ impl Service {
             .opts
             .snapshot_dir
             .clone()
-            .filter(|_| self.holds_graphs())
+            .filter(|_| self.graphs().is_some())
         else {
             return Ok(0);
         };

@@ -118,7 +118,7 @@ impl Service {
     async fn apply(&self, changes: Vec<Change>) -> Result<bool> {
         // Under --index database every replica searches the same committed rows: the sequence is read (and
         // pruned) only to keep readiness's lag meaningful.
-        if changes.is_empty() || !self.holds_graphs() {
+        if changes.is_empty() || self.graphs().is_none() {
             return Ok(false);
         }
         if changes.iter().any(|c| c.kind == ChangeKind::All) {
@@ -203,7 +203,7 @@ impl Service {
 
     /// Rebuilds every index from the database (after a reindex elsewhere, or a long absence).
     async fn reload_all(&self) -> Result<()> {
-        if !self.holds_graphs() {
+        if self.graphs().is_none() {
             return Ok(());
         }
         let _rebuilding = self.indexes.rebuilding();

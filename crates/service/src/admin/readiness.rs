@@ -153,9 +153,9 @@ impl Service {
     }
 
     async fn unloaded_collections(&self, timeout: Duration) -> Result<Vec<String>, String> {
-        if self.in_database() {
+        let Some(graphs) = self.graphs() else {
             return Ok(vec![]);
-        }
+        };
         let all = tokio::time::timeout(timeout, self.store.collection_names())
             .await
             .map_err(|_| {
@@ -167,7 +167,7 @@ impl Service {
             .map_err(|e| format!("cannot list the collections: {e}"))?;
         Ok(all
             .into_iter()
-            .filter(|(id, _)| !self.indexes.contains(*id))
+            .filter(|(id, _)| !graphs.contains(*id))
             .map(|(_, name)| name)
             .collect())
     }

@@ -60,7 +60,7 @@ impl Service {
                         .list_collections()
                         .await?
                         .into_iter()
-                        .filter(|_| self.holds_graphs())
+                        .filter(|_| self.graphs().is_some())
                     {
                         let idx = self.load_indexes(&c).await?;
                         self.indexes.put(c.id, idx);

@@ -5,7 +5,6 @@
 
 use std::time::Instant;
 
-use crate::modality::Modality;
 use crate::{Result, Service};
 
 /// Sentences of one to twenty words (the lengths most queries have), cut from one caption-like text.
@@ -32,38 +31,7 @@ impl Service {
             }
         }
         for c in self.store.list_collections().await? {
-            if self.in_database() {
-                // The database's HNSW pages and the rows, as a search reads them.
-                let hits = self
-                    .nearest_in_database(crate::search::database::DbQuery {
-                        collection_id: c.id,
-                        target: Modality::Images,
-                        vector: &query,
-                        query_modality: Modality::Captions,
-                        filter: &crate::filter::Filter::all(),
-                        exclude: None,
-                        matches: None,
-                        offset: 0,
-                        k: 10,
-                    })
-                    .await?;
-                let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
-                self.store.images_by_ids(c.id, &ids).await?;
-                continue;
-            }
-            let Ok(idx) = self.indexes_of(c.id) else {
-                continue;
-            };
-            let (images, score) = (
-                idx.images.clone(),
-                self.score(Modality::Captions, Modality::Images),
-            );
-            let q = query.clone();
-            let hits = tokio::task::spawn_blocking(move || images.search(&q, score, 0, 10, None))
-                .await
-                .map_err(|e| crate::ServiceError::Unavailable(e.to_string()))?;
-            let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
-            self.store.images_by_ids(c.id, &ids).await?;
+            self.warm_collection(c.id, &query).await?;
         }
         Ok(t.elapsed())
     }

@@ -6,7 +6,7 @@
 //! model has never seen ("espadrille", "sku-4411") still finds its product, a paraphrase with no word in
 //! common finds it by meaning, and a channel sure of its answer counts for more than one that is not.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::{
     CollectionRef, Result, Service, ServiceError,
@@ -296,12 +296,7 @@ impl Service {
         if p.filter.is_all() {
             return Ok(None);
         }
-        Ok(Some(if self.in_database() {
-            self.store.count_matching(c.id, &p.filter, None).await?
-        } else {
-            let indexes = self.indexes_of(c.id)?;
-            self.allowed_images(&indexes, &p.filter).await?.len()
-        }))
+        Ok(Some(self.count_matches(c.id, &p.filter).await?))
     }
 
     /// The words by meaning: images ranked by the nearest of their captions and text-field sentences to the
@@ -337,15 +332,7 @@ impl Service {
         }
         if !deep.filter.is_all() {
             let images: Vec<i64> = best.keys().copied().collect();
-            let allowed: HashSet<i64> = match self.memory_indexes(c.id)? {
-                Some(idx) => self.allowed_images(&idx, &deep.filter).await?,
-                None => self
-                    .store
-                    .matching_among(c.id, &deep.filter, &images)
-                    .await?
-                    .into_iter()
-                    .collect(),
-            };
+            let allowed = self.admitted_among(c.id, &deep.filter, &images).await?;
             best.retain(|id, _| allowed.contains(id));
         }
         let mut out: Vec<(i64, f32)> = best.into_iter().collect();

@@ -1,20 +1,22 @@
 //! Search: a query (sentence, photo, or stored photo) becomes a vector, the collection's index of the
 //! target modality ranks its points, and the hits come back with their rows. One path for both targets;
-//! `hybrid` adds the keyword ranking and fuses the two.
+//! `hybrid` adds the keyword ranking and fuses the two. The index is searched where it lives (the service's
+//! `index_backend` decides): `graphs` (this process's HNSW graphs) or `database` (pgvector in Postgres).
 
 pub(crate) mod database;
 pub mod fusion;
+mod graphs;
 mod groups;
 mod hybrid;
 
 pub use groups::Product;
 pub use hybrid::Candidates;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::{CollectionIndexes, CollectionName, CollectionRef, Result, Service, ServiceError};
+use super::{CollectionName, CollectionRef, Result, Service, ServiceError};
 use crate::{
     filter::Filter,
     index::Score,
@@ -201,102 +203,6 @@ impl Service {
             target,
             self.pipeline.bundle.offsets_bank(target).is_some(),
         )
-    }
-
-    /// Internal search without the HTTP limits (for `eval`, which ranks against the whole split).
-    pub async fn rank(
-        &self,
-        collection_id: i64,
-        target: Modality,
-        q: &[f32],
-        qm: Modality,
-        k: usize,
-    ) -> Result<Vec<(i64, f32)>> {
-        if self.in_database() {
-            let hits = self
-                .nearest_in_database(database::DbQuery {
-                    collection_id,
-                    target,
-                    vector: q,
-                    query_modality: qm,
-                    filter: &Filter::all(),
-                    exclude: None,
-                    matches: None,
-                    offset: 0,
-                    k,
-                })
-                .await?;
-            return Ok(hits.into_iter().map(|h| (h.id, h.score)).collect());
-        }
-        let idx = self.indexes_of(collection_id)?.get(target).clone();
-        let score = self.score(qm, target);
-        Ok(idx
-            .search(q, score, 0, k, None)
-            .into_iter()
-            .map(|h| (h.id, h.score))
-            .collect())
-    }
-
-    /// The images `filter` admits, from the metadata held beside the vectors (the index's attributes.rs), off
-    /// the async threads as the search itself.
-    pub(super) async fn allowed_images(
-        &self,
-        indexes: &CollectionIndexes,
-        filter: &Filter,
-    ) -> Result<HashSet<i64>> {
-        let (attributes, filter) = (indexes.attributes.clone(), filter.clone());
-        tokio::task::spawn_blocking(move || attributes.matching(&filter))
-            .await
-            .map_err(|e| ServiceError::Unavailable(e.to_string()))
-    }
-
-    /// The ranked page of `target` for a query vector, and how many images the filter admits.
-    pub(super) async fn search_ids(
-        &self,
-        c: &CollectionRef,
-        target: Modality,
-        q: &QueryVector,
-        p: &SearchParams,
-    ) -> Result<(Vec<Ranked>, Option<usize>)> {
-        if self.in_database() {
-            return self.search_in_database(c.id, target, q, p).await;
-        }
-        // A stored query image is left out of image results before paging, so pages neither skip nor repeat.
-        let exclude = q.exclude.filter(|_| target == Modality::Images);
-        let indexes = self.indexes_of(c.id)?;
-        let mut allowed: Option<HashSet<i64>> = if p.filter.is_all() {
-            None
-        } else {
-            Some(self.allowed_images(&indexes, &p.filter).await?)
-        };
-        if let (Some(x), Some(a)) = (exclude, allowed.as_mut()) {
-            a.remove(&x);
-        }
-        let matches = allowed.as_ref().map(HashSet::len);
-        let idx = indexes.get(target).clone();
-        let score = self.score(q.modality, target);
-        let (offset, k, extra) = (p.offset, p.k, usize::from(exclude.is_some()));
-        let (vector, min_score) = (q.vector.clone(), p.min_score);
-        let hits = tokio::task::spawn_blocking(move || {
-            let page = match exclude {
-                None => idx.search(&vector, score, offset, k, allowed.as_ref()),
-                Some(x) => idx
-                    .search(&vector, score, 0, offset + k + extra, allowed.as_ref())
-                    .into_iter()
-                    .filter(|h| h.id != x)
-                    .skip(offset)
-                    .take(k)
-                    .collect(),
-            };
-            // Ranked by score, so the cut keeps a prefix of the page.
-            page.into_iter()
-                .filter(|h| min_score.is_none_or(|m| h.score >= m))
-                .map(|h| (h.id, h.score, h.similarity))
-                .collect::<Vec<Ranked>>()
-        })
-        .await
-        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        Ok((hits, matches))
     }
 
     pub async fn search_images(
