@@ -184,6 +184,10 @@ async fn feed_life(db: &str) {
     let (ok, out, r) = sync(db, d, "feed2.csv", &csv);
     assert!(ok, "{out}");
     assert_eq!(counts(&r), [0, 0, 2, 3, 0, 0, 0], "{r}");
+    assert_eq!(
+        r["sentences_embedded"], 0,
+        "the caption sku-1 keeps is not embedded again: {r}"
+    );
     let second = state(db).await;
     assert_eq!(second["sku-1"].0, first["sku-1"].0, "same photo, same id");
     assert_eq!(second["sku-1"].1["title"], "Crimson shoe");

@@ -204,6 +204,10 @@ async fn feed_life(url: &str, extra: &[&str]) {
         before,
         "no CNN pass for a text change"
     );
+    assert_eq!(
+        job["report"]["sentences_embedded"], 1,
+        "only the changed caption is embedded: {job}"
+    );
     let second = state(&app).await;
     assert_eq!(second["sku-1"].0, first["sku-1"].0, "same photo, same id");
     assert_eq!(second["sku-1"].1["title"], "Crimson shoe");

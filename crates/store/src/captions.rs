@@ -259,6 +259,26 @@ impl Store {
             .collect())
     }
 
+    /// The texts of an image's written captions (not its text fields' sentences) embedded by `bundle_id`: what
+    /// an upsert need not embed again.
+    pub async fn written_captions(
+        &self,
+        collection_id: i64,
+        image_id: i64,
+        bundle_id: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT text FROM captions WHERE collection_id = $1 AND image_id = $2 \
+             AND field IS NULL AND bundle_id = $3 ORDER BY id",
+        )
+        .bind(collection_id)
+        .bind(image_id)
+        .bind(bundle_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(|r| r.get("text")).collect())
+    }
+
     pub async fn captions_by_ids(
         &self,
         collection_id: i64,

@@ -207,27 +207,54 @@ impl Service {
         metadata: &Value,
     ) -> Result<Vec<EmbeddedCaption>> {
         self.check_caption_count(sent.len())?;
-        let tokens = self
+        let mut tokens = self
             .pipeline
             .tokenize(sent.iter().collect::<Vec<&String>>())
             .map_err(|(i, e)| ServiceError::Text {
                 index: Some(i),
                 source: e,
             })?;
-        let vectors = self.embed_tokens(tokens).await?;
-        let mut captions: Vec<EmbeddedCaption> = sent
-            .into_iter()
-            .zip(self.with_caption_offsets(vectors).await?)
-            .map(|(text, v)| EmbeddedCaption::new(text, v))
-            .collect();
-        // The text fields' sentences after the upsert: those stored already are kept, not embedded again.
-        let stored = match self.store.image_by_external_id(c.id, external_id).await {
-            Ok(img) => self.stored_fields(c.id, &img).await?,
+        // What the image holds already under the loaded bundle: a caption or a text field's sentence with the
+        // same text is kept by the store under its id, so it is not embedded again (a text-only change costs a
+        // text-model pass for the changed sentences alone).
+        let (mut written, fields) = match self.store.image_by_external_id(c.id, external_id).await {
+            Ok(img) => (
+                self.store
+                    .written_captions(c.id, img.id, &self.pipeline.bundle.id)
+                    .await?,
+                self.stored_fields(c.id, &img).await?,
+            ),
             Err(crate::store::StoreError::NotFound(_)) => Default::default(),
             Err(e) => return Err(e.into()),
         };
+        let mut captions = Vec::with_capacity(sent.len());
+        let mut fresh = vec![];
+        for (text, ids) in sent.into_iter().zip(tokens.drain(..)) {
+            match written.iter().position(|w| *w == text) {
+                // Each stored caption keeps one sent caption: a text sent twice and stored once is embedded once.
+                Some(at) => {
+                    written.swap_remove(at);
+                    captions.push(EmbeddedCaption::new(text, (vec![], 0.0)));
+                }
+                None => {
+                    fresh.push((captions.len(), ids));
+                    captions.push(EmbeddedCaption::new(text, (vec![], 0.0)));
+                }
+            }
+        }
+        if !fresh.is_empty() {
+            let (slots, ids): (Vec<usize>, Vec<_>) = fresh.into_iter().unzip();
+            let vectors = self.embed_tokens(ids).await?;
+            for (i, (vector, offset)) in slots
+                .into_iter()
+                .zip(self.with_caption_offsets(vectors).await?)
+            {
+                captions[i].vector = vector;
+                captions[i].offset = offset;
+            }
+        }
         captions.extend(
-            self.embed_fields(c.text_fields.as_deref(), &[metadata], &stored)
+            self.embed_fields(c.text_fields.as_deref(), &[metadata], &fields)
                 .await?
                 .remove(0),
         );
