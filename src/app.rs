@@ -189,18 +189,7 @@ impl Application {
             );
         }
         let metrics = Arc::new(Metrics::new());
-        let keys = ApiKeys::from_args(&cfg.http)?;
-        if keys.is_open() {
-            tracing::warn!(
-                "no API key configured: the API is open to anyone who can reach it \
-                 (set JOINTSPACE_ADMIN_KEY and JOINTSPACE_READ_KEY, or their _FILE variants, or JOINTSPACE_KEYS_FILE)"
-            );
-        } else {
-            tracing::info!(
-                keys = %keys.summary(),
-                "API keys required (Authorization: Bearer)"
-            );
-        }
+        let keys = api_keys(&cfg)?;
         let test_leak = api::middleware::test_leak::from_env()?;
         if test_leak > 0 {
             tracing::warn!(
@@ -314,6 +303,23 @@ impl Application {
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.run_until(shutdown_signal()).await
     }
+}
+
+/// The API keys, and a line saying whether the API is open.
+fn api_keys(cfg: &ServeArgs) -> anyhow::Result<ApiKeys> {
+    let keys = ApiKeys::from_args(&cfg.http)?;
+    if keys.is_open() {
+        tracing::warn!(
+            "no API key configured: the API is open to anyone who can reach it \
+             (set JOINTSPACE_ADMIN_KEY and JOINTSPACE_READ_KEY, or their _FILE variants, or JOINTSPACE_KEYS_FILE)"
+        );
+    } else {
+        tracing::info!(
+            keys = %keys.summary(),
+            "API keys required (Authorization: Bearer)"
+        );
+    }
+    Ok(keys)
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

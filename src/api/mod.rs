@@ -130,6 +130,36 @@ fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
     ))
 }
 
+/// The outermost layers, the edge of every request: its id (the client's x-request-id or a fresh UUID, echoed
+/// back), its log line and span, and a panic answered 500 instead of dropping the connection.
+fn request_edges(app: Router<AppState>) -> Router<AppState> {
+    app
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(
+            // One line per request at info (method, path, status, latency), in a span with the request id
+            // (the client's x-request-id, or a fresh UUID), so every log line of a request can be found.
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request| {
+                    let id = req
+                        .extensions()
+                        .get::<RequestId>()
+                        .and_then(|r| r.header_value().to_str().ok())
+                        .unwrap_or("-");
+                    tracing::info_span!("request", request_id = %id, method = %req.method(), uri = %req.uri(), key = tracing::field::Empty)
+                })
+                .on_response(DefaultOnResponse::new().level(Level::INFO)),
+        )
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error; the request was not applied",
+            )
+            .into_response()
+        }))
+}
+
 /// The API around `service`, recording into `metrics` (the registry the service was opened with).
 pub fn router_with(
     service: Arc<Service>,
@@ -200,32 +230,7 @@ pub fn router_with(
         Some(c) => app.layer(c),
         None => app,
     };
-    Ok(app
-        .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(
-            // One line per request at info (method, path, status, latency), in a span with the request id
-            // (the client's x-request-id, or a fresh UUID), so every log line of a request can be found.
-            TraceLayer::new_for_http()
-                .make_span_with(|req: &Request| {
-                    let id = req
-                        .extensions()
-                        .get::<RequestId>()
-                        .and_then(|r| r.header_value().to_str().ok())
-                        .unwrap_or("-");
-                    tracing::info_span!("request", request_id = %id, method = %req.method(), uri = %req.uri(), key = tracing::field::Empty)
-                })
-                .on_response(DefaultOnResponse::new().level(Level::INFO)),
-        )
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .layer(CatchPanicLayer::custom(|_| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "internal error; the request was not applied",
-            )
-            .into_response()
-        }))
-        .with_state(state))
+    Ok(request_edges(app).with_state(state))
 }
 
 async fn not_found(req: Request) -> ApiError {
