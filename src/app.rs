@@ -292,6 +292,7 @@ impl Application {
             .await?;
         drop(follower);
         drop(jobs);
+        svc.release_sync_job().await;
         match svc.snapshot().await {
             Ok(n) => tracing::info!(indexes = n, "index snapshots written"),
             Err(e) => tracing::warn!(error = %e, "index snapshot at shutdown failed"),

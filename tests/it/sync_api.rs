@@ -3,8 +3,8 @@
 //! written without a CNN pass (the same image id, the server's own counter of photos embedded unmoved), a new
 //! photo, a feed that withdraws too much refused with nothing written, its dry run, its real run, bad lines,
 //! a path and a wrong type refused before any job is queued, a CSV feed fetched by URL with its photos at
-//! URLs, a second job refused while one runs, and a server killed mid-job: another start runs the job again
-//! from its feed and it ends with every item once.
+//! URLs, a second job refused while one runs, a server stopped mid-job handing it back to the queue, and a
+//! server killed mid-job: another start runs the job again from its feed and it ends with every item once.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -14,6 +14,7 @@ use axum::{
     http::header,
     routing::get,
 };
+use jointspace_store::{JobState, Store};
 use serde_json::{Value, json};
 
 use crate::common::{BUNDLE, TestApp, b64, fixture_image, gauge, pg::PgCluster};
@@ -90,6 +91,19 @@ async fn finished(app: &TestApp, location: &str) -> Value {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("the job at {location} did not finish in 60 s");
+}
+
+/// Waits until the running job at `location` has handled at least 4 items.
+async fn midway(app: &TestApp, location: &str) {
+    for _ in 0..300 {
+        let (_, j) = app.get_json(location).await;
+        if j["state"] == "running" && j["done"].as_i64().unwrap_or(0) >= 4 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, j) = app.get_json(location).await;
+    panic!("the job did not get 4 items in: {j}");
 }
 
 /// Posts a feed and waits for its job: the finished job.
@@ -316,23 +330,23 @@ async fn feed_life(url: &str, extra: &[&str]) {
             .is_some_and(|m| m.contains(&format!("sync job {}", job["id"]))),
         "{body}"
     );
-    for _ in 0..300 {
-        let (_, j) = app.get_json(&location).await;
-        if j["done"].as_i64().unwrap_or(0) >= 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let (_, mid) = app.get_json(&location).await;
-    assert_eq!(mid["state"], "running", "{mid}");
+    // Stopped gracefully mid-job, the server hands the job back to the queue.
+    midway(&app, &location).await;
+    app.stop().await;
+    let store = Store::connect(url).await.expect("store");
+    let shop = store.collection("shop").await.expect("shop").id;
+    let id = job["id"].as_i64().expect("id");
+    let back = store.job(shop, id).await.expect("the job");
+    assert_eq!(back.state, JobState::Queued, "handed back at shutdown");
+    store.close().await;
+    // Killed mid-job (no handing back), its lease runs out and the next start runs it again.
+    let app = TestApp::start_url(BUNDLE, url, &flags).await;
+    midway(&app, &location).await;
     app.kill().await;
     let app = TestApp::start_url(BUNDLE, url, &flags).await;
     let job = finished(&app, &location).await;
     assert_eq!(job["state"], "succeeded", "{job}");
-    assert_eq!(
-        job["attempts"], 2,
-        "run again after its server stopped: {job}"
-    );
+    assert_eq!(job["attempts"], 3, "run again after each stop: {job}");
     let last = state(&app).await;
     assert_eq!(last.len(), 24, "every item once: {:?}", last.keys());
     assert!(last.keys().all(|k| k.starts_with("p-")));

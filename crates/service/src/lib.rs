@@ -128,6 +128,8 @@ pub struct Service {
     probes: admin::readiness::ProbeCache,
     /// Under `--index database`, collections' sizes for the scan-or-walk choice of a filtered search.
     sizes: search::database::CollectionSizes,
+    /// The sync job this process is running, as (job id, attempt), for `release_sync_job` at shutdown.
+    running_job: std::sync::Mutex<Option<(i64, i64)>>,
 }
 
 impl Service {
@@ -152,6 +154,7 @@ impl Service {
             followed_at_ms: AtomicU64::new(0),
             probes: Default::default(),
             sizes: Default::default(),
+            running_job: Default::default(),
         };
         svc.check_provenance().await?;
         svc.open_indexes().await?;

@@ -248,6 +248,21 @@ impl Store {
         Ok(n == 1)
     }
 
+    /// Hands this attempt's job back to the queue (its server is shutting down): the next server to look claims
+    /// it at once instead of after the lease. False when it is no longer this attempt's.
+    pub async fn release_job(&self, id: i64, attempt: i64) -> Result<bool, StoreError> {
+        let n = sqlx::query(
+            "UPDATE sync_jobs SET state = 'queued', done = 0 \
+             WHERE id = $1 AND attempts = $2 AND state = 'running'",
+        )
+        .bind(id)
+        .bind(attempt)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(n == 1)
+    }
+
     /// Forgets finished jobs older than `JOB_RETENTION`.
     pub async fn prune_jobs(&self) -> Result<u64, StoreError> {
         let n = sqlx::query(
@@ -311,6 +326,22 @@ mod tests {
         assert!(store.claimable_jobs(lease).await.expect("jobs").is_empty());
         assert!(store.beat_job(job.id, 1, 2).await.expect("beat"));
         assert_eq!(store.job(c, job.id).await.expect("job").done, 2);
+        // Handed back at a shutdown, it is queued again and claimed at once, one attempt more.
+        assert!(store.release_job(job.id, 1).await.expect("release"));
+        assert_eq!(
+            store.job(c, job.id).await.expect("job").state,
+            JobState::Queued
+        );
+        let back = store
+            .claim_job(job.id, lease)
+            .await
+            .expect("claim")
+            .expect("queued again");
+        assert_eq!(back.job.attempts, 2);
+        assert!(
+            !store.beat_job(job.id, 1, 3).await.expect("beat"),
+            "the old attempt is done"
+        );
 
         // Its server stopped: past the lease, another claim takes it, and the old attempt can no longer
         // beat or finish it. (Heartbeats are stamped to the second.)
@@ -322,18 +353,18 @@ mod tests {
             .expect("the stale job");
         assert_eq!(
             (again.job.id, again.job.attempts, again.job.done),
-            (job.id, 2, 0)
+            (job.id, 3, 0)
         );
-        assert!(!store.beat_job(job.id, 1, 3).await.expect("beat"));
+        assert!(!store.beat_job(job.id, 2, 3).await.expect("beat"));
         assert!(
             !store
-                .finish_job(job.id, 1, JobState::Succeeded, 3, "{}", None)
+                .finish_job(job.id, 2, JobState::Succeeded, 3, "{}", None)
                 .await
                 .expect("finish")
         );
         assert!(
             store
-                .finish_job(job.id, 2, JobState::Failed, 1, "{\"x\":1}", Some("why"))
+                .finish_job(job.id, 3, JobState::Failed, 1, "{\"x\":1}", Some("why"))
                 .await
                 .expect("finish")
         );
@@ -341,6 +372,8 @@ mod tests {
         assert_eq!(done.state, JobState::Failed);
         assert_eq!(done.error.as_deref(), Some("why"));
         assert!(done.finished_at.is_some());
+        // Finished, it can no longer be handed back.
+        assert!(!store.release_job(job.id, 3).await.expect("release"));
         // Finished, it no longer holds the collection: the next job is queued.
         assert!(store.queue_job(c, "{}", b"x", 1).await.is_ok());
         assert!(matches!(

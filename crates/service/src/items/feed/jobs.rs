@@ -203,6 +203,7 @@ impl Service {
             }
         };
         tracing::info!(job = id, attempt, collection = %request.collection, "sync job started");
+        self.set_running_job(Some((id, attempt)));
         let progress = JobProgress::default();
         let mut report = SyncReport {
             feed: request.feed.clone(),
@@ -214,8 +215,12 @@ impl Service {
             Box::pin(self.run_request(&request, &claimed.feed, &mut report, &progress));
         let beat: BoxFuture<'_, ()> = Box::pin(self.beat_until_lost(id, attempt, lease, &progress));
         let outcome = match futures::future::select(run, beat).await {
-            Either::Left((r, _)) => r,
+            Either::Left((r, _)) => {
+                self.set_running_job(None);
+                r
+            }
             Either::Right(((), _)) => {
+                self.set_running_job(None);
                 tracing::warn!(
                     job = id,
                     attempt,
@@ -239,6 +244,32 @@ impl Service {
             Ok(_) => tracing::info!(job = id, state = state.as_str(), "sync job finished"),
             // Left running: once its lease passes it is claimed and run again, which converges.
             Err(e) => tracing::warn!(job = id, error = %e, "cannot record the sync job's end"),
+        }
+    }
+
+    fn set_running_job(&self, job: Option<(i64, i64)>) {
+        *self
+            .running_job
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = job;
+    }
+
+    /// Hands the sync job this process was running back to the queue (call it once the worker is stopped, at
+    /// shutdown): another replica, or this server's next start, runs it at once instead of after the lease.
+    pub async fn release_sync_job(&self) {
+        let job = self
+            .running_job
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some((id, attempt)) = job {
+            match self.store.release_job(id, attempt).await {
+                Ok(true) => tracing::info!(job = id, "sync job handed back to the queue"),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(job = id, error = %e, "cannot hand the sync job back; it is run again after its lease")
+                }
+            }
         }
     }
 
