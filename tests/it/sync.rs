@@ -75,7 +75,7 @@ fn sync_with(
 }
 
 /// The report's counts: added, replaced, updated, unchanged, deleted, failed, photos embedded.
-fn counts(r: &Value) -> [i64; 7] {
+pub(crate) fn counts(r: &Value) -> [i64; 7] {
     let n = |k: &str| r[k].as_i64().unwrap_or(-1);
     [
         n("added"),

@@ -117,19 +117,9 @@ async fn sync(app: &TestApp, query: &str, content_type: &str, body: String) -> V
     finished(app, &location.expect("a Location")).await
 }
 
-/// The report's counts: added, replaced, updated, unchanged, deleted, failed, photos embedded.
+/// A finished job's report counts (as the command's: `sync::counts`).
 fn counts(job: &Value) -> [i64; 7] {
-    let r = &job["report"];
-    let n = |k: &str| r[k].as_i64().unwrap_or(-1);
-    [
-        n("added"),
-        n("replaced"),
-        n("updated"),
-        n("unchanged"),
-        n("deleted"),
-        r["failed"].as_array().map_or(-1, |f| f.len() as i64),
-        n("photos_embedded"),
-    ]
+    crate::sync::counts(&job["report"])
 }
 
 /// What the collection holds: external id -> (image id, metadata).
