@@ -507,7 +507,7 @@ pub struct SyncArgs {
     pub dry_run: bool,
     /// The largest share (0 to 1) of the collection's items with an external id that a feed may withdraw;
     /// past it the sync refuses before writing anything, so a feed cut short cannot wipe a catalogue.
-    #[arg(long, env = "JOINTSPACE_SYNC_MAX_DELETE_SHARE", default_value_t = 0.2)]
+    #[arg(long, env = "JOINTSPACE_SYNC_MAX_DELETE_SHARE", default_value_t = crate::service::DEFAULT_MAX_DELETE_SHARE)]
     pub max_delete_share: f64,
     /// Create the collection when it does not exist (without it, a missing collection is an error).
     #[arg(long, env = "JOINTSPACE_SYNC_CREATE", value_parser = clap::builder::FalseyValueParser::new())]

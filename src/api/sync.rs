@@ -19,10 +19,9 @@ use super::{
     error::{ApiError, ApiResult, BodyLimit, ErrorBody, body_too_large},
     extract::{ApiQuery, CollectionPath, ItemPath},
 };
-use crate::service::{self, FeedFormat, FeedMapping, JobState, SyncRequest};
-
-/// The deletion guard's default: a feed may withdraw at most a fifth of the collection.
-const DEFAULT_MAX_DELETE_SHARE: f64 = 0.2;
+use crate::service::{
+    self, DEFAULT_MAX_DELETE_SHARE, FeedFormat, FeedMapping, JobState, SyncRequest,
+};
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]

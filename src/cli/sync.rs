@@ -3,7 +3,7 @@
 //! This command reads the feed file (photo paths are taken from its folder), says which settings a
 //! collection it creates gets, and prints the report; the plan, the guard and the writes are the service's.
 
-use std::{io::Read, path::Path, time::Instant};
+use std::{path::Path, time::Instant};
 
 use anyhow::{Context, bail};
 use indicatif::ProgressBar;
@@ -20,24 +20,18 @@ use crate::{
     },
 };
 
-/// The feed's format: as asked, else by the file's extension, else by its first character.
-fn format_of(file: &Path, format: FeedFormat) -> anyhow::Result<crate::service::FeedFormat> {
+/// The feed's format: as asked, else by the file's extension, else by its first character (`bytes`: the file).
+fn format_of(file: &Path, format: FeedFormat, bytes: &[u8]) -> crate::service::FeedFormat {
     use crate::service::FeedFormat as F;
     let ext = file
         .extension()
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase);
-    Ok(match (format, ext.as_deref()) {
+    match (format, ext.as_deref()) {
         (FeedFormat::Csv, _) | (FeedFormat::Auto, Some("csv")) => F::Csv,
         (FeedFormat::Jsonl, _) | (FeedFormat::Auto, Some("jsonl" | "ndjson" | "json")) => F::Jsonl,
-        (FeedFormat::Auto, _) => {
-            let mut head = Vec::new();
-            std::fs::File::open(file)
-                .and_then(|f| f.take(4096).read_to_end(&mut head))
-                .with_context(|| format!("cannot read {}", file.display()))?;
-            F::sniff(&head)
-        }
-    })
+        (FeedFormat::Auto, _) => F::sniff(bytes),
+    }
 }
 
 /// The progress bar, sized once the sync knows how many items it handles.
@@ -57,15 +51,15 @@ pub async fn sync(args: SyncArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let collection = CollectionName::parse(&args.collection)?;
     let file = &args.feed;
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let mapping = FeedMapping {
-        format: format_of(file, args.format)?,
+        format: format_of(file, args.format, &bytes),
         id_field: args.id_field.clone(),
         image_field: args.image_field.clone(),
         captions_field: args.captions_field.clone(),
         caption_fields: args.caption_fields.clone(),
         number_fields: args.number_fields.clone(),
     };
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let name = file.display().to_string();
     let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
     let source = FeedSource {

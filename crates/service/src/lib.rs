@@ -51,8 +51,9 @@ pub use database::Database;
 pub use error::{Result, ServiceError};
 pub use index_backend::IndexBackend;
 pub use items::feed::{
-    Catalogue, FeedChange, FeedFormat, FeedItem, FeedMapping, FeedPhoto, FeedSource, SyncAction,
-    SyncFailure, SyncJob, SyncOptions, SyncProgress, SyncReport, SyncRequest, read_feed,
+    Catalogue, DEFAULT_MAX_DELETE_SHARE, FeedChange, FeedFormat, FeedItem, FeedMapping, FeedPhoto,
+    FeedSource, SyncAction, SyncFailure, SyncJob, SyncOptions, SyncProgress, SyncReport,
+    SyncRequest, read_feed,
 };
 pub use items::ingest::{AddedImage, ImageInput};
 pub use items::transfer::{

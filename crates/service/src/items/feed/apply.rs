@@ -22,6 +22,9 @@ use crate::{
     store::CollectionSettings,
 };
 
+/// The deletion guard's default: a feed may withdraw at most a fifth of the collection.
+pub const DEFAULT_MAX_DELETE_SHARE: f64 = 0.2;
+
 /// How a sync runs.
 #[derive(Debug, Clone)]
 pub struct SyncOptions {

@@ -12,7 +12,7 @@ mod plan;
 mod read;
 mod report;
 
-pub use apply::{SyncOptions, SyncProgress};
+pub use apply::{DEFAULT_MAX_DELETE_SHARE, SyncOptions, SyncProgress};
 pub use jobs::{SyncJob, SyncRequest};
 pub use read::{FeedFormat, FeedItem, FeedMapping, FeedPhoto, FeedSource, read_feed};
 pub use report::{SyncAction, SyncFailure, SyncReport};
