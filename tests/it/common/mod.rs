@@ -1,6 +1,7 @@
 //! Starts the real application (ONNX Runtime, SQLite, HNSW) on the fixture bundle, on port 0.
 #![allow(dead_code)]
 
+pub mod load;
 pub mod pg;
 
 use std::{
@@ -127,6 +128,16 @@ impl TestApp {
     }
 
     pub async fn post_json(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        let (status, _, body) = self.post_json_retry_after(path, body).await;
+        (status, body)
+    }
+
+    /// As `post_json`, with the answer's `Retry-After` in seconds (a 503 or 429 must carry one).
+    pub async fn post_json_retry_after(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (u16, Option<u64>, serde_json::Value) {
         let r = self
             .client
             .post(self.url(path))
@@ -135,7 +146,16 @@ impl TestApp {
             .await
             .expect("request");
         let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+        let retry_after = r
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        (
+            status,
+            retry_after,
+            r.json().await.unwrap_or(serde_json::Value::Null),
+        )
     }
 
     /// Creates a collection, which every test that stores something starts with: 201 or the test fails.
@@ -298,6 +318,41 @@ pub fn id_scores(answer: &serde_json::Value) -> Vec<(i64, f64)> {
             )
         })
         .collect()
+}
+
+/// A photo that no other `seed` gives: fixture `seed % 8` with blocks of colours drawn from `seed` painted
+/// over it, so that a search by its bytes has one best match, the image stored from them (the fixtures alone
+/// repeat eight photos, whose copies tie).
+pub fn unique_image(seed: u64) -> Vec<u8> {
+    let mut img = image::load_from_memory(&fixture_image((seed % 8) as usize))
+        .expect("fixture image")
+        .to_rgb8();
+    let (w, h) = img.dimensions();
+    // xorshift64: any spread of the seed's bits will do, and it needs no dependency.
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let (bw, bh) = (w / 3, h / 3);
+    for _ in 0..6 {
+        let (x0, y0) = (
+            (next() % u64::from(w - bw)) as u32,
+            (next() % u64::from(h - bh)) as u32,
+        );
+        let c = next().to_le_bytes();
+        for y in y0..y0 + bh {
+            for x in x0..x0 + bw {
+                img.put_pixel(x, y, image::Rgb([c[0], c[1], c[2]]));
+            }
+        }
+    }
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png)
+        .expect("encode png");
+    out.into_inner()
 }
 
 pub fn b64(data: &[u8]) -> String {
