@@ -1,7 +1,8 @@
 //! Faults. (1) kill -9 of the real server binary during sustained concurrent ingest, then a restart: every
 //! image acknowledged with a 2xx is in the database and found by search, and the index holds exactly the
-//! database's images; on SQLite and on Postgres. (2) Postgres stopped under load: requests fail cleanly
-//! with 503 while it is down (no hang, no 500) and the service recovers by itself once it is back.
+//! database's images; on SQLite and on Postgres. (2) Postgres stopped under load, with the index in memory
+//! and in the database: requests fail cleanly with 503 and Retry-After while it is down (no hang, no 500),
+//! the service recovers by itself once it is back, and every acknowledged write is found.
 //! `cargo test --release --test it faults:: -- --nocapture` prints the counts.
 
 use crate::common;
@@ -16,7 +17,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{BUNDLE, TestApp, b64, fixture_image, gauge, metrics_text, pg::PgCluster};
+use common::{
+    BUNDLE, TestApp, b64, fixture_image, gauge,
+    load::{Load, assert_found_by_own_photo, statuses},
+    metrics_text,
+    pg::{DATABASE_INDEX, PgCluster},
+};
 use serde_json::{Value, json};
 
 struct Server {
@@ -252,76 +258,24 @@ async fn kill9_during_ingest_loses_nothing_on_postgres() {
     kill9_loses_nothing(&url).await;
 }
 
-#[derive(Debug)]
-struct Outcome {
-    at: Duration,
-    took: Duration,
-    status: u16,
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
-    let pg = PgCluster::start();
+/// Postgres stopped for four seconds under a steady load of writes and searches, on two replicas (`flags`:
+/// the index mode): every answer is a 2xx or a 503 `unavailable` naming the database with a Retry-After, in
+/// bounded time; requests succeed again without a restart; every acknowledged image is stored and found by a
+/// search; the other replica follows again.
+async fn postgres_restart_under_load(pg: PgCluster, flags: &[&str]) {
     let url = pg.create_db("restart").await;
+    let mut flags = flags.to_vec();
+    flags.extend(["--database-timeout", "2", "--follow-interval-ms", "200"]);
     // Two replicas: B must also pick up A's writes again after the restart, by itself.
-    let flags = ["--database-timeout", "2", "--follow-interval-ms", "200"];
     let a = Arc::new(TestApp::start_url(BUNDLE, &url, &flags).await);
     let b = TestApp::start_url(BUNDLE, &url, &flags).await;
     a.create_collection("c").await;
 
-    let t0 = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let outcomes = Arc::new(Mutex::new(Vec::<Outcome>::new()));
-    let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
-    let mut load = Vec::new();
-    for w in 0..4usize {
-        let (a, stop, outcomes, acked) = (a.clone(), stop.clone(), outcomes.clone(), acked.clone());
-        load.push(tokio::spawn(async move {
-            let mut n = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let start = t0.elapsed();
-                let (s, r) = if (w + n) % 2 == 0 {
-                    a.post_json(
-                        "/v1/collections/c/images",
-                        json!({"images": [{"data": b64(&fixture_image(n % 8))}]}),
-                    )
-                    .await
-                } else {
-                    a.post_json(
-                        "/v1/collections/c/images/search",
-                        json!({"text": "a dog", "k": 3}),
-                    )
-                    .await
-                };
-                if s == 201 {
-                    acked
-                        .lock()
-                        .expect("lock")
-                        .push(r["images"][0]["id"].as_i64().expect("id"));
-                }
-                if s >= 500 {
-                    assert_eq!(r["error"]["code"], "unavailable", "{s}: {r}");
-                    assert!(
-                        r["error"]["message"]
-                            .as_str()
-                            .is_some_and(|m| m.contains("database")),
-                        "{r}"
-                    );
-                }
-                outcomes.lock().expect("lock").push(Outcome {
-                    at: start,
-                    took: t0.elapsed() - start,
-                    status: s,
-                });
-                n += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }));
-    }
+    let load = Load::start(a.clone(), "c", 4, 0);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let down_at = t0.elapsed();
+    let down_at = load.elapsed();
     tokio::task::block_in_place(|| pg.stop_server());
-    let stopped = t0.elapsed();
+    let stopped = load.elapsed();
     assert_eq!(
         a.get_json("/readyz").await.0,
         503,
@@ -329,9 +283,9 @@ async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
     );
     a.assert_alive().await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let up_at = t0.elapsed();
+    let up_at = load.elapsed();
     tokio::task::block_in_place(|| pg.start_server());
-    let started = t0.elapsed();
+    let started = load.elapsed();
     // Recovery without restarting jointspace: the first success after the restart.
     let recovered = loop {
         let (s, _) = a
@@ -341,40 +295,40 @@ async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
             )
             .await;
         if s == 200 {
-            break t0.elapsed();
+            break load.elapsed();
         }
         assert!(
-            t0.elapsed() - started < Duration::from_secs(30),
+            load.elapsed() - started < Duration::from_secs(30),
             "no recovery"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in load {
-        t.await.expect("load task");
-    }
-    let outcomes = std::mem::take(&mut *outcomes.lock().expect("lock"));
-    let statuses = |f: &dyn Fn(&Outcome) -> bool| -> BTreeMap<u16, usize> {
-        let mut m = BTreeMap::new();
-        for o in outcomes.iter().filter(|o| f(o)) {
-            *m.entry(o.status).or_default() += 1;
-        }
-        m
-    };
-    let during = statuses(&|o| o.at > stopped && o.at + o.took < up_at);
-    let after = statuses(&|o| o.at > recovered);
+    let (outcomes, acked) = load.finish().await;
+    let during = statuses(&outcomes, |o| o.at > stopped && o.done_by(up_at));
+    let after = statuses(&outcomes, |o| o.at > recovered);
     let slowest = outcomes.iter().map(|o| o.took).max().unwrap_or_default();
     eprintln!(
-        "postgres down {down_at:?}..{up_at:?} (stopped at {stopped:?}, started at {started:?}, first success {recovered:?}); \
-         statuses while down {during:?}, after recovery {after:?}, slowest request {slowest:?}; before: {:?}",
-        statuses(&|o| o.at + o.took < down_at)
+        "{flags:?}: postgres down {down_at:?}..{up_at:?} (stopped at {stopped:?}, started at {started:?}, first \
+         success {recovered:?}, {:?} after the start); statuses while down {during:?}, after recovery {after:?}, \
+         slowest request {slowest:?}; before: {:?}",
+        recovered - started,
+        statuses(&outcomes, |o| o.done_by(down_at))
     );
     // Only clean answers: 2xx or 503, never a 500 or a dropped connection (the client would have panicked).
     assert!(
         outcomes.iter().all(|o| matches!(o.status, 200 | 201 | 503)),
         "{outcomes:?}"
     );
+    // A 503 says what is unavailable and when to retry (src/api/error.rs: Unavailable, Retry-After 1).
+    for o in outcomes.iter().filter(|o| o.status == 503) {
+        assert_eq!(o.code, "unavailable", "{o:?}");
+        assert!(o.message.contains("database"), "{o:?}");
+        assert!(
+            o.retry_after.is_some_and(|s| s >= 1),
+            "no Retry-After: {o:?}"
+        );
+    }
     assert!(
         during.get(&503).copied().unwrap_or(0) > 0,
         "requests while down: {during:?}"
@@ -395,16 +349,8 @@ async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
         recovered - started
     );
 
-    // Every acknowledged write survived, and the other replica follows again.
-    let acked = acked.lock().expect("lock").clone();
-    for id in &acked {
-        assert_eq!(
-            a.get_json(&format!("/v1/collections/c/images/{id}"))
-                .await
-                .0,
-            200
-        );
-    }
+    // Every acknowledged write survived and is found, and the other replica follows again.
+    assert_found_by_own_photo(&a, "c", &acked).await;
     let id = a.add_tagged("c", 1, "after").await;
     let t = Instant::now();
     loop {
@@ -418,7 +364,18 @@ async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     eprintln!(
-        "acknowledged during the test: {}; replica B caught up",
+        "{flags:?}: acknowledged during the test {}, each stored and the first hit of its own photo; replica B \
+         caught up",
         acked.len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_restart_under_load_fails_cleanly_and_recovers() {
+    postgres_restart_under_load(PgCluster::start(), &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_restart_under_load_fails_cleanly_and_recovers_with_the_database_index() {
+    postgres_restart_under_load(PgCluster::start_pgvector(), &DATABASE_INDEX).await;
 }
