@@ -3,15 +3,18 @@
 //! on two shard servers (each shard with its own HNSW index), and `jointspace serve --index database` on the
 //! coordinator. The same search SQL Citus would run fans out to both shards; the top k equals an exact scan of
 //! every image; a shard that goes down turns searches and writes that need it into 503s naming it, and once it
-//! is back every image acknowledged before is there and found.
+//! is back every image acknowledged before is there and found. Then the same with one shard stopped and started
+//! under a steady load of writes and searches: only 2xx or 503 with Retry-After, success again once it is back,
+//! and every image acknowledged under the load is the first hit of its own photo.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
 
 use crate::common::{
     BUNDLE, TestApp, b64, fixture_image, id_scores,
+    load::{Load, assert_found_by_own_photo, statuses},
     pg::{DATABASE_INDEX, PgCluster},
 };
 
@@ -108,7 +111,9 @@ async fn top_k_across_postgres_fdw_shards_equals_an_exact_scan_and_a_shard_down_
         exec(&url, sql).await;
     }
 
-    let app = TestApp::start_url(BUNDLE, &url, &DATABASE_INDEX).await;
+    // The database timeout bounds how long a request waits under the load below.
+    let flags = [DATABASE_INDEX.as_slice(), &["--database-timeout", "2"]].concat();
+    let app = TestApp::start_url(BUNDLE, &url, &flags).await;
     app.create_collection("c").await;
     let mut acknowledged: Vec<i64> = vec![];
     for batch in 0..4 {
@@ -223,5 +228,79 @@ async fn top_k_across_postgres_fdw_shards_equals_an_exact_scan_and_a_shard_down_
         acknowledged.len(),
         "an image that was refused is not there either"
     );
+
+    // The same under a steady load: four clients write new photos and search while shard 0 is down for
+    // four seconds, and nothing restarts jointspace.
+    let app = Arc::new(app);
+    let load = Load::start(app.clone(), "c", 4, 0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let down_at = load.elapsed();
+    tokio::task::block_in_place(|| shards[0].stop_server());
+    let stopped = load.elapsed();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let up_at = load.elapsed();
+    tokio::task::block_in_place(|| shards[0].start_server());
+    let started = load.elapsed();
+    let recovered = loop {
+        if search(&app, json!({"text": "a dog", "k": 5})).await.is_ok() {
+            break load.elapsed();
+        }
+        assert!(
+            load.elapsed() - started < Duration::from_secs(10),
+            "no recovery after shard0 came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (outcomes, acked) = load.finish().await;
+    let during = statuses(&outcomes, |o| o.at > stopped && o.done_by(up_at));
+    let after = statuses(&outcomes, |o| o.at > recovered);
+    let slowest = outcomes.iter().map(|o| o.took).max().unwrap_or_default();
+    eprintln!(
+        "under load: shard0 down {down_at:?}..{up_at:?} (stopped at {stopped:?}, started at {started:?}, first \
+         search {recovered:?}, {:?} after the start); statuses while down {during:?}, after {after:?}, slowest \
+         request {slowest:?}; {} images acknowledged under the load; {} of the 503s name shard0",
+        recovered - started,
+        acked.len(),
+        outcomes
+            .iter()
+            .filter(|o| o.status == 503 && o.message.contains("shard0"))
+            .count()
+    );
+    assert!(
+        outcomes.iter().all(|o| matches!(o.status, 200 | 201 | 503)),
+        "{outcomes:?}"
+    );
+    for o in outcomes.iter().filter(|o| o.status == 503) {
+        assert_eq!(o.code, "unavailable", "{o:?}");
+        assert!(o.message.contains("database is unavailable"), "{o:?}");
+        assert!(
+            o.retry_after.is_some_and(|s| s >= 1),
+            "no Retry-After: {o:?}"
+        );
+        // Sent once the shard was down, a request fails to connect to it and says which; one that the
+        // shutdown cut off carries only the shard's own words ("terminating connection due to
+        // administrator command").
+        assert!(
+            o.at < stopped || o.message.contains("shard0"),
+            "the 503 names the shard: {o:?}"
+        );
+    }
+    // Every search needs both shards; a write routed to shard 1 may still succeed.
+    assert!(
+        during.get(&503).copied().unwrap_or(0) > 0 && !during.contains_key(&200),
+        "while shard0 was down: {during:?}"
+    );
+    assert!(
+        after.keys().all(|s| *s == 200 || *s == 201),
+        "after shard0 came back: {after:?}"
+    );
+    // Bounded by the database timeout (2 s) plus the work itself.
+    assert!(
+        slowest < Duration::from_secs(6),
+        "a request took {slowest:?}"
+    );
+    assert_found_by_own_photo(&app, "c", &acked).await;
+    let app = Arc::into_inner(app).expect("the load's clients are done");
     app.stop().await;
 }
