@@ -367,7 +367,7 @@ fn recall_per_ef(
     let mut load_s = 0.0;
     for &ef in &s.o.efs {
         let params = IndexParams {
-            ef_search: ef,
+            ef_search: Some(ef),
             ..base
         };
         let t = Instant::now();

@@ -71,7 +71,7 @@ impl Graph {
             quantization: ScalarKind::BF16,
             connectivity: params.max_connections,
             expansion_add: params.ef_construction,
-            expansion_search: params.ef_search,
+            expansion_search: params.ef_search_for(capacity),
             multi: false,
         })
         .map_err(graph_error(format!("creating a {dim}-d graph")))?;
@@ -94,7 +94,17 @@ impl Graph {
         };
         let graph = Graph::new(params, dim, items.len())?;
         graph.add_all(items, params.build_threads)?;
+        graph.fit_expansion(params, items.len());
         Ok(Some(Arc::new(graph)))
+    }
+
+    /// Sets the search breadth for `n` points: the operator's, or the one that size needs. Callers hold the
+    /// index's write lock (or own the graph), so no search reads it mid-change.
+    pub(super) fn fit_expansion(&self, params: &IndexParams, n: usize) {
+        let ef = params.ef_search_for(n);
+        if self.index.expansion_search() != ef {
+            self.index.change_expansion_search(ef);
+        }
     }
 
     /// Adds from `threads` threads at once, 0: every core (the build at start and the background rebuild).

@@ -51,8 +51,8 @@ fn read_graph(
         g.index
             .load(&dir.join(file).to_string_lossy())
             .map_err(|e| super::IndexError::Graph(e.to_string()))?;
-        // The file carries the build's search expansion; the server's setting wins.
-        g.index.change_expansion_search(params.ef_search);
+        // The file carries the build's search expansion; the server's setting (or this size's) wins.
+        g.fit_expansion(params, n);
         Ok(g)
     })
 }

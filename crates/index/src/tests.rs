@@ -360,3 +360,30 @@ fn a_filter_narrow_enough_for_the_scan_to_cost_less_is_scanned() {
     // A small collection's narrow filters are scanned.
     assert!(!walk_beats_scan(WALK_COST, 2_000, 5_000, 800));
 }
+
+#[test]
+fn the_search_breadth_grows_with_the_collection_unless_set() {
+    assert_eq!(auto_ef_search(0), 128);
+    assert_eq!(auto_ef_search(100_000), 128);
+    // Wider past 100k, at pgvector's cap from 1M.
+    let at = |n| auto_ef_search(n);
+    assert!(at(100_001) >= 128 && at(300_000) > 300 && at(300_000) < 400);
+    assert_eq!(at(1_000_000), 1000);
+    assert_eq!(at(50_000_000), 1000);
+    let set = IndexParams {
+        ef_search: Some(77),
+        ..IndexParams::default()
+    };
+    assert_eq!(set.ef_search_for(1_000_000), 77);
+    // A graph searches with the breadth its parameters give for its size.
+    let data: Vec<(i64, std::sync::Arc<[f32]>)> = vectors(50, 8, 3)
+        .into_iter()
+        .map(|(id, v)| (id, v.into()))
+        .collect();
+    let g = graph::Graph::build(&set, &data).unwrap().unwrap();
+    assert_eq!(g.index.expansion_search(), 77);
+    let auto = graph::Graph::build(&IndexParams::default(), &data)
+        .unwrap()
+        .unwrap();
+    assert_eq!(auto.index.expansion_search(), 128);
+}
