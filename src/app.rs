@@ -74,7 +74,11 @@ fn load_wrapped(
 /// The database, migrated, with advice in the error when it cannot be opened.
 pub async fn open_database(store_args: &StoreArgs) -> anyhow::Result<Database> {
     let timeout = Duration::from_secs(store_args.database_timeout.max(1));
-    Database::open(&store_args.database_url, timeout).await
+    let connections = store_args.database_connections.unwrap_or_else(|| {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as u32;
+        (2 * cores).max(4)
+    });
+    Database::open(&store_args.database_url, timeout, connections).await
 }
 
 /// What a command opens the service for.
@@ -111,7 +115,7 @@ pub async fn open_service(
             IndexMode::Database => IndexBackend::Database,
         },
         index: IndexParams {
-            ef_search: store_args.ef_search,
+            ef_search: store_args.ef_search.map(|v| v as usize),
             exact_below: store_args.exact_below,
             ..IndexParams::default()
         },

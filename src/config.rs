@@ -202,6 +202,10 @@ pub struct StoreArgs {
     /// Seconds a request waits for a database connection before failing with 503 (database down or busy).
     #[arg(long, env = "JOINTSPACE_DATABASE_TIMEOUT", default_value_t = 5)]
     pub database_timeout: u64,
+    /// Postgres connections this process opens at most (default: twice its cores, at least 4): more queries at
+    /// once than the cores can run only queue inside Postgres, each holding a connection.
+    #[arg(long, env = "JOINTSPACE_DATABASE_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub database_connections: Option<u32>,
     /// Where the vector index lives: `memory` (an HNSW graph per collection in this process, built or loaded
     /// from a snapshot at start) or `database` (Postgres with pgvector 0.8: vectors and HNSW indexes in the
     /// database, written with the rows; the process holds no graph and starts at once; docs/storage.md).
@@ -214,10 +218,10 @@ pub struct StoreArgs {
     /// index also scans a filter's matches whenever that costs less than the walk).
     #[arg(long, env = "JOINTSPACE_EXACT_BELOW", default_value_t = 2000)]
     pub exact_below: usize,
-    /// HNSW search breadth (higher: better recall, slower; grow it with the collection: 1000 keeps recall@10
-    /// at 0.96 for 1M images, docs/storage.md).
-    #[arg(long, env = "JOINTSPACE_EF_SEARCH", default_value_t = 128)]
-    pub ef_search: usize,
+    /// HNSW search breadth (higher: better recall, slower). Unset: from each collection's size, 128 up to
+    /// 10,000 images rising to 1000 at 1M, which keeps recall@10 near 0.95 (docs/storage.md).
+    #[arg(long, env = "JOINTSPACE_EF_SEARCH", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ef_search: Option<u32>,
     /// Largest `k` a search may ask for.
     #[arg(long, env = "JOINTSPACE_MAX_K", default_value_t = 1000)]
     pub max_k: usize,

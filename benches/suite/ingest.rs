@@ -80,7 +80,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     // A file database with the server's settings (WAL, synchronous=FULL): commits cost what they cost.
     let url = format!("sqlite://{}", dir.path().join("bench.db").display());
     // The service on its own handle, the stages below on the store's (one file, two pools, used in turn).
-    let db = Database::open(&url, std::time::Duration::from_secs(30)).await?;
+    let db = Database::open(&url, std::time::Duration::from_secs(30), 8).await?;
     let store = Store::connect(&url).await?;
     let index = IndexParams::default();
     let svc = open_service(pipeline.clone(), db, index).await?;

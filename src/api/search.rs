@@ -63,6 +63,11 @@ pub struct SearchRequest {
     /// one by one.
     #[schema(default = true)]
     pub group: Option<bool>,
+    /// Image searches with a filter: count every image it admits for `matches`, however many. By default the
+    /// database index (`--index database`) stops counting at 10,000 or more and says `matches_exact: false`;
+    /// the memory index always counts them all.
+    #[schema(default = false)]
+    pub exact_matches: Option<bool>,
 }
 
 /// A channel of hybrid search.
@@ -154,6 +159,7 @@ pub struct SearchMultipart {
     /// A JSON array, e.g. ["vector", "text"].
     pub channels: Option<String>,
     pub group: Option<bool>,
+    pub exact_matches: Option<bool>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -213,9 +219,13 @@ impl From<ImageHit> for ImageResult {
 pub struct ImageResults {
     pub results: Vec<ImageResult>,
     /// With a filter: how many images of the collection it admits (all of them, not only this page); in a
-    /// grouped search, how many products.
+    /// grouped search, how many products. At least this many when `matches_exact` is false.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub matches: Option<usize>,
+    /// With `matches`: true when every admitted image was counted; false when counting stopped there (the
+    /// database index past 10,000 or more, unless the search asked `exact_matches`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matches_exact: Option<bool>,
     /// The mode the search ran in.
     pub mode: Mode,
     /// Hybrid: the keyword channel's share of the fused score, as asked, or by default 0.2 raised towards 1 by
@@ -272,6 +282,7 @@ const FORM: &[upload::Field] = &[
     field(&["keyword_weight"], "keyword_weight", Kind::Json),
     field(&["channels"], "channels", Kind::Json),
     field(&["group"], "group", Kind::Json),
+    field(&["exact_matches"], "exact_matches", Kind::Json),
 ];
 
 async fn parse(req: Request) -> ApiResult<(Query, SearchParams)> {
@@ -323,6 +334,7 @@ fn params(r: &SearchRequest) -> ApiResult<SearchParams> {
             .map(|cs| cs.iter().map(|c| (*c).into()).collect()),
         fusion: Default::default(),
         group: r.group.unwrap_or(true),
+        exact_matches: r.exact_matches.unwrap_or(false),
         min_score: r.min_score,
         k: r.k.unwrap_or(10),
         offset: r.offset.unwrap_or(0),
@@ -350,7 +362,8 @@ pub async fn images(
     let found = s.service.search_images(&collection, q, p).await?;
     Ok(Json(ImageResults {
         results: found.hits.into_iter().map(Into::into).collect(),
-        matches: found.matches,
+        matches: found.matches.map(|m| m.count),
+        matches_exact: found.matches.map(|m| m.exact),
         mode: found.mode.unwrap_or(SearchMode::Vector).into(),
         keyword_weight: found.weights.map(|w| w[2].1),
         weights: found.weights.map(|w| ChannelWeights {

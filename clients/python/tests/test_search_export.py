@@ -58,6 +58,9 @@ def test_search_by_sentence_with_filter_mode_and_paging(admin: Client, stocked: 
     assert len(list(admin.iter_search_images(collection, text="a dog", page_size=2, limit=3))) == 3
     shoes = admin.search_images(collection, text="a dog", filter={"kind": "shoe"}, k=10)
     assert shoes.get("matches") == 3 and {r["image"]["id"] for r in shoes["results"]} == set(ids[:3])
+    assert shoes.get("matches_exact") is True
+    counted = admin.search_images(collection, text="a dog", filter={"kind": "shoe"}, k=1, exact_matches=True)
+    assert counted.get("matches") == 3 and counted.get("matches_exact") is True and len(counted["results"]) == 1
     bags = list(admin.iter_search_images(collection, text="a dog", filter={"kind": {"$in": ["bag"]}}, page_size=1))
     assert {r["image"]["id"] for r in bags} == set(ids[3:])
     cut = scores[2]

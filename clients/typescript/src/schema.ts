@@ -691,9 +691,14 @@ export interface components {
             keyword_weight?: number | null;
             /**
              * @description With a filter: how many images of the collection it admits (all of them, not only this page); in a
-             *     grouped search, how many products.
+             *     grouped search, how many products. At least this many when `matches_exact` is false.
              */
             matches?: number | null;
+            /**
+             * @description With `matches`: true when every admitted image was counted; false when counting stopped there (the
+             *     database index past 10,000 or more, unless the search asked `exact_matches`).
+             */
+            matches_exact?: boolean | null;
             /** @description The mode the search ran in. */
             mode: components["schemas"]["Mode"];
             results: components["schemas"]["ImageResult"][];
@@ -804,6 +809,7 @@ export interface components {
         SearchMultipart: {
             /** @description A JSON array, e.g. ["vector", "text"]. */
             channels?: string | null;
+            exact_matches?: boolean | null;
             filter?: string | null;
             group?: boolean | null;
             /** Format: binary */
@@ -826,6 +832,13 @@ export interface components {
              *     text fields by meaning) and `keyword` (its words as keywords). Default: all three. Implies hybrid.
              */
             channels?: components["schemas"]["ChannelName"][] | null;
+            /**
+             * @description Image searches with a filter: count every image it admits for `matches`, however many. By default the
+             *     database index (`--index database`) stops counting at 10,000 or more and says `matches_exact: false`;
+             *     the memory index always counts them all.
+             * @default false
+             */
+            exact_matches?: boolean | null;
             /**
              * @description Image searches only: a metadata filter (docs/api.md, "Filters"), e.g.
              *     {"price": {"$lt": 50}, "size": {"$in": ["M", "L"]}, "brand.name": "acme"}.

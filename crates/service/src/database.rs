@@ -10,10 +10,11 @@ use crate::store::{self, Store, StoreError};
 pub struct Database(pub(crate) Store);
 
 impl Database {
-    /// Connects and migrates, with advice in the error when the database cannot be opened.
-    pub async fn open(url: &str, timeout: Duration) -> anyhow::Result<Database> {
+    /// Connects and migrates, with advice in the error when the database cannot be opened; at most
+    /// `connections` to Postgres.
+    pub async fn open(url: &str, timeout: Duration, connections: u32) -> anyhow::Result<Database> {
         let shown = store::redacted_url(url);
-        match Store::connect_with(url, timeout).await {
+        match Store::connect_with(url, timeout, connections).await {
             Ok(s) => Ok(Database(s)),
             Err(e @ StoreError::Tls(_)) => Err(anyhow::Error::new(e).context(format!(
                 "cannot open the database {shown}: with sslmode=verify-ca or verify-full, sslrootcert must name \

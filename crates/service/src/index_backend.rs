@@ -12,7 +12,7 @@ use crate::{
     filter::Filter,
     modality::Modality,
     registry::IndexRegistry,
-    search::{QueryVector, Ranked, SearchParams, database},
+    search::{Matches, QueryVector, Ranked, SearchParams, database},
     store,
 };
 
@@ -85,7 +85,7 @@ impl Service {
         target: Modality,
         q: &QueryVector,
         p: &SearchParams,
-    ) -> Result<(Vec<Ranked>, Option<usize>)> {
+    ) -> Result<(Vec<Ranked>, Option<Matches>)> {
         match self.opts.backend {
             IndexBackend::Database => self.search_in_database(c.id, target, q, p).await,
             IndexBackend::Memory | IndexBackend::RowsOnly => {
@@ -126,16 +126,23 @@ impl Service {
         }
     }
 
-    /// How many of the collection's images `filter` admits.
-    pub(crate) async fn count_matches(&self, collection_id: i64, filter: &Filter) -> Result<usize> {
+    /// How many of the collection's images `filter` admits: from the metadata beside the graphs (exact and
+    /// cheap), or counted in the database (bounded unless `exact`).
+    pub(crate) async fn count_matches(
+        &self,
+        collection_id: i64,
+        filter: &Filter,
+        exact: bool,
+    ) -> Result<Matches> {
         match self.opts.backend {
-            IndexBackend::Database => Ok(self
-                .store
-                .count_matching(collection_id, filter, None)
-                .await?),
-            IndexBackend::Memory | IndexBackend::RowsOnly => {
-                self.matches_in_graphs(collection_id, filter).await
+            IndexBackend::Database => {
+                let bound = (!exact).then_some(database::MATCHES_COUNTED_TO);
+                self.matches_in_database(collection_id, filter, None, bound)
+                    .await
             }
+            IndexBackend::Memory | IndexBackend::RowsOnly => Ok(Matches::exact(
+                self.matches_in_graphs(collection_id, filter).await?,
+            )),
         }
     }
 
@@ -216,7 +223,7 @@ impl Service {
         }
         let t = Instant::now();
         let build = store::HnswBuild {
-            m: self.opts.index.max_connections,
+            m: database::HNSW_M,
             ef_construction: self.opts.index.ef_construction,
         };
         let report = self

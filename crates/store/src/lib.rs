@@ -41,7 +41,7 @@ pub use self::{
     images::{ImageRow, NewImage, Provenance, StoredCode},
     jobs::{ClaimedJob, JOB_RETENTION, JobRow, JobState},
     keywords::KeywordQuery,
-    pgvector::{HnswBuild, Nearest, VectorIndexReport, VectorMetric},
+    pgvector::{HALF_ERROR, HnswBuild, Nearest, Similar, VectorIndexReport, VectorMetric},
     reindex::Switch,
     transfer::{ExportedImage, ImportMark, ReadSnapshot, SyncedImage},
     upsert::{
@@ -173,19 +173,24 @@ impl Store {
     /// Opens and migrates the database (SQLite: creating the file and its folder if missing). Requests wait
     /// at most 5 s for a connection.
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
-        Self::connect_with(url, Duration::from_secs(5)).await
+        Self::connect_with(url, Duration::from_secs(5), 8).await
     }
 
     /// As `connect`; a request that cannot get a connection within `acquire_timeout` (the database is down
-    /// or saturated) fails with `StoreError::Unavailable` instead of hanging.
-    pub async fn connect_with(url: &str, acquire_timeout: Duration) -> Result<Store, StoreError> {
+    /// or saturated) fails with `StoreError::Unavailable` instead of hanging. Postgres gets at most
+    /// `connections` (SQLite keeps its own pool).
+    pub async fn connect_with(
+        url: &str,
+        acquire_timeout: Duration,
+        connections: u32,
+    ) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
         let engine = Engine::of_url(url)?;
         let pool = match engine {
             Engine::Sqlite => sqlite_pool(url, acquire_timeout).await?,
             Engine::Postgres => {
                 AnyPoolOptions::new()
-                    .max_connections(8)
+                    .max_connections(connections)
                     .acquire_timeout(acquire_timeout)
                     .after_connect(|conn, _| {
                         Box::pin(async move {

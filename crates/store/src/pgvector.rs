@@ -92,6 +92,20 @@ pub struct Nearest<'a> {
     pub exact: bool,
 }
 
+/// How far the inner product of two unit vectors, rounded to halfvec and summed in f32 as pgvector does, can
+/// lie from the f32 one: each factor's rounding is within 2^-11 of it, so the sum within (2^-10 + 2^-22) of
+/// |q|.|x| = 1, plus the float sums' own rounding; with room to spare.
+pub const HALF_ERROR: f32 = 1.2e-3;
+
+/// A row found by `nearest_similarities`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Similar {
+    pub id: i64,
+    /// The inner product with the query, from the halfvec column (within `HALF_ERROR` of the f32 one).
+    pub similarity: f32,
+    pub offset: f32,
+}
+
 /// `[x1,x2,...]`, pgvector's text form. Rust prints finite floats without exponents, which pgvector reads.
 pub(super) fn literal(v: &[f32]) -> String {
     let mut s = String::with_capacity(v.len() * 12 + 2);
@@ -203,21 +217,23 @@ impl Store {
     }
 
     /// How many of the collection's images `filter` admits, `exclude` left out (a filtered search's
-    /// `matches`).
+    /// `matches`), counting at most `up_to` (None: all): the scan stops there.
     pub async fn count_matching(
         &self,
         collection_id: i64,
         filter: &Filter,
         exclude: Option<i64>,
+        up_to: Option<usize>,
     ) -> Result<usize, StoreError> {
         let f = dialect::compile_filter(self.engine, filter, 2);
         let excl = exclude
             .map(|x| format!(" AND id <> {x}"))
             .unwrap_or_default();
-        let sql = format!(
-            "SELECT COUNT(*) FROM images WHERE collection_id = $1{excl}{}",
-            f.clause
-        );
+        let rows = format!("FROM images WHERE collection_id = $1{excl}{}", f.clause);
+        let sql = match up_to {
+            Some(n) => format!("SELECT COUNT(*) FROM (SELECT 1 {rows} LIMIT {n}) AS admitted"),
+            None => format!("SELECT COUNT(*) {rows}"),
+        };
         let n: i64 = f
             .bind(sqlx::query(&sql).bind(collection_id))
             .fetch_one(&self.pool)
@@ -228,9 +244,51 @@ impl Store {
 
     /// The nearest rows to a query by the HNSW index (or an exact scan), with their exact f32 vectors and
     /// offsets, nearest first (roughly: the iterative scan's relaxed order; the caller re-ranks exactly).
-    /// One transaction so that `SET LOCAL` scopes the scan settings to this query (and, on Citus, carries them
-    /// to the workers).
     pub async fn nearest(&self, q: &Nearest<'_>) -> Result<Vec<super::StoredVector>, StoreError> {
+        let rows = self.nearest_rows(q, "id, vector, hub_offset").await?;
+        Ok(rows
+            .iter()
+            .map(|r| super::StoredVector {
+                id: r.get("id"),
+                vector: blob_to_vector(r.get::<&[u8], _>("vector")),
+                offset: r.get::<f64, _>("hub_offset") as f32,
+            })
+            .collect())
+    }
+
+    /// As `nearest` for an inner-product search, with each row's inner product with the query as the halfvec
+    /// column gives it (within `HALF_ERROR` of the f32 one for unit vectors) instead of its vector: ids and
+    /// numbers come back, not 4 KB a row, and Postgres reads no vector out of line.
+    pub async fn nearest_similarities(&self, q: &Nearest<'_>) -> Result<Vec<Similar>, StoreError> {
+        if q.metric != VectorMetric::InnerProduct {
+            return Err(StoreError::Invalid(
+                "similarities come from the inner-product index only".into(),
+            ));
+        }
+        // $2 is the query vector, as in the ORDER BY.
+        let rows = self
+            .nearest_rows(
+                q,
+                "id, -(embedding <#> $2::halfvec) AS similarity, hub_offset",
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Similar {
+                id: r.get("id"),
+                similarity: r.get::<f64, _>("similarity") as f32,
+                offset: r.get::<f64, _>("hub_offset") as f32,
+            })
+            .collect())
+    }
+
+    /// The walk (or scan) itself, returning `columns` of the rows found. One transaction so that `SET LOCAL`
+    /// scopes the scan settings to this query (and, on Citus, carries them to the workers).
+    async fn nearest_rows(
+        &self,
+        q: &Nearest<'_>,
+        columns: &str,
+    ) -> Result<Vec<sqlx::any::AnyRow>, StoreError> {
         let t = q.modality.as_str();
         let f = match q.modality {
             Modality::Images => dialect::compile_filter(self.engine, q.filter, 3),
@@ -241,7 +299,7 @@ impl Store {
             .map(|x| format!(" AND id <> {x}"))
             .unwrap_or_default();
         let sql = format!(
-            "SELECT id, vector, hub_offset FROM {t} WHERE collection_id = $1 AND embedding IS NOT NULL{excl}{} \
+            "SELECT {columns} FROM {t} WHERE collection_id = $1 AND embedding IS NOT NULL{excl}{} \
              ORDER BY embedding {} $2::halfvec LIMIT {}",
             f.clause,
             q.metric.operator(),
@@ -276,14 +334,7 @@ impl Store {
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(rows
-            .iter()
-            .map(|r| super::StoredVector {
-                id: r.get("id"),
-                vector: blob_to_vector(r.get::<&[u8], _>("vector")),
-                offset: r.get::<f64, _>("hub_offset") as f32,
-            })
-            .collect())
+        Ok(rows)
     }
 
     /// Fills `embedding` where it is empty, from each row's stored vector (in the caller's transaction: a
@@ -402,6 +453,36 @@ async fn fit_embedding_columns(conn: &mut AnyConnection, dim: usize) -> Result<(
                 .await?;
             }
         }
+        keep_inline(conn, t, dim).await?;
+    }
+    Ok(())
+}
+
+/// The largest halfvec kept in the row itself (`STORAGE PLAIN`): 2 bytes a dimension must leave the row under
+/// Postgres' 8 KB page with the other columns beside it.
+const MAX_INLINE_DIM: usize = 3000;
+
+/// Keeps the column's values in the row rather than out of line (halfvec's default storage, `EXTERNAL`, moves
+/// a 1,024-d value, 2 KB, to the TOAST table once the row passes 2 KB with it): a search computes each of its
+/// 100 candidates' similarity from the row, and an out-of-line value costs a TOAST index probe and two chunk
+/// reads apiece (at 100k under 200 searches a second, the walk's statement took 5.3 ms in the row against
+/// 9.9-11.4 ms out of line). Rows written from now on; `VACUUM FULL` rewrites older ones.
+async fn keep_inline(conn: &mut AnyConnection, table: &str, dim: usize) -> Result<(), StoreError> {
+    if dim > MAX_INLINE_DIM {
+        return Ok(());
+    }
+    let storage: Option<String> = sqlx::query_scalar(
+        "SELECT attstorage::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'embedding'",
+    )
+    .bind(table)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if storage.as_deref() != Some("p") {
+        sqlx::query(&format!(
+            "ALTER TABLE {table} ALTER COLUMN embedding SET STORAGE PLAIN"
+        ))
+        .execute(&mut *conn)
+        .await?;
     }
     Ok(())
 }
@@ -486,6 +567,38 @@ async fn build_hnsw_indexes(
 
 #[cfg(test)]
 mod tests {
+    use crate::{
+        Provenance,
+        filter::Filter,
+        testing::{bare_image, memory},
+    };
+
+    #[tokio::test]
+    async fn a_bounded_count_stops_at_its_bound_and_an_exact_one_counts_all() {
+        let store = memory().await;
+        let c = store.create_collection("c", "").await.expect("create");
+        let images: Vec<_> = (0..7)
+            .map(|i| crate::NewImage {
+                metadata: serde_json::json!({"even": i % 2 == 0}),
+                ..bare_image()
+            })
+            .collect();
+        let prov = Provenance {
+            bundle_id: "b",
+            vision_id: "v",
+        };
+        let ids = store
+            .insert_images(c.id, &images, prov, None)
+            .await
+            .expect("insert");
+        let even = Filter::parse(&serde_json::json!({"even": true})).expect("filter");
+        let count = |up_to, exclude| store.count_matching(c.id, &even, exclude, up_to);
+        assert_eq!(count(None, None).await.expect("count"), 4);
+        assert_eq!(count(Some(3), None).await.expect("count"), 3);
+        assert_eq!(count(Some(9), None).await.expect("count"), 4);
+        assert_eq!(count(None, Some(ids[0].0)).await.expect("count"), 3);
+    }
+
     #[test]
     fn the_text_form_is_what_pgvector_reads() {
         assert_eq!(super::literal(&[1.0, -0.5, 1e-7]), "[1,-0.5,0.0000001]");

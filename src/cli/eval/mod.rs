@@ -120,11 +120,12 @@ async fn eval_service(args: &EvalArgs, pipeline: Arc<Pipeline>) -> anyhow::Resul
     let store_args = StoreArgs {
         database_url: args.database_url.clone(),
         database_timeout: 5,
+        database_connections: None,
         index: crate::config::IndexMode::Memory,
         index_dir: None,
         // Through the HNSW graphs, as a large collection is searched (full rankings are exact either way).
         exact_below: 0,
-        ef_search: 128,
+        ef_search: None,
         max_k: 1000,
         max_batch: 64,
     };

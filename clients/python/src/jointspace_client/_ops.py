@@ -433,6 +433,7 @@ def _search_call(
     channels: Sequence[Channel] | None = None,
     min_score: float | None = None,
     group: bool | None = None,
+    exact_matches: bool | None = None,
 ) -> Call[T]:
     fields: dict[str, Any] = _drop_none(
         {
@@ -446,12 +447,14 @@ def _search_call(
             "channels": None if channels is None else list(channels),
             "min_score": min_score,
             "group": group,
+            "exact_matches": exact_matches,
         }
     )
     src: ImageSource | None = None if image is None else resolve(image)
     if src is not None and src.kind == "bytes":
         # A photo query as multipart: the fields as form fields, `filter` as JSON text.
-        data = {k: _dump(v) if k in ("filter", "channels", "group") else str(v) for k, v in fields.items()}
+        as_json = ("filter", "channels", "group", "exact_matches")
+        data = {k: _dump(v) if k in as_json else str(v) for k, v in fields.items()}
         files: list[FilePart] = [file_part("image", src)]
         return Call("POST", path, parse, files=files, data=data)
     if src is not None:
@@ -490,6 +493,7 @@ def search_images(
     channels: Sequence[Channel] | None = None,
     min_score: float | None = None,
     group: bool | None = None,
+    exact_matches: bool | None = None,
 ) -> Flow[ImageResults]:
     """Images for a sentence (`text`), a photo (`image`: path, bytes, base64) or a stored image
     (`image_id`, left out of its own results): exactly one. `k` results (default 10) after `offset`,
@@ -497,7 +501,9 @@ def search_images(
     `keyword` or `hybrid` for sentences (`keyword_weight` weighs the keyword channel in hybrid, `channels`
     picks which of `vector`, `text` and `keyword` it fuses; each result's `channels` says what each found);
     `min_score` leaves out weaker results. In a collection with a product key each product comes once, with
-    its `product` (`key`, `photos`), and `matches` counts products; `group=False` returns photos one by one."""
+    its `product` (`key`, `photos`), and `matches` counts products; `group=False` returns photos one by one.
+    Under the database index `matches` may stop counting at 10,000 or more (`matches_exact` false: at least
+    that many); `exact_matches=True` counts them all."""
     return one(
         _search_call(
             f"{_col(collection)}/images/search",
@@ -513,6 +519,7 @@ def search_images(
             channels=channels,
             min_score=min_score,
             group=group,
+            exact_matches=exact_matches,
         )
     )
 

@@ -147,6 +147,8 @@ class ImageResults(TypedDict):
     mode: Mode
     unknown_words: list[str]
     matches: NotRequired[int | None]
+    #: With `matches`: False when counting stopped there (at least that many; the database index).
+    matches_exact: NotRequired[bool]
     #: Hybrid: the keyword channel's share of the fused score the search used.
     keyword_weight: NotRequired[float]
     #: Hybrid: every channel's weight in the fusion.

@@ -15,8 +15,8 @@ use crate::{
     filter::Filter,
     index::{Hit, Score, rank_candidates, walk_beats_scan},
     modality::Modality,
-    search::{QueryVector, Ranked, SearchParams},
-    store::{Nearest, VectorMetric},
+    search::{Matches, QueryVector, Ranked, SearchParams},
+    store::{HALF_ERROR, Nearest, Similar, VectorMetric},
 };
 
 /// Which of pgvector's distances finds the candidates for a score: the inner product for cosine (unit
@@ -35,13 +35,24 @@ pub(crate) fn metric_of(score: Score) -> VectorMetric {
 /// a visited tuple about 60 us (a heap fetch to test the filter), so about 35,000 rows (3.5%) at 100 candidates.
 const WALK_COST: f64 = 12.0;
 
+/// Links per node of the HNSW indexes Postgres builds: pgvector's own default, fewer than the memory index's 24.
+/// A search's cost there is its walk (85-90% of its Postgres time at 100k), each visited node a buffer read
+/// and a halfvec distance; at 100k 16 links walked 20% faster at `ef_search` 128 for recall@10 0.975 against
+/// 0.983 (docs/benchmarks.md, "The index in the database at the speed of the index in memory").
+pub(crate) const HNSW_M: usize = 16;
+
+/// A filter's matches are counted exactly up to this many (or as far as the scan-or-walk choice needs); past it
+/// a search says "at least" unless it asks for the exact count: at 1M the count of a 50% filter's 500,000
+/// matches was 650 ms of an 850 ms search.
+pub(crate) const MATCHES_COUNTED_TO: usize = 10_000;
+
 /// How long a collection's counted size serves the scan-or-walk choice: it needs the order of magnitude only,
 /// and a count of 1M rows costs a search's worth of time.
 const SIZE_TTL: Duration = Duration::from_secs(60);
 
-/// Collections' sizes as last counted, and when.
+/// Collections' sizes by modality as last counted, and when.
 #[derive(Default)]
-pub(crate) struct CollectionSizes(Mutex<HashMap<i64, (Instant, usize)>>);
+pub(crate) struct CollectionSizes(Mutex<HashMap<(i64, Modality), (Instant, usize)>>);
 
 /// The one query, its settings and what to ask for.
 pub(crate) struct DbQuery<'a> {
@@ -52,7 +63,7 @@ pub(crate) struct DbQuery<'a> {
     pub filter: &'a Filter,
     pub exclude: Option<i64>,
     /// How many rows the filter admits, when there is one.
-    pub matches: Option<usize>,
+    pub matches: Option<Matches>,
     pub offset: usize,
     pub k: usize,
 }
@@ -65,17 +76,26 @@ impl Service {
         target: Modality,
         q: &QueryVector,
         p: &SearchParams,
-    ) -> Result<(Vec<Ranked>, Option<usize>)> {
+    ) -> Result<(Vec<Ranked>, Option<Matches>)> {
         let exclude = q.exclude.filter(|_| target == Modality::Images);
         let matches = if p.filter.is_all() {
             None
         } else {
+            // Counted as far as the choice between scan and walk needs (a filter that admits more is walked
+            // whatever its exact count), and at least to MATCHES_COUNTED_TO.
+            let limit = self.score(q.modality, target).candidates(p.offset + p.k);
+            let live = self
+                .collection_size(collection_id, Modality::Images)
+                .await?;
+            let bound = (!p.exact_matches).then(|| {
+                let scanned = (WALK_COST * limit as f64 * live as f64).sqrt() as usize;
+                scanned
+                    .max(self.opts.index.exact_below)
+                    .max(MATCHES_COUNTED_TO)
+            });
             Some(
-                self.timed_db(
-                    "count_matching",
-                    self.store.count_matching(collection_id, &p.filter, exclude),
-                )
-                .await?,
+                self.matches_in_database(collection_id, &p.filter, exclude, bound)
+                    .await?,
             )
         };
         let hits = self
@@ -100,42 +120,81 @@ impl Service {
         Ok((ranked, matches))
     }
 
-    /// A collection's image count, counted at most once a `SIZE_TTL`.
-    async fn collection_size(&self, collection_id: i64) -> Result<usize> {
-        if let Some((at, n)) = self.sizes.0.lock().expect("sizes").get(&collection_id) {
+    /// How many of the collection's images `filter` admits (`exclude` left out), counted up to `bound` (None:
+    /// all of them): past it the answer is "at least `bound`".
+    pub(crate) async fn matches_in_database(
+        &self,
+        collection_id: i64,
+        filter: &Filter,
+        exclude: Option<i64>,
+        bound: Option<usize>,
+    ) -> Result<Matches> {
+        let n = self
+            .timed_db(
+                "count_matching",
+                self.store
+                    .count_matching(collection_id, filter, exclude, bound.map(|b| b + 1)),
+            )
+            .await?;
+        Ok(match bound {
+            Some(b) if n > b => Matches {
+                count: b,
+                exact: false,
+            },
+            _ => Matches::exact(n),
+        })
+    }
+
+    /// How many rows one modality of a collection holds (images, or written captions), counted at most once
+    /// a `SIZE_TTL`: it sets the walk's breadth and chooses between scan and walk.
+    async fn collection_size(&self, collection_id: i64, modality: Modality) -> Result<usize> {
+        let key = (collection_id, modality);
+        if let Some((at, n)) = self.sizes.0.lock().expect("sizes").get(&key) {
             if at.elapsed() < SIZE_TTL {
                 return Ok(*n);
             }
         }
-        let n = self
-            .timed_db(
-                "count_images",
-                self.store.count_images(collection_id, &Filter::all()),
-            )
-            .await?
-            .max(0) as usize;
+        let n = match modality {
+            Modality::Images => {
+                self.timed_db(
+                    "count_images",
+                    self.store.count_images(collection_id, &Filter::all()),
+                )
+                .await?
+            }
+            Modality::Captions => {
+                self.timed_db(
+                    "count_captions",
+                    self.store.count_captions(collection_id, None),
+                )
+                .await?
+            }
+        }
+        .max(0) as usize;
         self.sizes
             .0
             .lock()
             .expect("sizes")
-            .insert(collection_id, (Instant::now(), n));
+            .insert(key, (Instant::now(), n));
         Ok(n)
     }
 
     /// Whether a filter admitting `matches` rows is scanned exactly rather than walked: at most
     /// `--exact-below` rows, or whenever the scan costs less than pgvector's walk (`index::walk_beats_scan` at
-    /// this WALK_COST).
+    /// this WALK_COST). A count that stopped at its bound is past both.
     async fn scans(
         &self,
         collection_id: i64,
-        matches: Option<usize>,
+        matches: Option<Matches>,
         limit: usize,
     ) -> Result<bool> {
         Ok(match matches {
-            None => false,
-            Some(m) if m <= self.opts.index.exact_below => true,
-            Some(m) => {
-                let live = self.collection_size(collection_id).await?;
+            None | Some(Matches { exact: false, .. }) => false,
+            Some(Matches { count: m, .. }) if m <= self.opts.index.exact_below => true,
+            Some(Matches { count: m, .. }) => {
+                let live = self
+                    .collection_size(collection_id, Modality::Images)
+                    .await?;
                 !walk_beats_scan(WALK_COST, m, live, limit)
             }
         })
@@ -145,11 +204,20 @@ impl Service {
     /// narrow enough (`scans`) is scanned exactly instead (cheaper than a walk that skips nearly everything,
     /// and exact); a walk that comes back short (pgvector's iterative scan stops after `hnsw.max_scan_tuples`
     /// visits, and a small collection is a narrow filter on the shared table) is replaced by the exact scan,
-    /// so a page is never short while rows remain.
+    /// so a page is never short while rows remain. Cosine searches get each candidate's similarity from
+    /// Postgres (halfvec) and read the f32 vectors of only those that may make the page (`within_reach`);
+    /// other similarities read every candidate's vector.
     pub(crate) async fn nearest_in_database(&self, q: DbQuery<'_>) -> Result<Vec<Hit>> {
         let score = self.score(q.query_modality, q.target);
         let limit = score.candidates(q.offset + q.k);
         let exact = self.scans(q.collection_id, q.matches, limit).await?;
+        let ef_search = match self.opts.index.ef_search {
+            Some(ef) => ef,
+            None => self
+                .opts
+                .index
+                .ef_search_for(self.collection_size(q.collection_id, q.target).await?),
+        };
         let mut n = Nearest {
             collection_id: q.collection_id,
             modality: q.target,
@@ -158,14 +226,31 @@ impl Service {
             limit,
             filter: q.filter,
             exclude: q.exclude,
-            ef_search: self.opts.index.ef_search.max(limit),
+            ef_search: ef_search.max(limit),
             exact,
         };
-        let mut found = self.timed_db("nearest", self.store.nearest(&n)).await?;
-        if !n.exact && found.len() < limit && q.matches.is_none_or(|m| found.len() < m) {
-            n.exact = true;
-            found = self.timed_db("nearest", self.store.nearest(&n)).await?;
-        }
+        let found = match n.metric {
+            VectorMetric::InnerProduct => {
+                let nearest = self.store.nearest_similarities(&n);
+                let mut similar = self.timed_db("nearest", nearest).await?;
+                if walked_short(&n, similar.len(), q.matches) {
+                    n.exact = true;
+                    let nearest = self.store.nearest_similarities(&n);
+                    similar = self.timed_db("nearest", nearest).await?;
+                }
+                let ids = within_reach(&similar, score.uses_offsets(), q.offset + q.k);
+                let vectors = self.store.vectors_by_ids(q.collection_id, q.target, &ids);
+                self.timed_db("nearest_vectors", vectors).await?
+            }
+            VectorMetric::L2 => {
+                let mut found = self.timed_db("nearest", self.store.nearest(&n)).await?;
+                if walked_short(&n, found.len(), q.matches) {
+                    n.exact = true;
+                    found = self.timed_db("nearest", self.store.nearest(&n)).await?;
+                }
+                found
+            }
+        };
         Ok(rank_candidates(
             q.vector,
             score,
@@ -176,9 +261,58 @@ impl Service {
     }
 }
 
+/// Whether a walk found fewer rows than it asked for while the filter admits more: pgvector's iterative scan
+/// gave up (`hnsw.max_scan_tuples`), and the exact scan must give the page.
+fn walked_short(n: &Nearest<'_>, found: usize, matches: Option<Matches>) -> bool {
+    !n.exact && found < n.limit && matches.is_none_or(|m| found < m.count)
+}
+
+/// The candidates whose exact score may place them among the first `want`: each one's score from the halfvec
+/// similarity is within HALF_ERROR of its exact score, so any of the exact first `want` scores at least the
+/// `want`-th best approximate score less twice that. Their f32 vectors then give the exact order, the same
+/// as re-ranking every candidate.
+fn within_reach(similar: &[Similar], offsets: bool, want: usize) -> Vec<i64> {
+    let approx = |s: &Similar| s.similarity + if offsets { s.offset } else { 0.0 };
+    let mut scores: Vec<f32> = similar.iter().map(approx).collect();
+    if scores.len() <= want {
+        return similar.iter().map(|s| s.id).collect();
+    }
+    let (_, nth, _) = scores.select_nth_unstable_by(want.max(1) - 1, |a, b| b.total_cmp(a));
+    let floor = *nth - 2.0 * HALF_ERROR;
+    similar
+        .iter()
+        .filter(|s| approx(s) >= floor)
+        .map(|s| s.id)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{WALK_COST, walk_beats_scan};
+    use super::{HALF_ERROR, Similar, WALK_COST, walk_beats_scan, within_reach};
+
+    #[test]
+    fn rows_that_may_make_the_page_are_kept_and_the_rest_left() {
+        let s = |id, similarity, offset| Similar {
+            id,
+            similarity,
+            offset,
+        };
+        let found = [
+            s(1, 0.50, 0.0),
+            s(2, 0.40, 0.0),
+            s(3, 0.40 - 1.9 * HALF_ERROR, 0.0),
+            s(4, 0.40 - 2.1 * HALF_ERROR, 0.0),
+            s(5, 0.10, 0.35),
+            s(6, 0.20, 0.0),
+        ];
+        // The second best is 0.40: 3 is within reach of it, 4 just beyond.
+        assert_eq!(within_reach(&found, false, 2), vec![1, 2, 3]);
+        // With offsets 5 scores 0.45 and becomes the second best.
+        assert_eq!(within_reach(&found, true, 2), vec![1, 5]);
+        // A page as long as the candidates keeps them all.
+        assert_eq!(within_reach(&found, false, 6).len(), 6);
+        assert_eq!(within_reach(&found, false, 9).len(), 6);
+    }
 
     #[test]
     fn narrow_filters_are_scanned_and_broad_ones_walked() {

@@ -8,7 +8,7 @@ use crate::{
     CollectionIndexes, Result, Service, ServiceError,
     filter::Filter,
     modality::Modality,
-    search::{QueryVector, Ranked, SearchParams},
+    search::{Matches, QueryVector, Ranked, SearchParams},
 };
 
 impl Service {
@@ -19,7 +19,7 @@ impl Service {
         target: Modality,
         q: &QueryVector,
         p: &SearchParams,
-    ) -> Result<(Vec<Ranked>, Option<usize>)> {
+    ) -> Result<(Vec<Ranked>, Option<Matches>)> {
         // A stored query image is left out of image results before paging, so pages neither skip nor repeat.
         let exclude = q.exclude.filter(|_| target == Modality::Images);
         let indexes = self.indexes_of(collection_id)?;
@@ -31,7 +31,7 @@ impl Service {
         if let (Some(x), Some(a)) = (exclude, allowed.as_mut()) {
             a.remove(&x);
         }
-        let matches = allowed.as_ref().map(HashSet::len);
+        let matches = allowed.as_ref().map(|a| Matches::exact(a.len()));
         let idx = indexes.get(target).clone();
         let score = self.score(q.modality, target);
         let (offset, k, extra) = (p.offset, p.k, usize::from(exclude.is_some()));

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Candidates, QueryVector, Ranked, SearchParams};
+use super::{Candidates, Matches, QueryVector, Ranked, SearchParams};
 use crate::{
     CollectionRef, Result, Service,
     filter::{FieldPath, Filter, GroupKey},
@@ -137,7 +137,7 @@ impl Service {
         path: &FieldPath,
         q: &QueryVector,
         p: &SearchParams,
-    ) -> Result<(Vec<Ranked>, Option<usize>)> {
+    ) -> Result<(Vec<Ranked>, Option<Matches>)> {
         let want = p.offset + p.k;
         let drop = self.dropped_product(c, path, q).await?;
         let mut depth = (want * 4).max(64);
@@ -178,11 +178,11 @@ impl Service {
         c: &CollectionRef,
         path: &FieldPath,
         filter: &Filter,
-    ) -> Result<Option<usize>> {
+    ) -> Result<Option<Matches>> {
         if filter.is_all() {
             return Ok(None);
         }
-        Ok(Some(match self.memory_indexes(c.id)? {
+        Ok(Some(Matches::exact(match self.memory_indexes(c.id)? {
             Some(idx) => {
                 let allowed = self.allowed_images(&idx, filter).await?;
                 let attributes = idx.attributes.clone();
@@ -198,7 +198,7 @@ impl Service {
                 )
                 .await?
             }
-        }))
+        })))
     }
 
     /// Each found product's key and photos, in the order of `ids` (the page's photos).
@@ -303,7 +303,7 @@ mod tests {
                 ch(&[(1, 0.8), (3, 0.4), (9, 0.99)]),
                 ch(&[(1, 2.0), (4, 1.0)]),
             ],
-            matches: Some(7),
+            matches: Some(Matches::exact(7)),
         };
         let keys = HashMap::from([(1, key("a")), (2, key("a")), (4, key("b"))]);
         let c = collapse(cands, &keys, None);
@@ -316,7 +316,7 @@ mod tests {
         // Photo 9 is no candidate (below min_score): its words do not count.
         assert_eq!(c.channels[1].values, HashMap::from([(2, 0.8), (3, 0.4)]));
         assert_eq!(c.channels[2].values, HashMap::from([(2, 2.0), (4, 1.0)]));
-        assert_eq!(c.matches, Some(7));
+        assert_eq!(c.matches, Some(Matches::exact(7)));
         // Searching by a photo of "a": the product is left out.
         let again = Candidates {
             ids: vec![1, 2, 3],

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use crate::{
     CollectionRef, Result, Service, ServiceError,
     search::{
-        Query, QueryVector, Ranked, SearchMode, SearchParams,
+        Matches, Query, QueryVector, Ranked, SearchMode, SearchParams,
         fusion::{Channel, ChannelScores, ChannelValues, KeywordWeight, fuse},
         groups,
     },
@@ -65,7 +65,7 @@ pub(super) fn weights(p: &SearchParams, qv: &QueryVector) -> [(Channel, f32); 3]
 }
 
 /// A keyword or hybrid page: the ranked images, how many the filter admits, and each one's channel scores.
-pub(super) type Fused = (Vec<Ranked>, Option<usize>, HashMap<i64, ChannelValues>);
+pub(super) type Fused = (Vec<Ranked>, Option<Matches>, HashMap<i64, ChannelValues>);
 
 /// A sentence search's candidates (ascending ids), their vector similarity (in the same order), and the
 /// channels' views of them: vector (score as vector mode ranks), text (nearest sentence's similarity),
@@ -74,7 +74,7 @@ pub struct Candidates {
     pub ids: Vec<i64>,
     pub similarity: Vec<f32>,
     pub channels: [ChannelScores; 3],
-    pub matches: Option<usize>,
+    pub matches: Option<Matches>,
 }
 
 /// The page `p` asks for of candidates ranked by `scores` (ties by similarity, then id), with their channels'
@@ -86,7 +86,7 @@ fn page(
     channels: [ChannelScores; 3],
     mode: SearchMode,
     p: &SearchParams,
-    matches: Option<usize>,
+    matches: Option<Matches>,
 ) -> Fused {
     let mut ranked: Vec<Ranked> = ids
         .into_iter()
@@ -292,11 +292,13 @@ impl Service {
     }
 
     /// How many images the filter admits (None without one), for a page the vector side did not rank.
-    async fn matches(&self, c: &CollectionRef, p: &SearchParams) -> Result<Option<usize>> {
+    async fn matches(&self, c: &CollectionRef, p: &SearchParams) -> Result<Option<Matches>> {
         if p.filter.is_all() {
             return Ok(None);
         }
-        Ok(Some(self.count_matches(c.id, &p.filter).await?))
+        Ok(Some(
+            self.count_matches(c.id, &p.filter, p.exact_matches).await?,
+        ))
     }
 
     /// The words by meaning: images ranked by the nearest of their captions and text-field sentences to the

@@ -67,6 +67,8 @@ pub struct SearchParams {
     pub fusion: fusion::Fusion,
     /// Image searches in a collection with a product key (`group_by`): each product once (`groups`).
     pub group: bool,
+    /// Count every image a filter admits, however many (else the database index may stop at a bound).
+    pub exact_matches: bool,
 }
 
 impl SearchParams {
@@ -82,7 +84,23 @@ impl SearchParams {
             channels: None,
             fusion: fusion::Fusion::default(),
             group: true,
+            exact_matches: false,
         }
+    }
+}
+
+/// How many images a filter admits: counted exactly, or (`exact` false) at least `count`, where counting them
+/// all would cost more than the search (the database index stops at `MATCHES_COUNTED_TO`, or where the scan or
+/// walk choice is settled, unless the search asks for the exact count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Matches {
+    pub count: usize,
+    pub exact: bool,
+}
+
+impl Matches {
+    pub fn exact(count: usize) -> Matches {
+        Matches { count, exact: true }
     }
 }
 
@@ -90,7 +108,7 @@ impl SearchParams {
 /// image search ran in, and the words of a sentence query the text model does not know.
 pub struct Hits<H> {
     pub hits: Vec<H>,
-    pub matches: Option<usize>,
+    pub matches: Option<Matches>,
     pub mode: Option<SearchMode>,
     /// Hybrid: the channels' weights this search used (the keyword channel's is `keyword_weight`).
     pub weights: Option<[(fusion::Channel, f32); 3]>,
@@ -282,7 +300,7 @@ impl Service {
         &self,
         t: std::time::Instant,
         c: &CollectionRef,
-        (hits, matches): (Vec<Ranked>, Option<usize>),
+        (hits, matches): (Vec<Ranked>, Option<Matches>),
         mode: Option<SearchMode>,
         qv: QueryVector,
     ) -> Result<Hits<Scored<R>>> {
