@@ -28,7 +28,7 @@ use std::{
 pub use attributes::Attributes;
 use graph::Graph;
 pub use score::Score;
-pub use search::walk_beats_scan;
+pub use search::{largest_scanned, walk_beats_scan};
 
 /// A point found by a search: what the results are ordered by (`score`: the similarity plus the point's
 /// offset when the score takes offsets) and the plain similarity of query and point.

@@ -104,3 +104,9 @@ pub fn walk_beats_scan(walk_cost: f64, pool: usize, live: usize, count: usize) -
     let pool = pool as f64;
     pool * pool > walk_cost * count as f64 * live as f64
 }
+
+/// The largest pool `walk_beats_scan` still scans: a count of a filter's matches that reaches past it settles
+/// the choice (a walk) without counting further.
+pub fn largest_scanned(walk_cost: f64, live: usize, count: usize) -> usize {
+    (walk_cost * count as f64 * live as f64).sqrt() as usize
+}

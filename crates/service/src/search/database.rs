@@ -13,7 +13,7 @@ use std::{
 use crate::{
     Result, Service,
     filter::Filter,
-    index::{Hit, Score, rank_candidates, walk_beats_scan},
+    index::{Hit, Score, largest_scanned, rank_candidates, walk_beats_scan},
     modality::Modality,
     search::{Matches, QueryVector, Ranked, SearchParams},
     store::{HALF_ERROR, Nearest, Similar, VectorMetric},
@@ -88,8 +88,7 @@ impl Service {
                 .collection_size(collection_id, Modality::Images)
                 .await?;
             let bound = (!p.exact_matches).then(|| {
-                let scanned = (WALK_COST * limit as f64 * live as f64).sqrt() as usize;
-                scanned
+                largest_scanned(WALK_COST, live, limit)
                     .max(self.opts.index.exact_below)
                     .max(MATCHES_COUNTED_TO)
             });
@@ -288,7 +287,7 @@ fn within_reach(similar: &[Similar], offsets: bool, want: usize) -> Vec<i64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{HALF_ERROR, Similar, WALK_COST, walk_beats_scan, within_reach};
+    use super::{HALF_ERROR, Similar, WALK_COST, largest_scanned, walk_beats_scan, within_reach};
 
     #[test]
     fn rows_that_may_make_the_page_are_kept_and_the_rest_left() {
@@ -323,6 +322,11 @@ mod tests {
         );
         assert!(!walk_beats_scan(WALK_COST, 34_641, 1_000_000, 100));
         assert!(walk_beats_scan(WALK_COST, 34_642, 1_000_000, 100));
+        // The bound a filter's count goes to is that same edge.
+        assert_eq!(largest_scanned(WALK_COST, 1_000_000, 100), 34_641);
+        assert_eq!(largest_scanned(WALK_COST, 10_000, 100), 3_464);
+        assert!(!walk_beats_scan(WALK_COST, 3_464, 10_000, 100));
+        assert!(walk_beats_scan(WALK_COST, 3_465, 10_000, 100));
         assert!(
             walk_beats_scan(WALK_COST, 50_000, 1_000_000, 100),
             "5%: walk"
