@@ -133,6 +133,24 @@ pub fn statuses(outcomes: &[Outcome], pick: impl Fn(&Outcome) -> bool) -> BTreeM
     m
 }
 
+/// Only clean answers: a 2xx or a 503, never a 500 or a dropped connection (the client would have panicked);
+/// and a 503 says what is unavailable (`says` in its message) and when to retry (src/api/error.rs:
+/// Unavailable, Retry-After 1).
+pub fn assert_clean_answers(outcomes: &[Outcome], says: &str) {
+    assert!(
+        outcomes.iter().all(|o| matches!(o.status, 200 | 201 | 503)),
+        "{outcomes:?}"
+    );
+    for o in outcomes.iter().filter(|o| o.status == 503) {
+        assert_eq!(o.code, "unavailable", "{o:?}");
+        assert!(o.message.contains(says), "{o:?}");
+        assert!(
+            o.retry_after.is_some_and(|s| s >= 1),
+            "no Retry-After: {o:?}"
+        );
+    }
+}
+
 /// Every acknowledged image is stored (by id) and is the first hit of a search by its own photo, unfiltered,
 /// so that the index answers it (HNSW in memory, or pgvector's in the database): a write the database lost,
 /// or whose vector the index lacks, fails it.
