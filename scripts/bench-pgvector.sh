@@ -52,7 +52,11 @@ once() { # name command...
 import() {
   "$PGBIN/psql" -qh 127.0.0.1 -p "$port" -U postgres -c "DROP DATABASE IF EXISTS bench" -c "CREATE DATABASE bench" \
     -c "\c bench" -c "CREATE EXTENSION vector" >/dev/null
-  "$PY" scripts/bench_pgvector.py export "$BUNDLE" "$N" "$DIR/big.jsonl" "$SET" "$DATA"
+  # The export is kept until the import has read it, so an interrupted import starts again from it.
+  if [[ ! -f $DIR/big.jsonl ]]; then
+    "$PY" scripts/bench_pgvector.py export "$BUNDLE" "$N" "$DIR/big.jsonl.tmp" "$SET" "$DATA"
+    mv "$DIR/big.jsonl.tmp" "$DIR/big.jsonl"
+  fi
   local t0 t1; t0=$(date +%s.%N)
   "$JS" import "$DIR/big.jsonl" --batch 256 >/dev/null
   t1=$(date +%s.%N)
