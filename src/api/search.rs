@@ -50,10 +50,11 @@ pub struct SearchRequest {
     /// `hybrid` (the channels fused by calibrated scores: the photo, the words by meaning, the words as
     /// keywords). Default: `hybrid` in a collection with `text_fields` or captions, else `vector`.
     pub mode: Option<Mode>,
-    /// Hybrid mode: the keyword channel's weight in the fusion, 0..=1 (the photo has 5/8 of the rest, the
-    /// words by meaning 3/8). Default 0.2, raised towards 1 by the share of the sentence's words the text
-    /// model does not know.
-    #[schema(default = 0.2, minimum = 0.0, maximum = 1.0)]
+    /// Hybrid mode: the keyword channel's weight in the fusion, 0..=1 (the photo and the words by meaning
+    /// share the rest, the photo 5/8 of it where the collection's own sentences find their photos, less
+    /// where they do not: `weights` in the answer). Default 0.2 (0.4 where the photo gets no weight), raised
+    /// towards 1 by the share of the sentence's words the text model does not know.
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub keyword_weight: Option<f32>,
     /// Hybrid mode: the channels to fuse, any of `vector` (the photo), `text` (the image's captions and
     /// text fields by meaning) and `keyword` (its words as keywords). Default: all three. Implies hybrid.
@@ -105,7 +106,8 @@ pub struct ChannelScores {
     pub keyword: Option<f32>,
 }
 
-/// The weights a hybrid search gave its channels (0 for a channel not asked).
+/// The weights a hybrid search gave its channels (0 for a channel not asked): the photo's follows its trust in
+/// the collection, how often the collection's own sentences find their image by the photo alone (docs/api.md).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ChannelWeights {
     pub vector: f32,

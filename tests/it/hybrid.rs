@@ -487,3 +487,121 @@ async fn product_words_find_their_products_with_the_database_index() {
     let url = pg.create_db("hybrid").await;
     products(&url, &DATABASE_INDEX).await;
 }
+
+/// Four real photos, each with five sentences about it (or, `shifted`, about the next photo).
+fn described_photos(shifted: bool) -> Value {
+    let dir = format!("{}/.cache/photos", env!("CARGO_MANIFEST_DIR"));
+    let photos: [(&str, [&str; 5]); 4] = [
+        (
+            "rocket.jpg",
+            [
+                "a rocket lifting off from its launch pad",
+                "a space rocket launching into the sky",
+                "smoke and fire under a rocket taking off",
+                "a tall white rocket on a launch tower",
+                "a rocket launch with a cloud of smoke",
+            ],
+        ),
+        (
+            "chelsea.png",
+            [
+                "a cat sitting and looking at the camera",
+                "an orange tabby cat",
+                "a cat with green eyes",
+                "a kitten resting on the floor",
+                "a ginger cat looks up",
+            ],
+        ),
+        (
+            "coffee.png",
+            [
+                "a cup of coffee on a saucer",
+                "a white mug of coffee on a table",
+                "coffee with foam in a cup",
+                "a cup of hot coffee and a spoon",
+                "a red cup of coffee",
+            ],
+        ),
+        (
+            "astronaut.png",
+            [
+                "an astronaut in a white space suit",
+                "a woman astronaut smiling in front of a flag",
+                "a person in a spacesuit holding a helmet",
+                "an astronaut posing for a portrait",
+                "a smiling woman in a space suit",
+            ],
+        ),
+    ];
+    let images: Vec<Value> = (0..4)
+        .map(|i| {
+            let (file, _) = photos[i];
+            let data = std::fs::read(format!("{dir}/{file}")).unwrap_or_else(|e| {
+                panic!("{dir}/{file}: {e} (scripts/test.sh fetches the photos: jointspace_train photos)")
+            });
+            let words = photos[(i + usize::from(shifted)) % 4].1;
+            json!({"data": b64(&data), "external_id": file, "captions": words})
+        })
+        .collect();
+    json!({ "images": images })
+}
+
+/// The photo's weight in a collection's hybrid searches follows how often its own sentences find it by the
+/// photo alone: full where they do (12 of 20 here, chance being 5), none where every photo carries another's
+/// sentences, the words then sharing the whole score in their tuned proportion.
+async fn photo_trust(url: &str, flags: &[&str]) {
+    let bundle = format!("{}/models/flickr8k-vgg16-fne", env!("CARGO_MANIFEST_DIR"));
+    if !std::path::Path::new(&bundle).join("vision.onnx").exists() {
+        eprintln!("skipped: {bundle}/vision.onnx is absent (scripts/setup-python.sh builds it)");
+        return;
+    }
+    let app = TestApp::start_url(&bundle, url, flags).await;
+    let weights =
+        |r: &Value| ["vector", "text", "keyword"].map(|c| r["weights"][c].as_f64().expect(c));
+    for (name, shifted, want) in [
+        ("described", false, [0.5, 0.3, 0.2]),
+        ("swapped", true, [0.0, 0.6, 0.4]),
+    ] {
+        app.create_collection(name).await;
+        let (s, r) = app
+            .post_json(
+                &format!("/v1/collections/{name}/images"),
+                described_photos(shifted),
+            )
+            .await;
+        assert_eq!(s, 201, "{r}");
+        let (s, r) = search(&app, name, json!({"text": "a cat", "k": 4})).await;
+        assert_eq!(s, 200, "{r}");
+        assert_eq!(r["mode"], "hybrid", "{r}");
+        let got = weights(&r);
+        assert!(
+            got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-6),
+            "{name}: {got:?}, want {want:?}"
+        );
+    }
+    // Asked for the photo alone, a search weighs it alone, whatever its trust.
+    let (_, r) = search(
+        &app,
+        "swapped",
+        json!({"text": "a cat", "channels": ["vector"]}),
+    )
+    .await;
+    assert_eq!(weights(&r), [1.0, 0.0, 0.0], "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_photo_counts_as_far_as_its_own_words_find_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    photo_trust(
+        &format!("sqlite://{}", dir.path().join("t.db").display()),
+        &[],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_photo_counts_as_far_as_its_own_words_find_it_with_the_database_index() {
+    let pg = PgCluster::start_pgvector();
+    let url = pg.create_db("trust").await;
+    photo_trust(&url, &DATABASE_INDEX).await;
+}

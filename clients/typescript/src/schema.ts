@@ -516,7 +516,10 @@ export interface components {
              */
             vector?: number | null;
         };
-        /** @description The weights a hybrid search gave its channels (0 for a channel not asked). */
+        /**
+         * @description The weights a hybrid search gave its channels (0 for a channel not asked): the photo's follows its trust in
+         *     the collection, how often the collection's own sentences find their image by the photo alone (docs/api.md).
+         */
         ChannelWeights: {
             /** Format: float */
             keyword: number;
@@ -865,10 +868,10 @@ export interface components {
             k?: number | null;
             /**
              * Format: float
-             * @description Hybrid mode: the keyword channel's weight in the fusion, 0..=1 (the photo has 5/8 of the rest, the
-             *     words by meaning 3/8). Default 0.2, raised towards 1 by the share of the sentence's words the text
-             *     model does not know.
-             * @default 0.2
+             * @description Hybrid mode: the keyword channel's weight in the fusion, 0..=1 (the photo and the words by meaning
+             *     share the rest, the photo 5/8 of it where the collection's own sentences find their photos, less
+             *     where they do not: `weights` in the answer). Default 0.2 (0.4 where the photo gets no weight), raised
+             *     towards 1 by the share of the sentence's words the text model does not know.
              */
             keyword_weight?: number | null;
             /**

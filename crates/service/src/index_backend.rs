@@ -94,6 +94,15 @@ impl Service {
         }
     }
 
+    /// How many images the collection holds: the graph's live points, or counted in the database (at most
+    /// once a minute).
+    pub(crate) async fn image_count(&self, collection_id: i64) -> Result<usize> {
+        match self.memory_indexes(collection_id)? {
+            Some(idx) => Ok(idx.images.len()),
+            None => self.collection_size(collection_id, Modality::Images).await,
+        }
+    }
+
     /// Internal search without the HTTP limits (for `eval`, which ranks against the whole split).
     pub async fn rank(
         &self,

@@ -129,6 +129,8 @@ pub struct Service {
     probes: admin::readiness::ProbeCache,
     /// Under `--index database`, collections' sizes for the scan-or-walk choice of a filtered search.
     sizes: search::database::CollectionSizes,
+    /// How far hybrid searches trust each collection's photos (`search::trust`).
+    trust: search::trust::PhotoTrust,
     /// The sync job this process is running, as (job id, attempt), for `release_sync_job` at shutdown.
     running_job: std::sync::Mutex<Option<(i64, i64)>>,
 }
@@ -155,6 +157,7 @@ impl Service {
             followed_at_ms: AtomicU64::new(0),
             probes: Default::default(),
             sizes: Default::default(),
+            trust: Default::default(),
             running_job: Default::default(),
         };
         svc.check_provenance().await?;

@@ -279,6 +279,26 @@ impl Store {
         Ok(rows.iter().map(|r| r.get("text")).collect())
     }
 
+    /// Up to `n` of a collection's captions of images (written or a text field's), as (caption id, image id),
+    /// spread over the collection by a fixed shuffle of their ids: the same ones while it is unchanged.
+    pub async fn sample_captions(
+        &self,
+        collection_id: i64,
+        n: usize,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT id, image_id FROM captions WHERE collection_id = $1 AND image_id IS NOT NULL \
+             ORDER BY (id * 7919) % 10007, id LIMIT {n}"
+        ))
+        .bind(collection_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get("id"), r.get("image_id")))
+            .collect())
+    }
+
     pub async fn captions_by_ids(
         &self,
         collection_id: i64,

@@ -146,7 +146,11 @@ impl Service {
 
     /// How many rows one modality of a collection holds (images, or written captions), counted at most once
     /// a `SIZE_TTL`: it sets the walk's breadth and chooses between scan and walk.
-    async fn collection_size(&self, collection_id: i64, modality: Modality) -> Result<usize> {
+    pub(crate) async fn collection_size(
+        &self,
+        collection_id: i64,
+        modality: Modality,
+    ) -> Result<usize> {
         let key = (collection_id, modality);
         if let Some((at, n)) = self.sizes.0.lock().expect("sizes").get(&key) {
             if at.elapsed() < SIZE_TTL {

@@ -18,29 +18,32 @@ use crate::{
 };
 use crate::{modality::Modality, store::KeywordQuery};
 
-/// The keyword channel's share of the fused score when the text model knows every word of the sentence.
-/// With `VECTOR_SHARE`, the best weighting on a 0.1 grid of Flickr8k's dev split (vector 0.5, text 0.3,
+/// The channels' shares of the fused score when the photo is fully trusted and the text model knows every
+/// word of the sentence: the best weighting on a 0.1 grid of Flickr8k's dev split (vector 0.5, text 0.3,
 /// keyword 0.2: R@1 54.45 against 46.95 for the best channel alone; docs/results.md, "Products and their
 /// words").
+const PHOTO_SHARE: f32 = 0.5;
 const KEYWORD_SHARE: f32 = 0.2;
 
-/// Of the rest, the photo's share (0.5 of the whole); the words by meaning have the remainder (0.3).
-const VECTOR_SHARE: f32 = 0.625;
-
-/// The weights of a hybrid search's channels: the keyword channel's as asked, or by default `KEYWORD_SHARE`
-/// raised towards 1 as far as the sentence's vector is blind (a sentence all of whose words the text model
-/// does not know has a vector that says nothing, and ranks by its words alone); the photo and the words by
-/// meaning share the rest.
-pub(super) fn weights(p: &SearchParams, qv: &QueryVector) -> [(Channel, f32); 3] {
+/// The weights of a hybrid search's channels. The photo gets `PHOTO_SHARE` times its trust in the collection
+/// (`search::trust`), the words the rest, text and keywords in their tuned proportion. The keyword channel's
+/// is then as asked, or by default raised towards 1 as far as the sentence's vector is blind (a sentence all
+/// of whose words the text model does not know has a vector that says nothing, and ranks by its words alone);
+/// the photo and the words by meaning share what is left in their proportion.
+pub(super) fn weights(p: &SearchParams, qv: &QueryVector, photo_trust: f32) -> [(Channel, f32); 3] {
     let unknown = qv.unknown_share.clamp(0.0, 1.0);
-    let kw = p.keyword_weight.map_or(
-        KEYWORD_SHARE + (1.0 - KEYWORD_SHARE) * unknown,
-        KeywordWeight::get,
-    );
+    let photo = PHOTO_SHARE * photo_trust.clamp(0.0, 1.0);
+    let words = 1.0 - photo;
+    let keyword = words * KEYWORD_SHARE / (1.0 - PHOTO_SHARE);
+    let text = words - keyword;
+    let kw = p
+        .keyword_weight
+        .map_or(keyword + (1.0 - keyword) * unknown, KeywordWeight::get);
+    let vector_share = photo / (photo + text);
     let asked = |c: Channel| p.channels.as_ref().is_none_or(|cs| cs.contains(&c));
     let mut w = [
-        (Channel::Vector, (1.0 - kw) * VECTOR_SHARE),
-        (Channel::Text, (1.0 - kw) * (1.0 - VECTOR_SHARE)),
+        (Channel::Vector, (1.0 - kw) * vector_share),
+        (Channel::Text, (1.0 - kw) * (1.0 - vector_share)),
         (Channel::Keyword, kw),
     ];
     for (c, x) in &mut w {

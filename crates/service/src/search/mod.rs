@@ -8,6 +8,7 @@ pub mod fusion;
 mod graphs;
 mod groups;
 mod hybrid;
+pub(crate) mod trust;
 
 pub use groups::Product;
 pub use hybrid::Candidates;
@@ -59,7 +60,7 @@ pub struct SearchParams {
     pub min_score: Option<f32>,
     /// None: hybrid for a sentence on images in a collection that asked for keyword search, else vector.
     pub mode: Option<SearchMode>,
-    /// Hybrid: the keyword channel's share of the fused score (by default `hybrid::KEYWORD_SHARE`).
+    /// Hybrid: the keyword channel's share of the fused score (by default `hybrid::weights`' own).
     pub keyword_weight: Option<fusion::KeywordWeight>,
     /// Hybrid: the channels fused (None: all of them).
     pub channels: Option<Vec<fusion::Channel>>,
@@ -238,7 +239,17 @@ impl Service {
             _ => None,
         };
         let qv = self.query_vector(&c, q).await?;
-        let weights = hybrid::weights(&p, &qv);
+        // Only a hybrid sentence search that asks the photo weighs it by its trust in the collection.
+        let photo_asked = p
+            .channels
+            .as_ref()
+            .is_none_or(|cs| cs.contains(&fusion::Channel::Vector));
+        let trust = if mode == SearchMode::Hybrid && text.is_some() && photo_asked {
+            self.photo_trust(&c).await?
+        } else {
+            1.0
+        };
+        let weights = hybrid::weights(&p, &qv, trust);
         let group = groups::grouping(&c, &p);
         let (found, channels) = match (mode, text, group) {
             (SearchMode::Keyword | SearchMode::Hybrid, Some(text), _) => {
