@@ -9,11 +9,15 @@ import pytest
 from jointspace_train.bundle import contract, pipeline
 
 
+def _copy(repo, tmp_path, name: str):
+    d = tmp_path / name
+    shutil.copytree(repo / "models" / name, d)
+    return d
+
+
 @pytest.fixture
 def fixture_copy(repo, tmp_path):
-    d = tmp_path / "b"
-    shutil.copytree(repo / "models" / "fixture-tiny", d)
-    return d
+    return _copy(repo, tmp_path, "fixture-tiny")
 
 
 def test_round_trip(fixture_copy):
@@ -31,9 +35,7 @@ def test_round_trip(fixture_copy):
 
 @pytest.fixture
 def two_copy(repo, tmp_path):
-    d = tmp_path / "two"
-    shutil.copytree(repo / "models" / "fixture-tiny-two", d)
-    return d
+    return _copy(repo, tmp_path, "fixture-tiny-two")
 
 
 def test_two_backbones_round_trip(two_copy):
