@@ -74,6 +74,16 @@ async fn two_backbones_store_reindex_export_and_import_their_whole_code() {
         .post_json("/v1/collections/c/images", json!({ "images": images }))
         .await;
     assert_eq!(s, 201, "{body}");
+    // Each backbone's worker has its own instruments.
+    let metrics = app.metrics().await;
+    for model in ["vision", "vision-1"] {
+        assert!(
+            metrics.contains(&format!(
+                "jointspace_inference_batch_rows_count{{model=\"{model}\"}} "
+            )),
+            "{model}: {metrics}"
+        );
+    }
     app.stop().await;
 
     let upgraded = variant_of(

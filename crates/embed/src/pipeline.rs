@@ -70,8 +70,9 @@ pub struct PipelineOptions {
     pub max_wait: Duration,
     /// Longest expected queueing time a request is admitted to (zero: only `queue` bounds it).
     pub max_queue_wait: Duration,
-    /// Instruments of the vision and text batchers.
-    pub vision_stats: BatchStats,
+    /// Instruments of each backbone's vision batcher, in code order (one left out: unregistered ones), and of
+    /// the text batcher.
+    pub vision_stats: Vec<BatchStats>,
     pub text_stats: BatchStats,
 }
 
@@ -128,7 +129,7 @@ impl Pipeline {
                         max_wait: opts.max_wait,
                         max_queue_wait: opts.max_queue_wait,
                     },
-                    opts.vision_stats.clone(),
+                    opts.vision_stats.get(graph).cloned().unwrap_or_default(),
                 )
             })
             .collect();

@@ -12,6 +12,15 @@ use crate::{
     runtime::{Backend, RuntimeError},
 };
 
+/// Backbone `graph`'s worker, as its thread and its metrics' `model` label name it: the first keeps the name a
+/// single-backbone bundle's has always had, `vision`; the others are `vision-1`, `vision-2`...
+pub fn worker_name(graph: usize) -> String {
+    match graph {
+        0 => "vision".to_string(),
+        g => format!("vision-{g}"),
+    }
+}
+
 pub struct Vision {
     batcher: Batcher<Vec<f32>>,
     max_batch_crops: usize,
@@ -31,13 +40,8 @@ impl Vision {
     ) -> Vision {
         let (side, crop_len, raw_dim) = (spec.graph_side(), crops::crop_len(spec), spec.raw_dim);
         let max_batch_crops = opts.max_rows.max(1);
-        // The first backbone's worker keeps the name a single-backbone bundle's has always had.
-        let name = match graph {
-            0 => "vision".to_string(),
-            g => format!("vision-{g}"),
-        };
         let batcher = Batcher::spawn(
-            &name,
+            &worker_name(graph),
             opts,
             raw_dim,
             stats,
