@@ -98,16 +98,8 @@ async fn two_backbones_store_reindex_export_and_import_their_whole_code() {
     assert_eq!((s, r["images"].as_i64()), (200, Some(4)), "{r}");
     // Each stored vector is what the new bundle computes from the pixels, through both backbones.
     for i in [1usize, 3] {
-        let (s, hits) = app
-            .post_json(
-                "/v1/collections/c/images/search",
-                json!({"image": b64(&fixture_image(i)), "k": 1}),
-            )
-            .await;
-        assert_eq!(s, 200, "{hits}");
-        let top = &hits["results"][0];
+        let top = found_again(&app, i).await;
         assert_eq!(top["image"]["external_id"], format!("i{i}"));
-        assert!(top["score"].as_f64().expect("score") > 0.9999, "{hits}");
         let bid = top["image"]["bundle_id"].as_str().expect("bundle id");
         assert!(bid.starts_with("fixture-tiny-two-v2@"), "{bid}");
     }
@@ -164,24 +156,9 @@ async fn new_w_is_applied_to_stored_codes_and_a_new_vision_part_is_refused() {
     );
     // Every stored vector now equals what the new bundle computes from the pixels (through the CNN).
     for i in [1usize, 4] {
-        let (_, e) = app
-            .post_json("/v1/embed/image", json!({"image": b64(&fixture_image(i))}))
-            .await;
-        let (s, hits) = app
-            .post_json(
-                "/v1/collections/c/images/search",
-                json!({"image": b64(&fixture_image(i)), "k": 1}),
-            )
-            .await;
-        assert_eq!(s, 200, "{hits}");
-        assert_eq!(hits["results"][0]["image"]["external_id"], format!("i{i}"));
-        assert!(
-            hits["results"][0]["score"].as_f64().expect("score") > 0.9999,
-            "{hits} vs {e}"
-        );
-        let bid = hits["results"][0]["image"]["bundle_id"]
-            .as_str()
-            .expect("bundle id");
+        let top = found_again(&app, i).await;
+        assert_eq!(top["image"]["external_id"], format!("i{i}"));
+        let bid = top["image"]["bundle_id"].as_str().expect("bundle id");
         assert!(bid.starts_with("fixture-tiny-v2@"), "{bid}");
     }
     // The captions were re-embedded with their offsets against the new bundle's image bank: a photo query on
@@ -440,19 +417,24 @@ async fn killed_reindex_leaves_one_bundle_and_resumes(url: &str, dir: &Path, fla
     }
     let app = TestApp::start_url(upgraded.to_str().expect("path"), url, flags).await;
     for i in [3usize, 7] {
-        let (s, hits) = app
-            .post_json(
-                "/v1/collections/c/images/search",
-                json!({"image": b64(&fixture_image(i)), "k": 1}),
-            )
-            .await;
-        assert_eq!(s, 200, "{hits}");
-        assert!(
-            hits["results"][0]["score"].as_f64().expect("score") > 0.9999,
-            "{hits}"
-        );
+        found_again(&app, i).await;
     }
     app.stop().await;
+}
+
+/// The top hit of fixture photo `i` as the query in collection "c": its stored vector is the one the loaded
+/// bundle computes from the pixels (a cosine above 0.9999).
+async fn found_again(app: &TestApp, i: usize) -> serde_json::Value {
+    let (s, hits) = app
+        .post_json(
+            "/v1/collections/c/images/search",
+            json!({"image": b64(&fixture_image(i)), "k": 1}),
+        )
+        .await;
+    assert_eq!(s, 200, "{hits}");
+    let top = &hits["results"][0];
+    assert!(top["score"].as_f64().expect("score") > 0.9999, "{hits}");
+    top.clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
