@@ -16,6 +16,7 @@ use crate::{
     pipeline::{Pipeline, PipelineOptions},
     runtime::{self, Backend, OrtBackend, Provider},
     service::{Database, IndexBackend, IndexParams, ReadyOptions, Service, ServiceOptions},
+    vision,
 };
 
 /// Loads and verifies the bundle and opens ONNX Runtime on it.
@@ -65,7 +66,9 @@ fn load_wrapped(
         queue: model.inference_queue,
         max_wait: Duration::from_millis(model.batch_wait_ms.unwrap_or(default_batch_wait_ms)),
         max_queue_wait: Duration::from_millis(model.max_queue_wait_ms),
-        vision_stats: metrics.batch_stats("vision"),
+        vision_stats: (0..bundle.manifest.backbones().count())
+            .map(|graph| metrics.batch_stats(&vision::worker_name(graph)))
+            .collect(),
         text_stats: metrics.batch_stats("text"),
     };
     Ok(Arc::new(Pipeline::new(bundle, backend, opts)?))

@@ -135,7 +135,8 @@ pub struct ModelArgs {
     #[command(flatten)]
     pub runtime: RuntimeArgs,
     /// Override the bundle's crop mode (`ten` is the paper's 10-crop procedure, 10x the CNN cost). `center`
-    /// and `ten` share one graph; a `windowed` bundle has its own, so it neither takes nor gives them.
+    /// and `ten` share one graph; a `windowed` bundle has its own, so it neither takes nor gives them. A
+    /// bundle with several backbones runs each in its own mode and takes only the mode they all have.
     #[arg(long, env = "JOINTSPACE_CROP_MODE", value_enum)]
     pub crop_mode: Option<CropMode>,
     /// Most crops in one runtime call (requests queued together are batched up to this; a photo's crops are

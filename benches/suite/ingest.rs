@@ -250,6 +250,13 @@ impl Stages<'_> {
         batch: usize,
     ) -> anyhow::Result<[f64; 8]> {
         let bundle = self.bundle;
+        // The stages of one backbone's path (the whole path above times any bundle).
+        anyhow::ensure!(
+            bundle.manifest.extra_backbones.is_empty(),
+            "the stage profile takes a single-backbone bundle's path apart; {} has {} backbones",
+            bundle.id,
+            1 + bundle.manifest.extra_backbones.len()
+        );
         let spec = &bundle.manifest.vision;
         let (per, crop_len) = (self.mode.crops(), crops::crop_len(spec));
         let fne = Fne::new(bundle);
@@ -265,14 +272,14 @@ impl Stages<'_> {
             for run in crops_all.chunks(self.per_run * per * crop_len) {
                 raw.extend(
                     self.backend
-                        .vision(run, run.len() / crop_len, spec.graph_side())?,
+                        .vision(0, run, run.len() / crop_len, spec.graph_side())?,
                 );
             }
             st[2] += t.elapsed().as_secs_f64();
             let t = Instant::now();
             let codes: Vec<_> = raw
                 .chunks(per * spec.raw_dim)
-                .map(|rows| fne.code(rows))
+                .map(|rows| fne.code(&[rows]))
                 .collect();
             st[3] += t.elapsed().as_secs_f64();
             let t = Instant::now();

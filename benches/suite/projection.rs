@@ -39,7 +39,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
     let (w, joint, dim, source, served) = match &o.bundle {
         Some(dir) => {
             let b = Bundle::load(std::path::Path::new(dir))?;
-            let (j, d) = (b.manifest.projection.joint_dim, b.manifest.fne.dim);
+            let (j, d) = (b.manifest.projection.joint_dim, b.manifest.code_dim());
             let served = Projection::new(&b);
             (b.projection, j, d, format!("bundle {}", b.id), Some(served))
         }

@@ -35,7 +35,7 @@ impl Opts {
 
 pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     let b = Bundle::load(Path::new(&o.bundle))?;
-    let (dim, joint) = (b.manifest.fne.dim, b.manifest.projection.joint_dim);
+    let (dim, joint) = (b.manifest.code_dim(), b.manifest.projection.joint_dim);
     let store = Store::connect(&o.database_url).await?;
     let prov = Provenance {
         bundle_id: &b.id,

@@ -147,13 +147,26 @@ pub struct BundleInfo {
     pub created: String,
     pub similarity: Similarity,
     pub joint_dim: usize,
+    /// Features in the ternary code (every backbone's together).
     pub fne_dim: usize,
+    /// The first backbone's crop mode.
     pub crop_mode: String,
+    /// Each vision backbone, in the order their codes are concatenated.
+    pub backbones: Vec<BackboneInfo>,
     /// The execution provider that runs the graphs.
     pub provider: String,
     /// The trainer's provenance and test metrics, as in bundle.json.
     #[schema(value_type = Object)]
     pub training: serde_json::Value,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BackboneInfo {
+    /// The bundle's name for it (`vision.backbone`).
+    pub backbone: String,
+    pub crop_mode: String,
+    /// Its features in the code.
+    pub fne_dim: usize,
 }
 
 #[utoipa::path(get, path = "/v1/bundle", tag = "system", responses((status = 200, body = BundleInfo)))]
@@ -167,6 +180,15 @@ pub async fn bundle(State(s): State<AppState>) -> Json<BundleInfo> {
         joint_dim: m.joint_dim,
         fne_dim: m.fne_dim,
         crop_mode: format!("{:?}", m.crop_mode).to_lowercase(),
+        backbones: m
+            .backbones
+            .into_iter()
+            .map(|b| BackboneInfo {
+                backbone: b.backbone,
+                crop_mode: format!("{:?}", b.crop_mode).to_lowercase(),
+                fne_dim: b.fne_dim,
+            })
+            .collect(),
         provider: m.provider.to_string(),
         training: m.training,
     })

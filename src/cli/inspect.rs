@@ -15,35 +15,49 @@ pub fn inspect(dir: PathBuf, graphs: bool, rt: RuntimeArgs) -> anyhow::Result<()
         "bundle     {} (format {}, created {})",
         b.id, m.format, m.created
     );
-    println!(
-        "vision     {} {} from {}; {} taps, raw_dim {}, input {}x{} after resize {}, crop mode {:?}, {:?}",
-        m.vision.onnx,
-        m.vision.backbone,
-        m.vision.weights,
-        m.vision.taps.len(),
-        m.vision.raw_dim,
-        m.vision.input_size,
-        m.vision.input_size,
-        m.vision.resize,
-        m.vision.crop_mode,
-        m.vision.color_order
-    );
-    if let Some(p) = &m.vision.prepare {
+    for (i, bb) in m.backbones().enumerate() {
+        let (v, f) = (bb.vision, bb.fne);
         println!(
-            "prepare    every photo squashed to {}x{} ({:?}) first",
-            p.width(),
-            p.height(),
-            p.filter
+            "vision {i}   {} {} from {}; {} taps, raw_dim {}, input {}x{} after resize {}, crop mode {:?}, {:?}",
+            v.onnx,
+            v.backbone,
+            v.weights,
+            v.taps.len(),
+            v.raw_dim,
+            v.input_size,
+            v.input_size,
+            v.resize,
+            v.crop_mode,
+            v.color_order
+        );
+        if let Some(p) = &v.prepare {
+            println!(
+                "prepare    every photo squashed to {}x{} ({:?}) first",
+                p.width(),
+                p.height(),
+                p.filter
+            );
+        }
+        println!(
+            "fne {i}      {} dim {}, thresholds {:?}",
+            f.stats, f.dim, f.thresholds
         );
     }
     println!(
-        "fne        dim {}, thresholds {:?}, vision id {}",
-        m.fne.dim, m.fne.thresholds, b.vision_id
+        "code       {} features ({} backbone{}), vision id {}",
+        m.code_dim(),
+        1 + m.extra_backbones.len(),
+        if m.extra_backbones.is_empty() {
+            ""
+        } else {
+            "s"
+        },
+        b.vision_id
     );
     println!(
         "projection [{}, {}], abs {}, bias {}",
         m.projection.joint_dim,
-        m.fne.dim,
+        m.code_dim(),
         m.projection.abs,
         if b.projection_bias.is_some() {
             "yes"

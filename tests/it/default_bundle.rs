@@ -45,7 +45,7 @@ async fn default_bundle_loads_and_embeds() {
         return;
     };
     let (v, img) = sentence_and_photo(&p).await;
-    assert_eq!(img.code.dim(), p.bundle.manifest.fne.dim);
+    assert_eq!(img.code.dim(), p.bundle.manifest.code_dim());
     // The default ships the hubness bank (its search R@1 meets the bar only with it): a real image sits near
     // some of the bank's captions, so its offset, -alpha times a mean of positive cosines, is negative.
     assert!(

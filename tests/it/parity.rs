@@ -222,8 +222,22 @@ async fn an_order_bundle_embeds_as_the_trainer_does() {
     let cfg = ServeArgs::try_from_flags(["--bundle", bundle]).expect("flags");
     let pl = load_pipeline(&cfg.model).expect("the order fixture loads");
     assert_eq!(pl.similarity(), jointspace_embed::bundle::Similarity::Order);
+    for case in check_every_case(&p, "center", &pl).await {
+        let v = case["vector"].as_array().expect("vector");
+        assert!(
+            v.iter().all(|x| x.as_f64() >= Some(0.0)),
+            "{}: |.| in the trainer's vector",
+            case["image"]
+        );
+    }
+    check_texts(&p, &pl).await;
+}
+
+/// Every image case of a parity file (8 fixture images, 4 real photos), all in the crop mode `mode` names,
+/// through `pl`; returns the cases.
+async fn check_every_case(p: &Value, mode: &str, pl: &Arc<Pipeline>) -> Vec<Value> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut checked = 0;
+    let mut checked = vec![];
     for (dir, cases) in [
         (&p["images_dir"], &p["images"]),
         (&p["photos"]["dir"], &p["photos"]["cases"]),
@@ -232,17 +246,12 @@ async fn an_order_bundle_embeds_as_the_trainer_does() {
         for case in cases.as_array().expect("cases") {
             let name = case["image"].as_str().expect("image");
             let bytes = std::fs::read(dir.join(name)).expect("image file");
-            check_case(&[("center", &pl)], name, bytes, case).await;
-            let v = case["vector"].as_array().expect("vector");
-            assert!(
-                v.iter().all(|x| x.as_f64() >= Some(0.0)),
-                "{name}: |.| in the trainer's vector"
-            );
-            checked += 1;
+            check_case(&[(mode, pl)], name, bytes, case).await;
+            checked.push(case.clone());
         }
     }
-    assert_eq!(checked, 12, "8 fixture images and 4 photos");
-    check_texts(&p, &pl).await;
+    assert_eq!(checked.len(), 12, "8 fixture images and 4 photos");
+    checked
 }
 
 /// The `windowed` crop mode (the ten crops read off two whole-image passes) on the fixture's weights
@@ -290,26 +299,53 @@ async fn labels_fused_into_image_vectors_match_the_trainer() {
 
 /// Every parity case of a windowed fixture bundle (8 fixture images, 4 real photos) through the server's path.
 async fn check_windowed_fixture(bundle: &str) {
-    let p: Value = serde_json::from_slice(
-        &std::fs::read(format!("{bundle}/parity.json")).expect("parity.json"),
-    )
-    .expect("json");
+    let p = common::parity_of(bundle);
     let cfg = ServeArgs::try_from_flags(["--bundle", bundle]).expect("flags");
     let pl = load_pipeline(&cfg.model).expect("the fixture loads");
     assert_eq!(pl.crop_mode, jointspace_embed::bundle::CropMode::Windowed);
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let (images, photos) = (
-        root.join(p["images_dir"].as_str().expect("images_dir")),
-        root.join(p["photos"]["dir"].as_str().expect("photos dir")),
-    );
-    let mut checked = 0;
-    for (dir, cases) in [(&images, &p["images"]), (&photos, &p["photos"]["cases"])] {
-        for case in cases.as_array().expect("cases") {
-            let name = case["image"].as_str().expect("image");
-            let bytes = std::fs::read(dir.join(name)).expect("image file");
-            check_case(&[("windowed", &pl)], name, bytes, case).await;
-            checked += 1;
-        }
+    check_every_case(&p, "windowed", &pl).await;
+}
+
+/// Two backbones (models/fixture-tiny-two: fixture-tiny's VGG16-shaped graph under ten crops of 224, BGR, then
+/// fixture-tiny-effnet's EfficientNet-Lite-shaped one under the windowed mode at 128, RGB, each with its own
+/// statistics, one W over both codes): the photo decoded once, each backbone's crops through its own graph,
+/// and the concatenated code, its vector and its offsets are the trainer's, key for key; the sentences too.
+/// `--crop-mode` is refused unless every backbone has that mode.
+#[tokio::test]
+async fn a_two_backbone_bundle_matches_the_trainer() {
+    use jointspace_embed::bundle::CropMode;
+    let bundle = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny-two");
+    let p = common::parity_of(bundle);
+    let cfg = ServeArgs::try_from_flags(["--bundle", bundle]).expect("flags");
+    let pl = load_pipeline(&cfg.model).expect("the two-backbone fixture loads");
+    assert_eq!(pl.crop_modes(), [CropMode::Ten, CropMode::Windowed]);
+    let m = &pl.bundle.manifest;
+    assert_eq!((m.extra_backbones.len(), m.code_dim()), (1, 144 + 248));
+    let cases = check_every_case(&p, "ten+windowed", &pl).await;
+    // Both backbones' parts of the code carry set features (the second is not left empty).
+    for case in &cases {
+        let code = base64::engine::general_purpose::STANDARD
+            .decode(case["code"].as_str().expect("code"))
+            .expect("base64");
+        let packed = jointspace_embed::fne::TernaryCode::from_packed(392, code).expect("code");
+        let values = packed.values();
+        assert!(
+            values[..144].iter().any(|&x| x != 0) && values[144..].iter().any(|&x| x != 0),
+            "{}: both backbones' features",
+            case["image"]
+        );
     }
-    assert_eq!(checked, 12, "8 fixture images and 4 photos");
+    check_texts(&p, &pl).await;
+
+    for mode in ["ten", "windowed", "center"] {
+        let cfg =
+            ServeArgs::try_from_flags(["--bundle", bundle, "--crop-mode", mode]).expect("flags");
+        let e = load_pipeline(&cfg.model)
+            .err()
+            .unwrap_or_else(|| panic!("--crop-mode {mode} on two backbones must be refused"));
+        assert!(
+            format!("{e:#}").contains("each in its own crop mode (ten, windowed)"),
+            "{e:#}"
+        );
+    }
 }

@@ -58,7 +58,7 @@ fn pack(code: &[i8]) -> Vec<u8> {
 /// redrawn), each with `bucket` (0..100: `bucket == 7` admits 1%) and `half` (0 or 1: 50%) metadata.
 fn synthetic_export(path: &std::path::Path) {
     let b = jointspace_embed::bundle::Bundle::load(std::path::Path::new(BUNDLE)).expect("fixture");
-    let dim = b.manifest.fne.dim;
+    let dim = b.manifest.code_dim();
     let mut rng = Rng(44);
     let protos: Vec<Vec<i8>> = (0..CLUSTERS)
         .map(|_| (0..dim).map(|_| rng.ternary()).collect())

@@ -38,8 +38,14 @@ impl Backend for Faulty {
         self.inner.provider()
     }
 
-    fn vision(&self, crops: &[f32], n: usize, side: usize) -> Result<Vec<f32>, RuntimeError> {
-        self.inner.vision(crops, n, side)
+    fn vision(
+        &self,
+        graph: usize,
+        crops: &[f32],
+        n: usize,
+        side: usize,
+    ) -> Result<Vec<f32>, RuntimeError> {
+        self.inner.vision(graph, crops, n, side)
     }
 
     fn text(&self, ids: &[i64], lengths: &[i64]) -> Result<Vec<f32>, RuntimeError> {

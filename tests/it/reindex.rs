@@ -14,13 +14,21 @@ use std::{
 use common::{
     BUNDLE, TestApp, b64, fixture_image, fixture_w,
     pg::{DATABASE_INDEX, PgCluster},
-    variant_bundle,
+    variant_bundle, variant_of, w_of,
 };
 use serde_json::json;
 
 /// An upgrade that keeps the vision part: the fixture with another W (rows permuted, one negated).
 fn upgraded_bundle(dir: &Path) -> PathBuf {
-    let w = fixture_w();
+    variant_bundle(
+        &dir.join("upgraded"),
+        |m| m["name"] = "fixture-tiny-v2".into(),
+        Some(permuted(&fixture_w())),
+    )
+}
+
+/// W `[16, d]` with its rows permuted and one negated: the same codes project elsewhere.
+fn permuted(w: &[f32]) -> Vec<f32> {
     let (j, d) = (16, w.len() / 16);
     let mut w2 = vec![0f32; w.len()];
     for r in 0..j {
@@ -33,11 +41,96 @@ fn upgraded_bundle(dir: &Path) -> PathBuf {
             };
         }
     }
-    variant_bundle(
-        &dir.join("upgraded"),
-        |m| m["name"] = "fixture-tiny-v2".into(),
-        Some(w2),
-    )
+    w2
+}
+
+/// A bundle with two backbones (models/fixture-tiny-two) stores the concatenated code as any code: `/v1/bundle`
+/// lists both backbones, a new W is applied to the stored codes by `reindex`, and an export imports into a fresh
+/// database with no photo embedded again.
+#[tokio::test]
+async fn two_backbones_store_reindex_export_and_import_their_whole_code() {
+    let two = concat!(env!("CARGO_MANIFEST_DIR"), "/models/fixture-tiny-two");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("js.db");
+    let app = TestApp::start_with(two, &db, &[]).await;
+    let (s, info) = app.get_json("/v1/bundle").await;
+    assert_eq!(s, 200, "{info}");
+    assert_eq!(
+        (&info["fne_dim"], &info["crop_mode"], &info["backbones"]),
+        (
+            &json!(392),
+            &json!("ten"),
+            &json!([
+                {"backbone": "vgg16", "crop_mode": "ten", "fne_dim": 144},
+                {"backbone": "efficientnet-lite (tiny fixture)", "crop_mode": "windowed", "fne_dim": 248}
+            ])
+        )
+    );
+    app.create_collection("c").await;
+    let images: Vec<_> = (0..4)
+        .map(|i| json!({"data": b64(&fixture_image(i)), "external_id": format!("i{i}")}))
+        .collect();
+    let (s, body) = app
+        .post_json("/v1/collections/c/images", json!({ "images": images }))
+        .await;
+    assert_eq!(s, 201, "{body}");
+    // Each backbone's worker has its own instruments.
+    let metrics = app.metrics().await;
+    for model in ["vision", "vision-1"] {
+        assert!(
+            metrics.contains(&format!(
+                "jointspace_inference_batch_rows_count{{model=\"{model}\"}} "
+            )),
+            "{model}: {metrics}"
+        );
+    }
+    app.stop().await;
+
+    let upgraded = variant_of(
+        two,
+        &dir.path().join("two-v2"),
+        |m| m["name"] = "fixture-tiny-two-v2".into(),
+        Some((permuted(&w_of(two)), None)),
+    );
+    let upgraded = upgraded.to_str().expect("path");
+    let app = TestApp::start_with(upgraded, &db, &[]).await;
+    let (s, r) = app.post_json("/v1/admin/reindex", json!({})).await;
+    assert_eq!((s, r["images"].as_i64()), (200, Some(4)), "{r}");
+    // Each stored vector is what the new bundle computes from the pixels, through both backbones.
+    for i in [1usize, 3] {
+        let top = found_again(&app, i).await;
+        assert_eq!(top["image"]["external_id"], format!("i{i}"));
+        let bid = top["image"]["bundle_id"].as_str().expect("bundle id");
+        assert!(bid.starts_with("fixture-tiny-two-v2@"), "{bid}");
+    }
+    app.stop().await;
+
+    let file = dir.path().join("c.jsonl");
+    let cli = |db: &Path| {
+        let mut c = common::jointspace(&format!("sqlite://{}", db.display()));
+        c.env("JOINTSPACE_BUNDLE", upgraded);
+        c
+    };
+    let (ok, out) = common::outcome(
+        &cli(&db)
+            .args(["export", "c", "--out"])
+            .arg(&file)
+            .output()
+            .expect("export"),
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = common::outcome(
+        &cli(&dir.path().join("fresh.db"))
+            .arg("import")
+            .arg(&file)
+            .output()
+            .expect("import"),
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("imported 4 images") && out.contains("(0 photos embedded by the CNN"),
+        "{out}"
+    );
 }
 
 #[tokio::test]
@@ -63,24 +156,9 @@ async fn new_w_is_applied_to_stored_codes_and_a_new_vision_part_is_refused() {
     );
     // Every stored vector now equals what the new bundle computes from the pixels (through the CNN).
     for i in [1usize, 4] {
-        let (_, e) = app
-            .post_json("/v1/embed/image", json!({"image": b64(&fixture_image(i))}))
-            .await;
-        let (s, hits) = app
-            .post_json(
-                "/v1/collections/c/images/search",
-                json!({"image": b64(&fixture_image(i)), "k": 1}),
-            )
-            .await;
-        assert_eq!(s, 200, "{hits}");
-        assert_eq!(hits["results"][0]["image"]["external_id"], format!("i{i}"));
-        assert!(
-            hits["results"][0]["score"].as_f64().expect("score") > 0.9999,
-            "{hits} vs {e}"
-        );
-        let bid = hits["results"][0]["image"]["bundle_id"]
-            .as_str()
-            .expect("bundle id");
+        let top = found_again(&app, i).await;
+        assert_eq!(top["image"]["external_id"], format!("i{i}"));
+        let bid = top["image"]["bundle_id"].as_str().expect("bundle id");
         assert!(bid.starts_with("fixture-tiny-v2@"), "{bid}");
     }
     // The captions were re-embedded with their offsets against the new bundle's image bank: a photo query on
@@ -339,19 +417,24 @@ async fn killed_reindex_leaves_one_bundle_and_resumes(url: &str, dir: &Path, fla
     }
     let app = TestApp::start_url(upgraded.to_str().expect("path"), url, flags).await;
     for i in [3usize, 7] {
-        let (s, hits) = app
-            .post_json(
-                "/v1/collections/c/images/search",
-                json!({"image": b64(&fixture_image(i)), "k": 1}),
-            )
-            .await;
-        assert_eq!(s, 200, "{hits}");
-        assert!(
-            hits["results"][0]["score"].as_f64().expect("score") > 0.9999,
-            "{hits}"
-        );
+        found_again(&app, i).await;
     }
     app.stop().await;
+}
+
+/// The top hit of fixture photo `i` as the query in collection "c": its stored vector is the one the loaded
+/// bundle computes from the pixels (a cosine above 0.9999).
+async fn found_again(app: &TestApp, i: usize) -> serde_json::Value {
+    let (s, hits) = app
+        .post_json(
+            "/v1/collections/c/images/search",
+            json!({"image": b64(&fixture_image(i)), "k": 1}),
+        )
+        .await;
+    assert_eq!(s, 200, "{hits}");
+    let top = &hits["results"][0];
+    assert!(top["score"].as_f64().expect("score") > 0.9999, "{hits}");
+    top.clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -211,7 +211,7 @@ async fn euclidean_bundles_add_the_bias_keep_the_length_and_rank_by_distance() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = fixture();
     let w = base.projection.clone();
-    let (joint, dim) = (base.manifest.projection.joint_dim, base.manifest.fne.dim);
+    let (joint, dim) = (base.manifest.projection.joint_dim, base.manifest.code_dim());
     let b = bias(joint);
     let bundle = variant_bundle_affine(
         &dir.path().join("euclidean"),

@@ -60,7 +60,7 @@ fn raw_features_match_the_trainer_cache_on_real_jpegs() {
         let r = crops::resize(&img, spec.resize);
         let mut x = vec![0f32; crops::crop_len(spec)];
         crops::write_crops(&r, spec, CropMode::Center, &mut x);
-        let got = be.vision(&x, 1, spec.input_size).expect("runs");
+        let got = be.vision(0, &x, 1, spec.input_size).expect("runs");
         let row = &feats[fstart + i * dim * 4..fstart + (i + 1) * dim * 4];
         for (j, c) in row.chunks_exact(4).enumerate() {
             let want = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);

@@ -9,11 +9,15 @@ import pytest
 from jointspace_train.bundle import contract, pipeline
 
 
+def _copy(repo, tmp_path, name: str):
+    d = tmp_path / name
+    shutil.copytree(repo / "models" / name, d)
+    return d
+
+
 @pytest.fixture
 def fixture_copy(repo, tmp_path):
-    d = tmp_path / "b"
-    shutil.copytree(repo / "models" / "fixture-tiny", d)
-    return d
+    return _copy(repo, tmp_path, "fixture-tiny")
 
 
 def test_round_trip(fixture_copy):
@@ -27,6 +31,61 @@ def test_round_trip(fixture_copy):
     # rewriting the manifest from the same files gives the same checksums
     again = contract.finish(fixture_copy, {k: v for k, v in m.items() if k != "files"})
     assert again["files"] == m["files"]
+
+
+@pytest.fixture
+def two_copy(repo, tmp_path):
+    return _copy(repo, tmp_path, "fixture-tiny-two")
+
+
+def test_two_backbones_round_trip(two_copy):
+    b = contract.read(two_copy)
+    m = b.manifest
+    assert [(v["crop_mode"], f["dim"]) for v, f in contract.backbones(m)] == [("ten", 144), ("windowed", 248)]
+    assert contract.code_dim(m) == 392 and b.projection.shape == (16, 392)
+    assert [(x.mean.shape, x.std.shape) for x in b.backbones] == [((144,), (144,)), ((248,), (248,))]
+    assert b.fne_mean is b.backbones[0].mean
+    assert {"vision-effnet.onnx", "fne-effnet.safetensors"} <= set(m["files"])
+    # rewriting the manifest from the same files gives the same checksums, the extra backbone's included
+    again = contract.finish(two_copy, {k: v for k, v in m.items() if k != "files"})
+    assert again["files"] == m["files"]
+    assert contract.read(two_copy).manifest["extra_backbones"] == m["extra_backbones"]
+
+
+def _edit(directory, change) -> None:
+    m = json.loads((directory / "bundle.json").read_text())
+    change(m)
+    (directory / "bundle.json").write_text(json.dumps(m))
+
+
+def test_a_bad_extra_backbone_is_refused_naming_its_file(repo, two_copy):
+    # the first backbone's statistics (144) where the second's (248) are due, under a matching checksum
+    shutil.copyfile(two_copy / "fne.safetensors", two_copy / "fne-effnet.safetensors")
+    m = {k: v for k, v in json.loads((two_copy / "bundle.json").read_text()).items() if k != "files"}
+    contract.finish(two_copy, m)
+    with pytest.raises(contract.BundleError, match=r"fne-effnet.safetensors: tensor 'mean' must be float32 \[248\]"):
+        contract.read(two_copy)
+    shutil.copyfile(repo / "models/fixture-tiny-two/fne-effnet.safetensors", two_copy / "fne-effnet.safetensors")
+    contract.finish(two_copy, m)
+    contract.read(two_copy)
+
+    def unlisted(m):
+        del m["files"]["vision-effnet.onnx"]
+
+    _edit(two_copy, unlisted)
+    with pytest.raises(contract.BundleError, match="vision-effnet.onnx .* has no sha256 in files"):
+        contract.read(two_copy)
+    contract.finish(two_copy, m)
+    _edit(two_copy, lambda m: m["extra_backbones"][0]["fne"].update(dim=200))
+    with pytest.raises(contract.BundleError, match=r"extra_backbones\[0\].fne.dim 200 != extra_backbones\[0\]"):
+        contract.read(two_copy)
+
+
+def test_two_backbones_take_only_a_crop_mode_they_share(repo):
+    p = pipeline.Pipeline(repo / "models" / "fixture-tiny-two")
+    assert p.crop_modes() == ["ten", "windowed"]
+    with pytest.raises(ValueError, match="their own modes"):
+        p.crop_modes("ten")
 
 
 def test_checksum_failure_names_the_file(fixture_copy):
@@ -52,7 +111,7 @@ def test_manifest_shape_disagreement(fixture_copy):
         contract.read(fixture_copy)
 
 
-@pytest.mark.parametrize("name", ["fixture-tiny", "fixture-tiny-order"])
+@pytest.mark.parametrize("name", ["fixture-tiny", "fixture-tiny-order", "fixture-tiny-two"])
 def test_fixture_parity_file_is_what_the_trainer_computes(repo, name):
     """parity.json is what the server is checked against; it must not drift from the trainer's code."""
     import base64
@@ -62,7 +121,10 @@ def test_fixture_parity_file_is_what_the_trainer_computes(repo, name):
     parity = json.loads((repo / "models" / name / "parity.json").read_text())
     p = pipeline.Pipeline(repo / "models" / name)
     for case in parity["images"]:
-        codes, vecs = p.embed_images([repo / parity["images_dir"] / case["image"]], case["crop_mode"])
+        # "ten+windowed": each backbone in its own crop mode
+        mode = None if "+" in case["crop_mode"] else case["crop_mode"]
+        codes, vecs = p.embed_images([repo / parity["images_dir"] / case["image"]], mode)
+        assert "+".join(p.crop_modes(mode)) == case["crop_mode"]
         assert base64.b64decode(case["code"]) == fne.pack(codes[0]).tobytes(), case["image"]
         np.testing.assert_allclose(vecs[0], case["vector"], atol=1e-6)
         np.testing.assert_allclose(p.offsets(vecs), [case["offset"]], atol=1e-6)

@@ -435,9 +435,20 @@ export interface components {
             errors?: components["schemas"]["ItemError"][];
             images: components["schemas"]["AddedImage"][];
         };
-        BundleInfo: {
-            created: string;
+        BackboneInfo: {
+            /** @description The bundle's name for it (`vision.backbone`). */
+            backbone: string;
             crop_mode: string;
+            /** @description Its features in the code. */
+            fne_dim: number;
+        };
+        BundleInfo: {
+            /** @description Each vision backbone, in the order their codes are concatenated. */
+            backbones: components["schemas"]["BackboneInfo"][];
+            created: string;
+            /** @description The first backbone's crop mode. */
+            crop_mode: string;
+            /** @description Features in the ternary code (every backbone's together). */
             fne_dim: number;
             id: string;
             joint_dim: number;

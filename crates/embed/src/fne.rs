@@ -112,7 +112,14 @@ pub fn for_each_set(plane: &[u8], mut f: impl FnMut(usize)) {
     }
 }
 
+/// The whole code: each backbone's FNE in code order, its features at its offset.
 pub struct Fne {
+    parts: Vec<Part>,
+    dim: usize,
+}
+
+/// One backbone's FNE: its training statistics and thresholds.
+struct Part {
     mean: Vec<f32>,
     std: Vec<f32>,
     std_eps: f32,
@@ -122,26 +129,55 @@ pub struct Fne {
 
 impl Fne {
     pub fn new(bundle: &Bundle) -> Fne {
-        let f = &bundle.manifest.fne;
-        Fne {
-            mean: bundle.fne_mean.clone(),
-            std: bundle.fne_std.clone(),
-            std_eps: f.std_eps,
-            lo: f.thresholds[0],
-            hi: f.thresholds[1],
+        let parts: Vec<Part> = bundle
+            .manifest
+            .backbones()
+            .zip(&bundle.fne_stats)
+            .map(|(b, s)| Part {
+                mean: s.mean.clone(),
+                std: s.std.clone(),
+                std_eps: b.fne.std_eps,
+                lo: b.fne.thresholds[0],
+                hi: b.fne.thresholds[1],
+            })
+            .collect();
+        let dim = parts.iter().map(|p| p.mean.len()).sum();
+        Fne { parts, dim }
+    }
+
+    /// Features in the whole code (every backbone's).
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Backbone `b`'s features (its raw rows' width).
+    pub fn backbone_dim(&self, b: usize) -> usize {
+        self.parts[b].mean.len()
+    }
+
+    /// `rows[b]`: backbone `b`'s raw features of one image's crops, `[crops, its dim]`; one slice per backbone,
+    /// in code order.
+    pub fn code(&self, rows: &[&[f32]]) -> TernaryCode {
+        assert_eq!(rows.len(), self.parts.len(), "one slice per backbone");
+        let p = TernaryCode::plane_len(self.dim);
+        let mut bytes = vec![0u8; 2 * p];
+        let mut at = 0;
+        for (part, rows) in self.parts.iter().zip(rows) {
+            part.write(rows, at, &mut bytes, p);
+            at += part.mean.len();
+        }
+        TernaryCode {
+            dim: self.dim,
+            bytes,
         }
     }
+}
 
-    pub fn dim(&self) -> usize {
-        self.mean.len()
-    }
-
-    /// `rows`: the raw features of one image's crops, `[crops, dim]`.
-    pub fn code(&self, rows: &[f32]) -> TernaryCode {
-        let dim = self.dim();
+impl Part {
+    /// Sets this backbone's features, `at..at + dim` of the code, in `bytes` (planes of `p` bytes).
+    fn write(&self, rows: &[f32], at: usize, bytes: &mut [u8], p: usize) {
+        let dim = self.mean.len();
         let crops = rows.len() / dim;
-        let p = TernaryCode::plane_len(dim);
-        let mut bytes = vec![0u8; 2 * p];
         for j in 0..dim {
             let f = if crops == 1 {
                 rows[j]
@@ -159,13 +195,13 @@ impl Fne {
             } else {
                 (f - self.mean[j]) / sd
             };
+            let k = at + j;
             if z > self.hi {
-                bytes[j / 8] |= 1 << (j % 8);
+                bytes[k / 8] |= 1 << (k % 8);
             } else if z < self.lo {
-                bytes[p + j / 8] |= 1 << (j % 8);
+                bytes[p + k / 8] |= 1 << (k % 8);
             }
         }
-        TernaryCode { dim, bytes }
     }
 }
 
@@ -185,5 +221,30 @@ mod tests {
         let mut seen = vec![];
         for_each_set(c.plus(), |j| seen.push(j));
         assert_eq!(seen, vec![0, 3, 6, 9, 12, 15, 18]);
+    }
+
+    #[test]
+    fn backbones_codes_follow_one_another() {
+        let part = |dim: usize, mean: f32| Part {
+            mean: vec![mean; dim],
+            std: vec![1.0; dim],
+            std_eps: 1e-6,
+            lo: -0.5,
+            hi: 0.5,
+        };
+        // 3 features in one crop, then 6 over two crops (whose mean is what is coded), so that the second
+        // backbone's features straddle a byte.
+        let fne = Fne {
+            parts: vec![part(3, 0.0), part(6, 1.0)],
+            dim: 9,
+        };
+        let first = [1.0, -1.0, 0.2];
+        let second = [
+            2.0, 0.0, 1.0, 3.0, -1.0, 1.0, //
+            2.0, 0.0, 1.0, 1.0, 1.0, 1.2,
+        ];
+        let code = fne.code(&[&first, &second]);
+        assert_eq!(code.values(), [1, -1, 0, 1, -1, 0, 1, -1, 0]);
+        assert_eq!(code.packed().len(), 4);
     }
 }

@@ -1,12 +1,14 @@
 //! The straight line from bytes or a sentence to a joint vector: decode -> prepare -> crops -> vision -> fne ->
-//! projection, and tokenizer -> text graph. The HTTP handlers, `ingest` and `eval` all call this, so the
-//! numbers `eval` reports are the numbers the server gives.
+//! projection, and tokenizer -> text graph. A bundle with several backbones decodes each photo once, then
+//! prepares, cuts and runs it through every backbone (their graphs concurrently), and concatenates their codes
+//! in code order; a single-backbone bundle is the one-element case. The HTTP handlers, `ingest` and `eval` all
+//! call this, so the numbers `eval` reports are the numbers the server gives.
 
 use std::{sync::Arc, time::Duration};
 
 use crate::{
     batch::{BatchOptions, BatchStats},
-    bundle::{Bundle, CropMode, Similarity, VisionSpec},
+    bundle::{Bundle, CropMode, Manifest, Similarity, VisionSpec},
     crops,
     decode::{self, DecodeError, DecodeLimits},
     fne::{Fne, TernaryCode},
@@ -53,6 +55,8 @@ pub struct ImageEmbedding {
 
 pub struct PipelineOptions {
     pub limits: DecodeLimits,
+    /// Overrides the bundle's crop mode (`--crop-mode`); a bundle with several backbones takes only the mode
+    /// every backbone has.
     pub crop_mode: Option<CropMode>,
     pub max_text_chars: usize,
     /// Make a thumbnail of every stored image (from the decoded pixels, no second decode).
@@ -66,18 +70,23 @@ pub struct PipelineOptions {
     pub max_wait: Duration,
     /// Longest expected queueing time a request is admitted to (zero: only `queue` bounds it).
     pub max_queue_wait: Duration,
-    /// Instruments of the vision and text batchers.
-    pub vision_stats: BatchStats,
+    /// Instruments of each backbone's vision batcher, in code order (one left out: unregistered ones), and of
+    /// the text batcher.
+    pub vision_stats: Vec<BatchStats>,
     pub text_stats: BatchStats,
 }
 
 pub struct Pipeline {
     pub bundle: Arc<Bundle>,
+    /// The first backbone's crop mode, as it runs (`cuts` has every backbone's).
     pub crop_mode: CropMode,
     pub limits: DecodeLimits,
     thumbnails: bool,
     provider: Provider,
-    vision: Vision,
+    /// How each backbone cuts a photo, in code order.
+    cuts: Arc<[Cut]>,
+    /// One worker per backbone, in code order.
+    vision: Vec<Vision>,
     // Shared with the blocking pool, where codes are made and projected.
     fne: Arc<Fne>,
     projection: Arc<Projection>,
@@ -94,35 +103,40 @@ impl Pipeline {
         opts: PipelineOptions,
     ) -> Result<Pipeline, EmbedError> {
         let m = &bundle.manifest;
-        let crop_mode = opts.crop_mode.unwrap_or(m.vision.crop_mode);
-        // A windowed graph takes whole images and reads the crops itself; the others take crops.
-        if (crop_mode == CropMode::Windowed) != (m.vision.crop_mode == CropMode::Windowed) {
-            return Err(EmbedError::Runtime(RuntimeError::Graph {
-                graph: m.vision.onnx.clone(),
-                message: format!(
-                    "--crop-mode {} cannot run this bundle's graph, built for crop mode {}: center and \
-                     ten share one graph, windowed needs its own",
-                    format!("{crop_mode:?}").to_lowercase(),
-                    format!("{:?}", m.vision.crop_mode).to_lowercase()
-                ),
-            }));
-        }
+        let cuts: Arc<[Cut]> = crop_modes(m, opts.crop_mode)?
+            .into_iter()
+            .zip(m.backbones())
+            .map(|(mode, b)| Cut {
+                spec: b.vision.clone(),
+                mode,
+            })
+            .collect();
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2);
+        let vision = cuts
+            .iter()
+            .enumerate()
+            .map(|(graph, cut)| {
+                Vision::new(
+                    backend.clone(),
+                    graph,
+                    &cut.spec,
+                    BatchOptions {
+                        max_rows: opts.max_batch_crops.max(cut.mode.crops()),
+                        // Whatever the setting, one full run must fit the queue.
+                        queue: opts.queue.max(opts.max_batch_crops),
+                        max_wait: opts.max_wait,
+                        max_queue_wait: opts.max_queue_wait,
+                    },
+                    opts.vision_stats.get(graph).cloned().unwrap_or_default(),
+                )
+            })
+            .collect();
         Ok(Pipeline {
-            vision: Vision::new(
-                backend.clone(),
-                &m.vision,
-                BatchOptions {
-                    max_rows: opts.max_batch_crops.max(crop_mode.crops()),
-                    // Whatever the setting, one full run must fit the queue.
-                    queue: opts.queue.max(opts.max_batch_crops),
-                    max_wait: opts.max_wait,
-                    max_queue_wait: opts.max_queue_wait,
-                },
-                opts.vision_stats,
-            ),
+            vision,
+            crop_mode: cuts[0].mode,
+            cuts,
             fne: Arc::new(Fne::new(&bundle)),
             projection: Arc::new(Projection::new(&bundle)),
             tokenizer: TextTokenizer::new(&bundle, opts.max_text_chars)?,
@@ -138,7 +152,6 @@ impl Pipeline {
                 opts.text_stats,
             ),
             provider: backend.provider(),
-            crop_mode,
             limits: opts.limits,
             thumbnails: opts.thumbnails,
             decode_permits: Arc::new(tokio::sync::Semaphore::new(2 * cores)),
@@ -150,9 +163,15 @@ impl Pipeline {
         self.provider
     }
 
-    /// Whether the vision worker's ONNX Runtime session answers (see `Batcher::probe`).
+    /// Each backbone's crop mode as it runs, in code order.
+    pub fn crop_modes(&self) -> Vec<CropMode> {
+        self.cuts.iter().map(|c| c.mode).collect()
+    }
+
+    /// Whether every vision worker's ONNX Runtime session answers (see `Batcher::probe`), probed together.
     pub async fn probe_vision(&self, fresh: Duration, timeout: Duration) -> Result<(), EmbedError> {
-        Ok(self.vision.probe(fresh, timeout).await?)
+        futures::future::try_join_all(self.vision.iter().map(|v| v.probe(fresh, timeout))).await?;
+        Ok(())
     }
 
     /// Whether the text worker's session answers, on a one-word sentence.
@@ -164,7 +183,7 @@ impl Pipeline {
     /// The inference worker that has stopped, if one has: it never restarts, so the process is no longer
     /// alive for its purpose (`/healthz` says so, and an orchestrator restarts it).
     pub fn stopped_worker(&self) -> Option<&'static str> {
-        if !self.vision.alive() {
+        if !self.vision.iter().all(Vision::alive) {
             Some("vision")
         } else if !self.text.alive() {
             Some("text")
@@ -197,21 +216,19 @@ impl Pipeline {
         if n == 0 {
             return Ok(vec![]);
         }
-        let per = self.crop_mode.crops();
-        let spec = self.bundle.manifest.vision.clone();
-        let (limits, mode) = (self.limits, self.crop_mode);
+        let limits = self.limits;
         let thumbnails = self.thumbnails && purpose == ImageUse::Store;
         // Decode and cut every image on the blocking pool; the permits bound the decoded images in memory.
         let tasks: Vec<_> = images
             .into_iter()
             .map(|bytes| {
-                let (spec, permits) = (spec.clone(), self.decode_permits.clone());
+                let (cuts, permits) = (self.cuts.clone(), self.decode_permits.clone());
                 async move {
                     let _permit = permits
                         .acquire_owned()
                         .await
                         .map_err(|_| EmbedError::Runtime(RuntimeError::Stopped))?;
-                    blocking(move || decode_and_cut(&bytes, &spec, limits, mode, thumbnails))
+                    blocking(move || decode_and_cut(&bytes, &cuts, limits, thumbnails))
                         .await?
                         .map_err(EmbedError::from)
                 }
@@ -219,19 +236,29 @@ impl Pipeline {
             .collect();
         let decoded = futures::future::join_all(tasks).await;
         let mut sizes = Vec::with_capacity(n);
-        let mut pieces = Vec::with_capacity(n);
+        // Per backbone, every image's crops.
+        let mut pieces: Vec<Vec<Vec<f32>>> =
+            self.cuts.iter().map(|_| Vec::with_capacity(n)).collect();
         let mut thumbs = Vec::with_capacity(n);
         for (i, d) in decoded.into_iter().enumerate() {
             let (crops, w, h, thumb) = d.map_err(|e| (i, e))?;
             sizes.push((w, h));
-            pieces.push(crops);
+            for (all, one) in pieces.iter_mut().zip(crops) {
+                all.push(one);
+            }
             thumbs.push(thumb);
         }
-        let raw = self
-            .vision
-            .features(pieces, per)
-            .await
-            .map_err(|e| (0, e.into()))?;
+        // The backbones' graphs run together, each on its own worker.
+        let raw = futures::future::try_join_all(
+            self.vision
+                .iter()
+                .zip(pieces)
+                .zip(self.cuts.iter())
+                .map(|((v, pieces), cut)| v.features(pieces, cut.mode.crops())),
+        )
+        .await
+        .map_err(|e| (0, e.into()))?;
+        let per: Vec<usize> = self.cuts.iter().map(|c| c.mode.crops()).collect();
         // Codes, projection and offsets are milliseconds of arithmetic per image: off the async workers.
         let (fne, projection, bundle) = (
             self.fne.clone(),
@@ -240,7 +267,7 @@ impl Pipeline {
         );
         blocking(move || {
             let images = sizes.into_iter().zip(thumbs).collect();
-            embeddings(&fne, &projection, &bundle, &raw, per, images, purpose)
+            embeddings(&fne, &projection, &bundle, &raw, &per, images, purpose)
         })
         .await
         .map_err(|e| (0, e))
@@ -335,46 +362,106 @@ impl Pipeline {
     }
 }
 
-/// One image decoded (within `limits`) and cut into its crops, with its size and, when `thumbnails`, its
-/// thumbnail.
+/// The crop mode each backbone runs in, in code order: the bundle's own, or `--crop-mode`'s. A windowed graph
+/// takes whole images and reads the crops itself, the others take crops, so the flag cannot cross that line; and
+/// a bundle with several backbones takes the flag only where it restates every backbone's mode.
+fn crop_modes(m: &Manifest, flag: Option<CropMode>) -> Result<Vec<CropMode>, EmbedError> {
+    let own: Vec<CropMode> = m.backbones().map(|b| b.vision.crop_mode).collect();
+    let name = |mode: CropMode| format!("{mode:?}").to_lowercase();
+    let Some(mode) = flag else { return Ok(own) };
+    let refuse = |message: String| {
+        Err(EmbedError::Runtime(RuntimeError::Graph {
+            graph: m.vision.onnx.clone(),
+            message,
+        }))
+    };
+    if own.len() > 1 && own.iter().any(|&o| o != mode) {
+        let modes: Vec<String> = own.iter().map(|&o| name(o)).collect();
+        return refuse(format!(
+            "--crop-mode {} cannot run this bundle: it has {} backbones, each in its own crop mode ({}), \
+             and --crop-mode may only name the mode they all share; leave it out",
+            name(mode),
+            own.len(),
+            modes.join(", ")
+        ));
+    }
+    if (mode == CropMode::Windowed) != (own[0] == CropMode::Windowed) {
+        return refuse(format!(
+            "--crop-mode {} cannot run this bundle's graph, built for crop mode {}: center and \
+             ten share one graph, windowed needs its own",
+            name(mode),
+            name(own[0])
+        ));
+    }
+    Ok(vec![mode; own.len()])
+}
+
+/// How one backbone cuts a photo: its vision section (preparation, resize, colours) in its crop mode.
+struct Cut {
+    spec: VisionSpec,
+    mode: CropMode,
+}
+
+impl Cut {
+    /// `img` prepared, resized and cut into this backbone's crops (normalised NCHW).
+    fn apply(&self, img: image::RgbImage) -> Vec<f32> {
+        let img = prepare::apply(self.spec.prepare.as_ref(), img);
+        let resized = crops::resize(&img, self.spec.resize);
+        drop(img);
+        let mut out = vec![0f32; self.mode.crops() * crops::crop_len(&self.spec)];
+        crops::write_crops(&resized, &self.spec, self.mode, &mut out);
+        out
+    }
+}
+
+/// One image decoded once (within `limits`) and cut into each backbone's crops, with its size and, when
+/// `thumbnails`, its thumbnail.
 fn decode_and_cut(
     bytes: &[u8],
-    spec: &VisionSpec,
+    cuts: &[Cut],
     limits: DecodeLimits,
-    mode: CropMode,
     thumbnails: bool,
 ) -> Result<Decoded, DecodeError> {
     let img = decode::decode(bytes, &limits)?;
     let (w, h) = img.dimensions();
     let thumb = thumbnails.then(|| thumbnail::make(&img)).flatten();
-    let img = prepare::apply(spec.prepare.as_ref(), img);
-    let resized = crops::resize(&img, spec.resize);
-    drop(img);
-    let mut out = vec![0f32; mode.crops() * crops::crop_len(spec)];
-    crops::write_crops(&resized, spec, mode, &mut out);
+    // Every backbone but the last cuts a copy; the last (the only one, mostly) takes the decoded image.
+    let mut out = Vec::with_capacity(cuts.len());
+    if let Some((last, others)) = cuts.split_last() {
+        out.extend(others.iter().map(|c| c.apply(img.clone())));
+        out.push(last.apply(img));
+    }
     Ok((out, w, h, thumb))
 }
 
 /// An image's width and height, and its thumbnail (when one is kept).
 type SizeAndThumbnail = ((u32, u32), Option<Vec<u8>>);
 
-/// The images' embeddings from their vision features (`per` crops each): codes, vectors and, for images to
-/// store, their hubness offsets. Each image comes with its size and thumbnail.
+/// The images' embeddings from their vision features (`raw[b]`: backbone `b`'s, `per[b]` crops an image):
+/// codes, vectors and, for images to store, their hubness offsets. Each image comes with its size and thumbnail.
 fn embeddings(
     fne: &Fne,
     projection: &Projection,
     bundle: &Bundle,
-    raw: &[f32],
-    per: usize,
+    raw: &[Vec<f32>],
+    per: &[usize],
     images: Vec<SizeAndThumbnail>,
     purpose: ImageUse,
 ) -> Vec<ImageEmbedding> {
-    let dim = fne.dim();
+    // Floats of one image's crops' features, per backbone.
+    let len: Vec<usize> = (0..raw.len())
+        .map(|b| per[b] * fne.backbone_dim(b))
+        .collect();
     let mut out: Vec<ImageEmbedding> = images
         .into_iter()
         .enumerate()
         .map(|(i, ((width, height), thumbnail))| ImageEmbedding {
-            code: fne.code(&raw[i * per * dim..(i + 1) * per * dim]),
+            code: fne.code(
+                &raw.iter()
+                    .zip(&len)
+                    .map(|(r, &l)| &r[i * l..(i + 1) * l])
+                    .collect::<Vec<_>>(),
+            ),
             vector: Vec::new(),
             offset: 0.0,
             width,
@@ -397,8 +484,8 @@ fn embeddings(
     out
 }
 
-/// One image off the blocking pool: its crops, its size, its thumbnail (when one is made).
-type Decoded = (Vec<f32>, u32, u32, Option<Vec<u8>>);
+/// One image off the blocking pool: each backbone's crops, its size, its thumbnail (when one is made).
+type Decoded = (Vec<Vec<f32>>, u32, u32, Option<Vec<u8>>);
 
 /// Runs CPU work on tokio's blocking pool.
 async fn blocking<T: Send + 'static>(

@@ -8,7 +8,7 @@ use jointspace_core::similarity::normalise;
 use crate::{bundle::Bundle, fne::TernaryCode, labels::Labels};
 
 pub struct Projection {
-    /// W transposed, `[fne_dim, joint_dim]`: column `j` of W is one contiguous row here.
+    /// W transposed, `[code_dim, joint_dim]`: column `j` of W is one contiguous row here.
     wt: Vec<f32>,
     joint: usize,
     dim: usize,
@@ -24,7 +24,7 @@ impl Projection {
         let mut p = Projection::from_matrix(
             &bundle.projection,
             m.projection.joint_dim,
-            m.fne.dim,
+            m.code_dim(),
             m.projection.abs,
         );
         p.bias = bundle.projection_bias.clone();
@@ -61,6 +61,7 @@ impl Projection {
         self.joint
     }
 
+    /// Features of the code W reads: every backbone's, as stored codes have them.
     pub fn fne_dim(&self) -> usize {
         self.dim
     }

@@ -13,7 +13,7 @@ use ort::{
     value::TensorRef,
 };
 
-use crate::bundle::Bundle;
+use crate::bundle::{Bundle, VisionSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -120,12 +120,20 @@ impl Provider {
     }
 }
 
-/// Runs the bundle's two graphs. Inputs are borrowed, outputs are row-major `[n, dim]`.
+/// Runs the bundle's graphs: a vision graph per backbone and the text graph. Inputs are borrowed, outputs are
+/// row-major `[n, dim]`.
 pub trait Backend: Send + Sync {
     /// The execution provider that actually runs (for logs, /readyz, /metrics and /v1/bundle).
     fn provider(&self) -> Provider;
+    /// Backbone `graph`'s vision graph (0: the first, in code order; `Manifest::backbones`).
     /// `crops`: `[n, 3, side, side]` NCHW float32 -> `[n, raw_dim]`.
-    fn vision(&self, crops: &[f32], n: usize, side: usize) -> Result<Vec<f32>, RuntimeError>;
+    fn vision(
+        &self,
+        graph: usize,
+        crops: &[f32],
+        n: usize,
+        side: usize,
+    ) -> Result<Vec<f32>, RuntimeError>;
     /// `ids`: `[n, t]` right-padded, `lengths`: `[n]` -> `[n, joint_dim]` (n and t follow from the two
     /// lengths, so they cannot disagree with the data).
     fn text(&self, ids: &[i64], lengths: &[i64]) -> Result<Vec<f32>, RuntimeError>;
@@ -181,10 +189,16 @@ fn init_ort(dylib: &Path) -> Result<ort::environment::Environment, RuntimeError>
 pub struct OrtBackend {
     provider: Provider,
     // `Session::run` needs `&mut`; the batchers call from one thread each, so these locks are uncontended.
-    vision: Mutex<Session>,
+    /// One session per backbone, in code order.
+    vision: Vec<VisionSession>,
     text: Mutex<Session>,
-    vision_io: (String, String),
     text_io: (String, String, String),
+}
+
+/// A backbone's vision graph, its input and output names.
+struct VisionSession {
+    session: Mutex<Session>,
+    io: (String, String),
 }
 
 impl OrtBackend {
@@ -195,51 +209,46 @@ impl OrtBackend {
     ) -> Result<OrtBackend, RuntimeError> {
         let env = init_ort(dylib)?;
         let m = &bundle.manifest;
-        let (vision, provider) = open(&env, &bundle.path(&m.vision.onnx), o)?;
+        let (first, provider) = open(&env, &bundle.path(&m.vision.onnx), o)?;
+        // The other graphs on the provider the first vision graph got: `auto` has decided (and said so) once.
+        let decided = RuntimeOptions {
+            device: match provider {
+                Provider::Cpu => Device::Cpu,
+                Provider::Cuda => Device::Cuda,
+            },
+            ..o
+        };
+        let mut first = Some(first);
+        let vision = m
+            .backbones()
+            .map(|b| {
+                let session = match first.take() {
+                    Some(s) => s,
+                    None => open(&env, &bundle.path(&b.vision.onnx), decided)?.0,
+                };
+                vision_session(session, b.vision)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         // The text graph is a GRU: one small step after another, where a second intra-op thread costs more in
         // hand-offs than it gives (one sentence: 3.8 ms on one thread, 15 ms on two; docs/benchmarks.md).
         // Concurrent sentences are batched into one run instead.
-        // On the provider the vision graph got: `auto` has decided (and said so) once.
-        let text_device = match provider {
-            Provider::Cpu => Device::Cpu,
-            Provider::Cuda => Device::Cuda,
-        };
         let text_options = RuntimeOptions {
-            device: text_device,
             intra_threads: Some(1),
-            ..o
+            ..decided
         };
         let (text, _) = open(&env, &bundle.path(&m.text.onnx), text_options)?;
-        expect_io(
-            &vision,
-            &m.vision.onnx,
-            &[&m.vision.input_name],
-            &[&m.vision.output_name],
-        )?;
         expect_io(
             &text,
             &m.text.onnx,
             &[&m.text.ids_name, &m.text.lengths_name],
             &[&m.text.output_name],
         )?;
-        let (side, raw, joint) = (
-            m.vision.graph_side() as i64,
-            m.vision.raw_dim as i64,
-            m.projection.joint_dim as i64,
-        );
-        expect_dims(
-            &vision,
-            &m.vision.onnx,
-            &m.vision.input_name,
-            &[-1, 3, side, side],
-        )?;
-        expect_dims(&vision, &m.vision.onnx, &m.vision.output_name, &[-1, raw])?;
+        let joint = m.projection.joint_dim as i64;
         expect_dims(&text, &m.text.onnx, &m.text.output_name, &[-1, joint])?;
         Ok(OrtBackend {
             provider,
-            vision: Mutex::new(vision),
+            vision,
             text: Mutex::new(text),
-            vision_io: (m.vision.input_name.clone(), m.vision.output_name.clone()),
             text_io: (
                 m.text.ids_name.clone(),
                 m.text.lengths_name.clone(),
@@ -247,6 +256,18 @@ impl OrtBackend {
             ),
         })
     }
+}
+
+/// A backbone's opened graph, its inputs and outputs checked against bundle.json.
+fn vision_session(session: Session, v: &VisionSpec) -> Result<VisionSession, RuntimeError> {
+    expect_io(&session, &v.onnx, &[&v.input_name], &[&v.output_name])?;
+    let (side, raw) = (v.graph_side() as i64, v.raw_dim as i64);
+    expect_dims(&session, &v.onnx, &v.input_name, &[-1, 3, side, side])?;
+    expect_dims(&session, &v.onnx, &v.output_name, &[-1, raw])?;
+    Ok(VisionSession {
+        session: Mutex::new(session),
+        io: (v.input_name.clone(), v.output_name.clone()),
+    })
 }
 
 fn open(
@@ -388,18 +409,25 @@ impl Backend for OrtBackend {
         self.provider
     }
 
-    fn vision(&self, crops: &[f32], n: usize, side: usize) -> Result<Vec<f32>, RuntimeError> {
+    fn vision(
+        &self,
+        graph: usize,
+        crops: &[f32],
+        n: usize,
+        side: usize,
+    ) -> Result<Vec<f32>, RuntimeError> {
+        let v = self.vision.get(graph).ok_or_else(|| {
+            RuntimeError::Run(format!(
+                "no vision graph {graph}: the bundle has {}",
+                self.vision.len()
+            ))
+        })?;
         let input = TensorRef::from_array_view(([n, 3, side, side], crops)).map_err(run_err)?;
-        let mut session = self.vision.lock().unwrap_or_else(|p| p.into_inner());
+        let mut session = v.session.lock().unwrap_or_else(|p| p.into_inner());
         let outputs = session
-            .run(vec![(self.vision_io.0.as_str(), input)])
+            .run(vec![(v.io.0.as_str(), input)])
             .map_err(run_err)?;
-        rows(
-            &outputs[self.vision_io.1.as_str()],
-            n,
-            "vision graph",
-            "crops",
-        )
+        rows(&outputs[v.io.1.as_str()], n, "vision graph", "crops")
     }
 
     fn text(&self, ids: &[i64], lengths: &[i64]) -> Result<Vec<f32>, RuntimeError> {

@@ -1,6 +1,7 @@
-//! Step 3: the vision graph over crops. Requests queue for one worker that batches them into runtime calls
-//! of at most `max_batch_crops` crops (whole images per run): concurrent requests share a `session.run`,
-//! and a large upload cannot ask for gigabytes of activations at once.
+//! Step 3: a backbone's vision graph over crops. Requests queue for one worker per graph that batches them into
+//! runtime calls of at most `max_batch_crops` crops (whole images per run): concurrent requests share a
+//! `session.run`, and a large upload cannot ask for gigabytes of activations at once. A bundle with several
+//! backbones has one `Vision` (one worker, one session) per backbone.
 
 use std::{sync::Arc, time::Duration};
 
@@ -11,6 +12,15 @@ use crate::{
     runtime::{Backend, RuntimeError},
 };
 
+/// Backbone `graph`'s worker, as its thread and its metrics' `model` label name it: the first keeps the name a
+/// single-backbone bundle's has always had, `vision`; the others are `vision-1`, `vision-2`...
+pub fn worker_name(graph: usize) -> String {
+    match graph {
+        0 => "vision".to_string(),
+        g => format!("vision-{g}"),
+    }
+}
+
 pub struct Vision {
     batcher: Batcher<Vec<f32>>,
     max_batch_crops: usize,
@@ -19,9 +29,11 @@ pub struct Vision {
 }
 
 impl Vision {
-    /// `opts.max_rows` is the most crops in one runtime call.
+    /// Backbone `graph`'s worker (`spec`: its vision section); `opts.max_rows` is the most crops in one
+    /// runtime call.
     pub fn new(
         backend: Arc<dyn Backend>,
+        graph: usize,
         spec: &VisionSpec,
         opts: BatchOptions,
         stats: BatchStats,
@@ -29,19 +41,19 @@ impl Vision {
         let (side, crop_len, raw_dim) = (spec.graph_side(), crops::crop_len(spec), spec.raw_dim);
         let max_batch_crops = opts.max_rows.max(1);
         let batcher = Batcher::spawn(
-            "vision",
+            &worker_name(graph),
             opts,
             raw_dim,
             stats,
             move |jobs: &[Job<Vec<f32>>]| {
                 let rows: usize = jobs.iter().map(|j| j.rows).sum();
                 if let [one] = jobs {
-                    return backend.vision(&one.input, rows, side);
+                    return backend.vision(graph, &one.input, rows, side);
                 }
                 // Several requests: one contiguous input for one run.
                 let mut all = Vec::with_capacity(rows * crop_len);
                 jobs.iter().for_each(|j| all.extend_from_slice(&j.input));
-                backend.vision(&all, rows, side)
+                backend.vision(graph, &all, rows, side)
             },
         );
         Vision {

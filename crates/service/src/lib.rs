@@ -86,12 +86,26 @@ pub struct ModelInfo {
     pub created: String,
     pub similarity: jointspace_core::Similarity,
     pub joint_dim: usize,
+    /// Features in the ternary code: every backbone's together.
     pub fne_dim: usize,
+    /// The first backbone's crop mode, as it runs (`backbones` has every backbone's).
     pub crop_mode: jointspace_embed::bundle::CropMode,
+    /// Each backbone, in code order.
+    pub backbones: Vec<BackboneInfo>,
     /// ONNX Runtime's name of the execution provider that runs the graphs.
     pub provider: &'static str,
     /// The trainer's provenance and test metrics, as in bundle.json.
     pub training: serde_json::Value,
+}
+
+/// One backbone of the loaded bundle, as `/v1/bundle` reports it.
+#[derive(Debug, Clone)]
+pub struct BackboneInfo {
+    /// What the bundle calls it (`vision.backbone`).
+    pub backbone: String,
+    pub crop_mode: jointspace_embed::bundle::CropMode,
+    /// Its share of the code (`fne.dim`).
+    pub fne_dim: usize,
 }
 
 pub struct ServiceOptions {
@@ -177,8 +191,17 @@ impl Service {
             created: m.created.clone(),
             similarity: m.similarity,
             joint_dim: p.joint_dim(),
-            fne_dim: m.fne.dim,
+            fne_dim: m.code_dim(),
             crop_mode: p.crop_mode,
+            backbones: m
+                .backbones()
+                .zip(p.crop_modes())
+                .map(|(b, crop_mode)| BackboneInfo {
+                    backbone: b.vision.backbone.clone(),
+                    crop_mode,
+                    fne_dim: b.fne.dim,
+                })
+                .collect(),
             provider: p.provider().ort_name(),
             training: m.training.clone(),
         }
@@ -206,7 +229,8 @@ impl Service {
                         .to_string()
                 } else {
                     // The preparation is part of the vision id: the same model with another one codes otherwise.
-                    let other = if b.manifest.vision.prepare.is_some() {
+                    let prepared = b.manifest.backbones().any(|bb| bb.vision.prepare.is_some());
+                    let other = if prepared {
                         "another vision model or another preparation of the photos (docs/bundle.md, \"The \
                          preparation\")"
                     } else {

@@ -361,7 +361,7 @@ pub fn b64(data: &[u8]) -> String {
 }
 
 /// A copy of the fixture bundle in `dir`, with `edit` applied to bundle.json and, if given, a new W
-/// (`[joint_dim, fne_dim]`, f32) whose checksum is written into bundle.json.
+/// (`[joint_dim, code_dim]`, f32) whose checksum is written into bundle.json.
 pub fn variant_bundle(
     dir: &Path,
     edit: impl FnOnce(&mut serde_json::Value),
@@ -379,9 +379,19 @@ pub fn variant_bundle_affine(
     edit: impl FnOnce(&mut serde_json::Value),
     projection: Option<(Vec<f32>, Option<Bias>)>,
 ) -> PathBuf {
+    variant_of(BUNDLE, dir, edit, projection)
+}
+
+/// As `variant_bundle_affine`, of the bundle `src`.
+pub fn variant_of(
+    src: &str,
+    dir: &Path,
+    edit: impl FnOnce(&mut serde_json::Value),
+    projection: Option<(Vec<f32>, Option<Bias>)>,
+) -> PathBuf {
     use sha2::{Digest, Sha256};
     std::fs::create_dir_all(dir).expect("dir");
-    for e in std::fs::read_dir(BUNDLE).expect("fixture bundle") {
+    for e in std::fs::read_dir(src).expect("fixture bundle") {
         let e = e.expect("entry");
         std::fs::copy(e.path(), dir.join(e.file_name())).expect("copy");
     }
@@ -389,9 +399,14 @@ pub fn variant_bundle_affine(
         serde_json::from_slice(&std::fs::read(dir.join("bundle.json")).expect("read"))
             .expect("json");
     if let Some((w, bias)) = projection {
+        // The code: the first backbone's features, then any extra backbone's.
+        let extra = m["extra_backbones"].as_array().into_iter().flatten();
         let (j, d) = (
             m["projection"]["joint_dim"].as_u64().expect("joint") as usize,
-            m["fne"]["dim"].as_u64().expect("dim") as usize,
+            std::iter::once(&m["fne"])
+                .chain(extra.map(|b| &b["fne"]))
+                .map(|f| f["dim"].as_u64().expect("dim") as usize)
+                .sum(),
         );
         assert_eq!(w.len(), j * d);
         let le = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
@@ -421,8 +436,13 @@ pub fn variant_bundle_affine(
     dir.to_path_buf()
 }
 
-/// The fixture bundle's W, row-major `[joint_dim, fne_dim]`.
+/// The fixture bundle's W, row-major `[joint_dim, code_dim]`.
 pub fn fixture_w() -> Vec<f32> {
-    let b = jointspace_embed::bundle::Bundle::load(Path::new(BUNDLE)).expect("fixture bundle");
+    w_of(BUNDLE)
+}
+
+/// A bundle's W, row-major `[joint_dim, code_dim]`.
+pub fn w_of(bundle: &str) -> Vec<f32> {
+    let b = jointspace_embed::bundle::Bundle::load(Path::new(bundle)).expect("fixture bundle");
     b.projection.clone()
 }

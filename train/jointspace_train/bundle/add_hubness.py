@@ -45,6 +45,7 @@ def give_hubness_bank(s: Hubness) -> None:
     d = Path(s.bundle)
     p = pipeline.Pipeline(d)
     m = p.m
+    contract.single_backbone(m, d, "adding hubness banks")
     if m["similarity"] != "cosine":
         sys.exit(f"{d}: hubness offsets cosine scores; this bundle's similarity is {m['similarity']!r}")
     if (s.image_k is None) != (s.image_alpha is None):

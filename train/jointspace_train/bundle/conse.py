@@ -119,6 +119,7 @@ def prepare(directory: str | Path, cache: str | Path, data: str | Path, threads:
     from . import pipeline
 
     p = pipeline.Pipeline(directory, threads)
+    contract.single_backbone(p.m, directory, "making labels")
     v = p.m["vision"]
     if v["backbone"] != "efficientnet-lite2":
         raise SystemExit(f"{directory}: its backbone {v['backbone']} has no ImageNet classifier at hand "

@@ -59,12 +59,36 @@ def copy_except_vision(src: str | Path, out: str | Path, manifest: dict) -> dict
     return m
 
 
+def backbones(manifest: dict) -> list[tuple[dict, dict]]:
+    """Every backbone's (vision, fne) sections in code order: `vision`/`fne` first, then `extra_backbones`
+    (docs/bundle.md, "Several backbones")."""
+    extra = manifest.get("extra_backbones") or []
+    return [(manifest["vision"], manifest["fne"])] + [(b["vision"], b["fne"]) for b in extra]
+
+
+def code_dim(manifest: dict) -> int:
+    """Features in the whole ternary code: every backbone's fne.dim."""
+    return sum(f["dim"] for _, f in backbones(manifest))
+
+
+def where(i: int) -> str:
+    """Backbone `i`'s place in bundle.json, as messages name it: "" for the first, "extra_backbones[i-1]."."""
+    return "" if i == 0 else f"extra_backbones[{i - 1}]."
+
+
+def single_backbone(manifest: dict, directory, what: str) -> None:
+    """Refuses a bundle with several backbones for a tool that reads one backbone's feature cache."""
+    n = len(backbones(manifest))
+    if n > 1:
+        raise SystemExit(f"{directory}: {what} reads one backbone's features; this bundle has {n} backbones")
+
+
 def finish(directory: str | Path, manifest: dict) -> dict:
     """Fill in format/created/files (sha256 of every named file) and write bundle.json."""
     directory = Path(directory)
     manifest = {"format": FORMAT, "created": manifest.get("created") or now(), **manifest}
-    named = [manifest["vision"]["onnx"], manifest["fne"]["stats"], manifest["projection"]["weights"],
-             manifest["text"]["onnx"], manifest["text"]["tokenizer"]]
+    named = [name for v, f in backbones(manifest) for name in (v["onnx"], f["stats"])]
+    named += [manifest["projection"]["weights"], manifest["text"]["onnx"], manifest["text"]["tokenizer"]]
     vocabulary = manifest["text"].get("vocabulary")
     if vocabulary:  # the whole-vocabulary graph's sources (textvocab)
         named += [vocabulary["from"]["onnx"], vocabulary["from"]["tokenizer"], vocabulary["map"]]
@@ -92,16 +116,27 @@ def record_preparation(directory: str | Path, width: int, height: int, filter: s
 
 
 @dataclass
+class Backbone:
+    """One backbone: its vision and fne sections and its FNE statistics."""
+
+    vision: dict
+    fne: dict
+    mean: np.ndarray
+    std: np.ndarray
+
+
+@dataclass
 class Bundle:
     directory: Path
     manifest: dict
-    fne_mean: np.ndarray
+    fne_mean: np.ndarray  # the first backbone's statistics (`backbones` has every backbone's)
     fne_std: np.ndarray
-    projection: np.ndarray  # [joint_dim, fne_dim] float32
+    projection: np.ndarray  # [joint_dim, code_dim] float32
     bias: np.ndarray | None = None  # [joint_dim] float32: added to W . code before normalisation, if present
     hubness: np.ndarray | None = None  # the search-offset bank, float32 [captions, joint_dim], if the bundle has one
     # the annotation side's bank (hubness.annotation), float32 [images, joint_dim], if the bundle has one
     hubness_images: np.ndarray | None = None
+    backbones: list[Backbone] | None = None  # in code order, the first's statistics being fne_mean/fne_std
 
     @property
     def vision(self) -> dict:
@@ -133,34 +168,19 @@ def read(directory: str | Path) -> Bundle:
         got = sha256_file(p)
         if got != digest:
             raise BundleError(f"{p}: sha256 {got} does not match bundle.json's {digest}")
-    v, f, pr, t = m["vision"], m["fne"], m["projection"], m["text"]
-    if sum(tap["channels"] for tap in v["taps"]) != v["raw_dim"]:
-        raise BundleError(f"{mf}: vision.taps add up to {sum(x['channels'] for x in v['taps'])}, "
-                          f"raw_dim is {v['raw_dim']}")
-    if f["dim"] != v["raw_dim"]:
-        raise BundleError(f"{mf}: fne.dim {f['dim']} != vision.raw_dim {v['raw_dim']}")
-    _check_prepare(mf, v.get("prepare"))
-    shapes = _io_shapes(directory / v["onnx"])
-    side = v["resize"] if v["crop_mode"] == "windowed" else v["input_size"]  # windowed: the whole image
-    want = {v["input_name"]: ["N", 3, side, side], v["output_name"]: ["N", v["raw_dim"]]}
-    for name, shape in want.items():
-        got = shapes.get(name)
-        if got is None or [g if isinstance(g, int) else "N" for g in got] != shape:
-            raise BundleError(f"{directory / v['onnx']}: tensor {name!r} has shape {got}, expected {shape}")
+    pr, t = m["projection"], m["text"]
+    read_backbones = [_backbone(directory, m, i, v, f) for i, (v, f) in enumerate(backbones(m))]
     tshapes = _io_shapes(directory / t["onnx"])
     out = tshapes.get(t["output_name"])
     if out is None or out[-1] != pr["joint_dim"]:
         raise BundleError(f"{directory / t['onnx']}: output {t['output_name']!r} is {out}, "
                           f"expected [N, {pr['joint_dim']}]")
-    stats = load_file(str(directory / f["stats"]))
-    for k in ("mean", "std"):
-        if k not in stats or stats[k].shape != (f["dim"],) or stats[k].dtype != np.float32:
-            raise BundleError(f"{directory / f['stats']}: tensor {k!r} must be float32 [{f['dim']}]")
+    dim = code_dim(m)
     tensors = load_file(str(directory / pr["weights"]))
     w = tensors.get("weight")
-    if w is None or w.shape != (pr["joint_dim"], f["dim"]) or w.dtype not in (np.float16, np.float32):
+    if w is None or w.shape != (pr["joint_dim"], dim) or w.dtype not in (np.float16, np.float32):
         raise BundleError(f"{directory / pr['weights']}: tensor 'weight' must be float16/float32 "
-                          f"[{pr['joint_dim']}, {f['dim']}], found {None if w is None else (w.dtype, w.shape)}")
+                          f"[{pr['joint_dim']}, {dim}], found {None if w is None else (w.dtype, w.shape)}")
     bias = tensors.get("bias")
     if bias is not None and (bias.shape != (pr["joint_dim"],) or bias.dtype not in (np.float16, np.float32)):
         raise BundleError(f"{directory / pr['weights']}: tensor 'bias' must be float16/float32 "
@@ -170,9 +190,39 @@ def read(directory: str | Path) -> Bundle:
     if m["similarity"] == "euclidean" and pr["abs"]:
         raise BundleError(f"{mf}: projection.abs is for order embeddings; a euclidean bundle's vectors are used "
                           "as they are")
-    return Bundle(directory, m, stats["mean"], stats["std"], w.astype(np.float32),
+    if "labels" in m and not 0 <= m["labels"].get("code_start", -1) < dim:
+        raise BundleError(f"{mf}: labels.code_start must be in 0..{dim} (the code: every backbone's fne.dim)")
+    first = read_backbones[0]
+    return Bundle(directory, m, first.mean, first.std, w.astype(np.float32),
                   bias=None if bias is None else bias.astype(np.float32), hubness=_hubness(directory, m),
-                  hubness_images=_hubness_images(directory, m))
+                  hubness_images=_hubness_images(directory, m), backbones=read_backbones)
+
+
+def _backbone(directory: Path, m: dict, i: int, v: dict, f: dict) -> Backbone:
+    """Backbone `i` checked as the first always was: its files listed, taps against raw_dim against fne.dim, its
+    preparation, its graph's input and output shapes, its statistics' shapes."""
+    mf, at = directory / "bundle.json", where(i)
+    for name in (v["onnx"], f["stats"]):
+        if name not in m["files"]:
+            raise BundleError(f"{mf}: {name} ({at}vision.onnx or {at}fne.stats) has no sha256 in files")
+    if sum(tap["channels"] for tap in v["taps"]) != v["raw_dim"]:
+        raise BundleError(f"{mf}: {at}vision.taps add up to {sum(x['channels'] for x in v['taps'])}, "
+                          f"{at}vision.raw_dim is {v['raw_dim']}")
+    if f["dim"] != v["raw_dim"]:
+        raise BundleError(f"{mf}: {at}fne.dim {f['dim']} != {at}vision.raw_dim {v['raw_dim']}")
+    _check_prepare(mf, v.get("prepare"), at)
+    shapes = _io_shapes(directory / v["onnx"])
+    side = v["resize"] if v["crop_mode"] == "windowed" else v["input_size"]  # windowed: the whole image
+    want = {v["input_name"]: ["N", 3, side, side], v["output_name"]: ["N", v["raw_dim"]]}
+    for name, shape in want.items():
+        got = shapes.get(name)
+        if got is None or [g if isinstance(g, int) else "N" for g in got] != shape:
+            raise BundleError(f"{directory / v['onnx']}: tensor {name!r} has shape {got}, expected {shape}")
+    stats = load_file(str(directory / f["stats"]))
+    for k in ("mean", "std"):
+        if k not in stats or stats[k].shape != (f["dim"],) or stats[k].dtype != np.float32:
+            raise BundleError(f"{directory / f['stats']}: tensor {k!r} must be float32 [{f['dim']}]")
+    return Backbone(v, f, stats["mean"], stats["std"])
 
 
 def _hubness(directory: Path, m: dict) -> np.ndarray | None:
@@ -214,7 +264,7 @@ def _hubness_images(directory: Path, m: dict) -> np.ndarray | None:
         raise BundleError(f"{directory / an['bank']}: {e}") from None
 
 
-def _check_prepare(mf: Path, prep) -> None:
+def _check_prepare(mf: Path, prep, at: str = "") -> None:
     """`vision.prepare`, when present: {"resize": [width, height], "filter": one the server implements}."""
     if prep is None:
         return
@@ -223,5 +273,5 @@ def _check_prepare(mf: Path, prep) -> None:
           and all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 16384 for n in prep["resize"])
           and prep["filter"] in PREPARE_FILTERS)
     if not ok:
-        raise BundleError(f"{mf}: vision.prepare must be {{\"resize\": [width, height] in 1..16384, \"filter\": "
+        raise BundleError(f"{mf}: {at}vision.prepare must be {{\"resize\": [width, height] in 1..16384, \"filter\": "
                           f"one of {sorted(PREPARE_FILTERS)}}}, not {prep!r}")

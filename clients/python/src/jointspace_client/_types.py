@@ -186,14 +186,21 @@ class EmbedImageResponse(TypedDict):
     height: int
 
 
+class BackboneInfo(TypedDict):
+    backbone: str
+    crop_mode: str
+    fne_dim: int
+
+
 class BundleInfo(TypedDict):
     id: str
     name: str
     created: str
     similarity: Similarity
     joint_dim: int
-    fne_dim: int
-    crop_mode: str
+    fne_dim: int  # features in the code: every backbone's together
+    crop_mode: str  # the first backbone's
+    backbones: list[BackboneInfo]  # in code order
     provider: str
     training: JsonObject
 

