@@ -101,12 +101,13 @@ emit "{\"bench\": \"pgvector-start\", \"n\": $N, \"database_ready_s\": $db_ready
 # Open-loop load at RATE req/s (200) on each server: the bench's `load` with Flickr8k's captions, latency counted
 # from each request's scheduled start.
 BENCH=$(bench_binary)
-# CPU seconds of every process of this Postgres (the postmaster and its backends, which the pool keeps open).
+# CPU seconds of every process of this Postgres: the postmaster's own and its reaped children's (a backend that
+# exited, fields 16-17), and its live backends'.
 pg_cpu() {
   local pm; pm=$(head -1 "$DIR/data/postmaster.pid")
-  # (cat fails on a process that exits mid-read; the sum is of those alive)
-  { cat /proc/"$pm"/stat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v pm="$pm" -v hz="$(getconf CLK_TCK)" \
-    '$1 == pm || $4 == pm {t += $14 + $15} END {printf "%.3f", t / hz}'
+  # (cat fails on a process that exits mid-read; its time then counts once it is reaped)
+  { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v pm="$pm" -v hz="$(getconf CLK_TCK)" \
+    '$1 == pm {t += $14 + $15 + $16 + $17} $4 == pm {t += $14 + $15} END {printf "%.3f", t / hz}'
 }
 for p in 28601 28602; do
   mode=database; [[ $p == 28602 ]] && mode=memory
