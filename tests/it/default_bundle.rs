@@ -12,11 +12,7 @@ use jointspace_embed::prepare;
 
 /// A shipped bundle's pipeline, or None (said on stderr) where its vision graph has not been built.
 fn shipped(name: &str) -> Option<std::sync::Arc<jointspace_embed::pipeline::Pipeline>> {
-    let dir = format!("{}/models/{name}", env!("CARGO_MANIFEST_DIR"));
-    if !std::path::Path::new(&dir).join("vision.onnx").exists() {
-        eprintln!("skipped: {dir}/vision.onnx is absent (scripts/setup-python.sh builds it)");
-        return None;
-    }
+    let dir = common::shipped_bundle(name)?;
     let cfg = ServeArgs::try_from_flags(["--bundle", dir.as_str()]).expect("flags");
     Some(load_pipeline(&cfg.model).unwrap_or_else(|e| panic!("{name} loads: {e:#}")))
 }

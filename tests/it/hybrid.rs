@@ -550,11 +550,9 @@ fn described_photos(shifted: bool) -> Value {
 /// photo alone: full where they do (12 of 20 here, chance being 5), none where every photo carries another's
 /// sentences, the words then sharing the whole score in their tuned proportion.
 async fn photo_trust(url: &str, flags: &[&str]) {
-    let bundle = format!("{}/models/flickr8k-vgg16-fne", env!("CARGO_MANIFEST_DIR"));
-    if !std::path::Path::new(&bundle).join("vision.onnx").exists() {
-        eprintln!("skipped: {bundle}/vision.onnx is absent (scripts/setup-python.sh builds it)");
+    let Some(bundle) = common::shipped_bundle("flickr8k-vgg16-fne") else {
         return;
-    }
+    };
     let app = TestApp::start_url(&bundle, url, flags).await;
     let weights =
         |r: &Value| ["vector", "text", "keyword"].map(|c| r["weights"][c].as_f64().expect(c));

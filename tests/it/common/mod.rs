@@ -299,6 +299,16 @@ pub fn gauge(metrics: &str, name: &str) -> i64 {
         .unwrap_or_else(|| panic!("no {name} in {metrics}"))
 }
 
+/// A shipped bundle's folder, or None (said on stderr) where its vision graph has not been built.
+pub fn shipped_bundle(name: &str) -> Option<String> {
+    let dir = format!("{}/models/{name}", env!("CARGO_MANIFEST_DIR"));
+    if !std::path::Path::new(&dir).join("vision.onnx").exists() {
+        eprintln!("skipped: {dir}/vision.onnx is absent (scripts/setup-python.sh builds it)");
+        return None;
+    }
+    Some(dir)
+}
+
 /// A fixture bundle's parity.json: what the trainer computed for its images and sentences.
 pub fn parity_of(bundle: &str) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(format!("{bundle}/parity.json")).expect("parity.json"))
