@@ -549,13 +549,14 @@ fn described_photos(shifted: bool) -> Value {
 /// The photo's weight in a collection's hybrid searches follows how often its own sentences find it by the
 /// photo alone: full where they do (12 of 20 here, chance being 5), none where every photo carries another's
 /// sentences, the words then sharing the whole score in their tuned proportion.
-async fn photo_trust(url: &str, flags: &[&str]) {
+async fn photo_trust(url: &str, flags: &[&str], stale: bool) {
     let Some(bundle) = common::shipped_bundle("flickr8k-vgg16-fne") else {
         return;
     };
     let app = TestApp::start_url(&bundle, url, flags).await;
     let weights =
         |r: &Value| ["vector", "text", "keyword"].map(|c| r["weights"][c].as_f64().expect(c));
+    let mut described = vec![];
     for (name, shifted, want) in [
         ("described", false, [0.5, 0.3, 0.2]),
         ("swapped", true, [0.0, 0.6, 0.4]),
@@ -568,6 +569,9 @@ async fn photo_trust(url: &str, flags: &[&str]) {
             )
             .await;
         assert_eq!(s, 201, "{r}");
+        if !shifted {
+            described = r["images"].as_array().expect("images").clone();
+        }
         let (s, r) = search(&app, name, json!({"text": "a cat", "k": 4})).await;
         assert_eq!(s, 200, "{r}");
         assert_eq!(r["mode"], "hybrid", "{r}");
@@ -585,6 +589,45 @@ async fn photo_trust(url: &str, flags: &[&str]) {
     )
     .await;
     assert_eq!(weights(&r), [1.0, 0.0, 0.0], "{r}");
+    if !stale {
+        return;
+    }
+    // A quarter of the described photos gone, its measure is stale: the next search answers at once with
+    // it, and one task measures again in the background, however many searches come meanwhile.
+    let measures = |m: &str| -> i64 {
+        m.lines()
+            .find_map(|l| {
+                l.strip_prefix("jointspace_db_duration_seconds_count{op=\"sample_captions\"} ")
+            })
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no sample_captions timing in {m}"))
+    };
+    assert_eq!(
+        measures(&app.metrics().await),
+        2,
+        "one measure per collection"
+    );
+    let gone = described[3]["id"].as_i64().expect("id");
+    assert_eq!(
+        app.delete(&format!("/v1/collections/described/images/{gone}"))
+            .await,
+        204
+    );
+    for _ in 0..3 {
+        let (s, r) = search(&app, "described", json!({"text": "a cat", "k": 3})).await;
+        assert_eq!(s, 200, "{r}");
+        assert_eq!(weights(&r), [0.5, 0.3, 0.2], "{r}");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while measures(&app.metrics().await) < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stale measure was never taken again"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    search(&app, "described", json!({"text": "a cat", "k": 3})).await;
+    assert_eq!(measures(&app.metrics().await), 3, "the new measure stands");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -593,6 +636,7 @@ async fn the_photo_counts_as_far_as_its_own_words_find_it() {
     photo_trust(
         &format!("sqlite://{}", dir.path().join("t.db").display()),
         &[],
+        true,
     )
     .await;
 }
@@ -601,5 +645,7 @@ async fn the_photo_counts_as_far_as_its_own_words_find_it() {
 async fn the_photo_counts_as_far_as_its_own_words_find_it_with_the_database_index() {
     let pg = PgCluster::start_pgvector();
     let url = pg.create_db("trust").await;
-    photo_trust(&url, &DATABASE_INDEX).await;
+    // (The database index counts a collection's images at most once a minute: the stale measure is tested
+    // on the memory index.)
+    photo_trust(&url, &DATABASE_INDEX, false).await;
 }

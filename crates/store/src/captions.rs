@@ -280,22 +280,50 @@ impl Store {
     }
 
     /// Up to `n` of a collection's captions of images (written or a text field's), as (caption id, image id),
-    /// spread over the collection by a fixed shuffle of their ids: the same ones while it is unchanged.
+    /// spread evenly over its ids: the same ones while it is unchanged. Each is the first caption of an image
+    /// at or after one of `n` evenly spaced ids, found on the (collection, id) index, so the cost does not grow
+    /// with the collection.
     pub async fn sample_captions(
         &self,
         collection_id: i64,
         n: usize,
     ) -> Result<Vec<(i64, i64)>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT id, image_id FROM captions WHERE collection_id = $1 AND image_id IS NOT NULL \
-             ORDER BY (id * 7919) % 10007, id LIMIT {n}"
-        ))
+        let row = sqlx::query(
+            "SELECT MIN(id) AS lo, MAX(id) AS hi FROM captions WHERE collection_id = $1",
+        )
         .bind(collection_id)
-        .fetch_all(&self.pool)
+        .fetch_one(&self.pool)
         .await?;
+        let (Some(lo), Some(hi)) = (
+            row.get::<Option<i64>, _>("lo"),
+            row.get::<Option<i64>, _>("hi"),
+        ) else {
+            return Ok(Vec::new());
+        };
+        let step = (hi - lo + 1) as f64 / n.max(1) as f64;
+        // One statement: a first-at-or-after lookup per evenly spaced id (each a subquery, as SQLite wants a
+        // compound select's LIMIT inside one).
+        let starts: Vec<i64> = (0..n).map(|k| lo + (k as f64 * step) as i64).collect();
+        let sql = starts
+            .iter()
+            .enumerate()
+            .map(|(k, start)| {
+                format!(
+                    "SELECT id, image_id FROM (SELECT id, image_id FROM captions WHERE collection_id = $1 \
+                     AND id >= {start} AND image_id IS NOT NULL ORDER BY id LIMIT 1) AS s{k}"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let rows = sqlx::query(&sql)
+            .bind(collection_id)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut seen = std::collections::HashSet::new();
         Ok(rows
             .iter()
             .map(|r| (r.get("id"), r.get("image_id")))
+            .filter(|(id, _): &(i64, i64)| seen.insert(*id))
             .collect())
     }
 

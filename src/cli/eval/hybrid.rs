@@ -7,7 +7,7 @@
 //! `--fusion-sweep`, every weighting of the three channels on a 0.1 grid is measured for each fusion method
 //! from the same candidates (the service's `channel_scores`), best first.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use base64::{Engine, engine::general_purpose::STANDARD};
 use serde_json::{Value, json};
@@ -28,7 +28,7 @@ fn recalls(ranks: &[Option<usize>]) -> Value {
 }
 
 pub(super) async fn measure(
-    svc: &Service,
+    svc: &Arc<Service>,
     from: &CollectionName,
     names: &[String],
     ids: &HashMap<String, i64>,
@@ -133,7 +133,7 @@ async fn titled_copy(
 
 /// R@1/5/10 of every search mode into `out`, by the mode's name; returns the queries each mode ran.
 async fn recall_by_mode(
-    svc: &Service,
+    svc: &Arc<Service>,
     to: &CollectionName,
     photos: &Photos<'_>,
     out: &mut serde_json::Map<String, Value>,

@@ -13,7 +13,7 @@ pub(crate) mod trust;
 pub use groups::Product;
 pub use hybrid::Candidates;
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use bytes::Bytes;
 
@@ -225,7 +225,7 @@ impl Service {
     }
 
     pub async fn search_images(
-        &self,
+        self: &Arc<Self>,
         collection: &CollectionName,
         q: Query,
         p: SearchParams,

@@ -8,9 +8,11 @@
 
 use std::{
     collections::HashMap,
-    sync::Mutex,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
+
+use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::{CollectionRef, Result, Service, modality::Modality};
 
@@ -25,13 +27,34 @@ const MIN_SAMPLE: usize = 20;
 const UNTRUSTED_BELOW: f32 = 0.05;
 const TRUSTED_FROM: f32 = 0.20;
 
-/// A measure stands until the collection's images change in number by this share, or for `MEASURE_TTL`.
+/// A measure is fresh until the collection's images change in number by this share, or for `MEASURE_TTL`;
+/// a stale one still answers while a new one is taken in the background.
 const REMEASURE_GROWTH: f64 = 0.1;
 const MEASURE_TTL: Duration = Duration::from_secs(3600);
 
-/// The photo's trust per collection: (when measured, images then, trust).
+/// Photo-channel searches in flight while measuring: enough to hide the database's round trips, few enough
+/// to leave the pool to the searches being served.
+const CONCURRENCY: usize = 4;
+
+/// The photo's trust per collection.
 #[derive(Default)]
-pub(crate) struct PhotoTrust(Mutex<HashMap<i64, (Instant, usize, f32)>>);
+pub(crate) struct PhotoTrust(Mutex<HashMap<i64, Measure>>);
+
+struct Measure {
+    at: Instant,
+    /// The collection's images when measured.
+    images: usize,
+    trust: f32,
+    /// A new measure is being taken in the background.
+    refreshing: bool,
+}
+
+impl Measure {
+    fn fresh(&self, images: usize) -> bool {
+        self.at.elapsed() < MEASURE_TTL
+            && (images as f64 - self.images as f64).abs() <= REMEASURE_GROWTH * self.images as f64
+    }
+}
 
 /// The trust a found-own share earns: 0 below `UNTRUSTED_BELOW`, 1 from `TRUSTED_FROM`.
 pub(super) fn trust_of(found_own: f32) -> f32 {
@@ -46,55 +69,100 @@ fn above_chance(found: usize, asked: usize, images: usize) -> f32 {
 }
 
 impl Service {
-    /// The photo channel's trust in this collection (0..=1), measured when first needed and again when the
-    /// collection has grown or shrunk by a tenth.
-    pub(super) async fn photo_trust(&self, c: &CollectionRef) -> Result<f32> {
+    /// The photo channel's trust in this collection (0..=1). The first search that needs it measures it;
+    /// after that a search never waits: a stale measure (an hour old, or the collection a tenth larger or
+    /// smaller) answers while one task measures again.
+    pub(super) async fn photo_trust(self: &Arc<Self>, c: &CollectionRef) -> Result<f32> {
         let images = self.image_count(c.id).await?;
-        let fresh = |at: &Instant, then: &usize| {
-            at.elapsed() < MEASURE_TTL
-                && (images as f64 - *then as f64).abs() <= REMEASURE_GROWTH * *then as f64
-        };
-        if let Some((at, then, trust)) = self.trust.0.lock().expect("trust").get(&c.id) {
-            if fresh(at, then) {
-                return Ok(*trust);
+        {
+            let mut known = self.trust.0.lock().expect("trust");
+            if let Some(m) = known.get_mut(&c.id) {
+                if !m.fresh(images) && !m.refreshing {
+                    m.refreshing = true;
+                    let svc = Arc::clone(self);
+                    let id = c.id;
+                    tokio::spawn(async move { svc.remeasure(id, images).await });
+                }
+                return Ok(m.trust);
             }
         }
-        let trust = self.measure_photo_trust(c, images).await?;
-        self.trust
-            .0
-            .lock()
-            .expect("trust")
-            .insert(c.id, (Instant::now(), images, trust));
+        let trust = self.measure_photo_trust(c.id, images).await?;
+        self.remember(c.id, images, trust);
         Ok(trust)
+    }
+
+    async fn remeasure(&self, collection_id: i64, images: usize) {
+        match self.measure_photo_trust(collection_id, images).await {
+            Ok(trust) => self.remember(collection_id, images, trust),
+            Err(e) => {
+                // The old measure stands; the next search that finds it stale tries again.
+                tracing::warn!(collection_id, error = %e, "measuring the photo's trust failed");
+                if let Some(m) = self.trust.0.lock().expect("trust").get_mut(&collection_id) {
+                    m.refreshing = false;
+                }
+            }
+        }
+    }
+
+    fn remember(&self, collection_id: i64, images: usize, trust: f32) {
+        let m = Measure {
+            at: Instant::now(),
+            images,
+            trust,
+            refreshing: false,
+        };
+        self.trust.0.lock().expect("trust").insert(collection_id, m);
     }
 
     /// Asks the photo channel for up to `SAMPLE` of the collection's sentences and counts those that find
     /// their own image first.
-    async fn measure_photo_trust(&self, c: &CollectionRef, images: usize) -> Result<f32> {
+    async fn measure_photo_trust(&self, collection_id: i64, images: usize) -> Result<f32> {
         let sample = self
-            .timed_db("sample_captions", self.store.sample_captions(c.id, SAMPLE))
+            .timed_db(
+                "sample_captions",
+                self.store.sample_captions(collection_id, SAMPLE),
+            )
             .await?;
         if sample.len() < MIN_SAMPLE || images < 2 {
             return Ok(1.0);
         }
         let ids: Vec<i64> = sample.iter().map(|(id, _)| *id).collect();
-        let image_of: HashMap<i64, i64> = sample.into_iter().collect();
+        let image_of: &HashMap<i64, i64> = &sample.into_iter().collect();
         let vectors = self
             .timed_db(
                 "sentence_vectors",
-                self.store.vectors_by_ids(c.id, Modality::Captions, &ids),
+                self.store
+                    .vectors_by_ids(collection_id, Modality::Captions, &ids),
             )
             .await?;
+        let asked = vectors.len();
         let mut found = 0;
-        for v in &vectors {
-            let top = self
-                .rank(c.id, Modality::Images, &v.vector, Modality::Captions, 1)
-                .await?;
-            if top.first().map(|t| t.0) == image_of.get(&v.id).copied() {
-                found += 1;
+        let mut running = FuturesUnordered::new();
+        let mut queue = vectors.iter();
+        loop {
+            while running.len() < CONCURRENCY {
+                let Some(v) = queue.next() else { break };
+                running.push(async move {
+                    let top = self
+                        .rank(
+                            collection_id,
+                            Modality::Images,
+                            &v.vector,
+                            Modality::Captions,
+                            1,
+                        )
+                        .await?;
+                    Ok::<_, crate::ServiceError>(
+                        top.first().map(|t| t.0) == image_of.get(&v.id).copied(),
+                    )
+                });
             }
+            let Some(hit) = running.next().await else {
+                break;
+            };
+            found += usize::from(hit?);
         }
-        Ok(trust_of(above_chance(found, vectors.len(), images)))
+        Ok(trust_of(above_chance(found, asked, images)))
     }
 }
 
