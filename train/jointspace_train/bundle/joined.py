@@ -36,14 +36,15 @@ def write_bundle(target: BundleTarget, pack: str | Path, feats: Features, d: Pre
     vision = {k: v for k, v in first["vision"].items() if k != "onnx"}
     training = training_section(feats, result, members, "trainer, the pack's codes of each backbone's own graph")
     training["backbones_from"] = [Path(b["bundle"]).name for b in backbones]
+    out.mkdir(parents=True, exist_ok=True)
+    ranges = vision.get("quantization", {}).get("ranges")
+    if ranges:  # named in bundle.json by the writer
+        shutil.copyfile(src / ranges, out / ranges)
     writer.write(out, name=out.name, vision=vision, vision_onnx=src / first["vision"]["onnx"], fne_mean=st["mean"],
                  fne_std=st["std"], projection=proj.fc.weight.detach().numpy(), text=text, tok=d.tok,
                  max_tokens=s["max_tokens"], similarity=similarity_of(s["loss"]), use_abs=s["use_abs"],
                  training=training)
     m = {k: v for k, v in json.loads((out / "bundle.json").read_text()).items() if k != "files"}
-    ranges = vision.get("quantization", {}).get("ranges")
-    if ranges:
-        shutil.copyfile(src / ranges, out / ranges)
     extra = []
     for b in backbones[1:]:
         v = dict(b["vision"])
