@@ -30,6 +30,10 @@ def write_bundle(target: BundleTarget, pack: str | Path, feats: Features, d: Pre
         if got != b["graph_sha256"]:
             sys.exit(f"{b['bundle']}: its vision graph has sha256 {got}, the pack's codes came from "
                      f"{b['graph_sha256']}: pack again")
+    for b in backbones[1:]:
+        if "quantization" in b["vision"]:
+            sys.exit(f"{b['bundle']}: an int8 graph after the first backbone has calibration ranges the bundle "
+                     "cannot name yet; put it first")
     s = result.settings
     first, src = backbones[0], Path(backbones[0]["bundle"])
     st = load_file(str(pack / first["fne"]["stats"]))
@@ -50,14 +54,12 @@ def write_bundle(target: BundleTarget, pack: str | Path, feats: Features, d: Pre
         v = dict(b["vision"])
         tag = re.sub(r"[^a-z0-9]+", "-", v["backbone"].lower()).strip("-")  # a file name's part
         v["onnx"] = f"vision-{tag}.onnx"
-        if "quantization" in v:
-            sys.exit(f"{b['bundle']}: an int8 graph after the first backbone has calibration ranges the bundle "
-                     "cannot name yet; put it first")
         shutil.copyfile(Path(b["bundle"]) / b["vision"]["onnx"], out / v["onnx"])
         f = {**b["fne"], "stats": f"fne-{tag}.safetensors"}
         shutil.copyfile(pack / b["fne"]["stats"], out / f["stats"])
         extra.append({"vision": v, "fne": f})
-    m["extra_backbones"] = extra
+    if extra:
+        m["extra_backbones"] = extra
     contract.finish(out, m)
     contract.read(out)
     say(f"bundle written to {out}: {' + '.join(str(f['dim']) for _, f in contract.backbones(m))} features")
