@@ -303,7 +303,9 @@ impl Store {
         let step = (hi - lo + 1) as f64 / n.max(1) as f64;
         // One statement: a first-at-or-after lookup per evenly spaced id (each a subquery, as SQLite wants a
         // compound select's LIMIT inside one).
-        let starts: Vec<i64> = (0..n).map(|k| lo + (k as f64 * step) as i64).collect();
+        let mut starts: Vec<i64> = (0..n).map(|k| lo + (k as f64 * step) as i64).collect();
+        // With fewer ids than `n` the starts repeat: each is looked up once.
+        starts.dedup();
         let sql = starts
             .iter()
             .enumerate()
