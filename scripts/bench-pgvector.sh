@@ -5,7 +5,10 @@
 # `jointspace serve`, and for sentence searches recall@10 against an exact scan (unfiltered, 1% and 50% filters),
 # sequential latency p50/p99 and an open-loop load; plus the first database-mode start (column fill + HNSW build),
 # the memory index's first build, and the database size.
-# Usage: N=100000 [SET=flickr8k|clusters] [EFS="256 512"] [RATE=200] [BENCH_BINARY=path] scripts/bench-pgvector.sh
+# With TITLES=1 (flickr8k) each image also has a `title` (the first caption of the photo it mostly takes after) in a
+# collection whose `text_fields` name it, and the load runs once per search channel set: the photo and keywords, the
+# words by meaning alone, and the default (all three).
+# Usage: N=100000 [SET=flickr8k|clusters] [TITLES=1] [EFS="256 512"] [RATE=200] [BENCH_BINARY=path] scripts/bench-pgvector.sh
 #   results: one JSON line per measurement in target/bench/pgvector.jsonl; EFS: the searches again at those
 #   --ef-search values (the default: from the collection's size). Resumable: the database, the memory index's snapshot and the exact
 #   answers live in BENCH_DIR (default .cache/bench-pgvector-SET-N, ignored by git), so a rerun (or one after a crash)
@@ -16,7 +19,8 @@ N=${N:-100000}
 BUNDLE=${BENCH_BUNDLE:-models/flickr8k-vgg16-fne}
 SET=${SET:-flickr8k}
 DATA=${BENCH_DATA:-$PWD/../shared/data/flickr8k}
-DIR=${BENCH_DIR:-$PWD/.cache/bench-pgvector-$SET-$N}
+TITLES=${TITLES:-0}
+DIR=${BENCH_DIR:-$PWD/.cache/bench-pgvector-$SET-$N$([[ $TITLES == 1 ]] && echo -titled)}
 OUT=target/bench; mkdir -p "$OUT" "$DIR"
 PY=$PWD/.venv/bin/python
 source scripts/lib.sh
@@ -41,7 +45,7 @@ trap cleanup EXIT
 URL="postgres://postgres@127.0.0.1:$port/bench"
 export JOINTSPACE_BUNDLE=$BUNDLE JOINTSPACE_DATABASE_URL=$URL RUST_LOG=warn
 # Each JSON line names the set it measured.
-tag() { sed "s/^{/{\"set\": \"$SET\", /"; }
+tag() { sed "s/^{/{\"set\": \"$SET\", \"titles\": $([[ $TITLES == 1 ]] && echo true || echo false), /"; }
 emit() { echo "$1" | tag | tee -a "$OUT/pgvector.jsonl"; }
 # A step done once per BENCH_DIR: its JSON line is kept in DIR/NAME.json and printed again on later runs.
 once() { # name command...
@@ -54,8 +58,15 @@ import() {
     -c "\c bench" -c "CREATE EXTENSION vector" >/dev/null
   # The export is kept until the import has read it, so an interrupted import starts again from it.
   if [[ ! -f $DIR/big.jsonl ]]; then
-    "$PY" scripts/bench_pgvector.py export "$BUNDLE" "$N" "$DIR/big.jsonl.tmp" "$SET" "$DATA"
+    "$PY" scripts/bench_pgvector.py export "$BUNDLE" "$N" "$DIR/big.jsonl.tmp" "$SET" "$DATA" \
+      "$([[ $TITLES == 1 ]] && echo titles)"
     mv "$DIR/big.jsonl.tmp" "$DIR/big.jsonl"
+  fi
+  if [[ $TITLES == 1 ]]; then
+    start 28604 --index memory >/dev/null
+    curl -sf -H 'content-type: application/json' http://127.0.0.1:28604/v1/collections \
+      -d '{"name": "big", "description": "synthetic (flickr8k, titled)", "text_fields": ["title"]}' >/dev/null
+    stop 28604
   fi
   local t0 t1; t0=$(date +%s.%N)
   "$JS" import "$DIR/big.jsonl" --batch 256 >/dev/null
@@ -109,17 +120,25 @@ pg_cpu() {
   { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v pm="$pm" -v hz="$(getconf CLK_TCK)" \
     '$1 == pm {t += $14 + $15 + $16 + $17} $4 == pm {t += $14 + $15} END {printf "%.3f", t / hz}'
 }
+# The search bodies' extra fields, one load each: with titles, the photo and keywords (hybrid as it was before the
+# words by meaning), the words by meaning alone, and the default.
+LOADS=('{}')
+[[ $TITLES == 1 ]] && LOADS=('{"mode": "hybrid", "channels": ["vector", "keyword"]}' \
+  '{"mode": "hybrid", "channels": ["text"]}' '{}')
 for p in 28601 28602; do
   mode=database; [[ $p == 28602 ]] && mode=memory
-  pg0=$(pg_cpu)
-  out=$("$BENCH" load --url "http://127.0.0.1:$p/v1/collections/big/images/search" --query text \
-      --texts "$DATA/Flickr8k.token.txt" --rate "${RATE:-200}" --seconds 10 --server-pid "$(cat "$DIR/pid-$p")")
-  pg1=$(pg_cpu)
-  echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin); answered = d.get("statuses", {}).get("200", 0)
+  for fields in "${LOADS[@]}"; do
+    pg0=$(pg_cpu)
+    out=$("$BENCH" load --url "http://127.0.0.1:$p/v1/collections/big/images/search" --query text \
+        --texts "$DATA/Flickr8k.token.txt" --rate "${RATE:-200}" --seconds 10 --server-pid "$(cat "$DIR/pid-$p")" \
+        --fields "$fields")
+    pg1=$(pg_cpu)
+    echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin); answered = d.get("statuses", {}).get("200", 0)
 print(json.dumps({"bench": "pgvector-load", "n": int(sys.argv[1]), "index": sys.argv[2],
-      **{k: d.get(k) for k in ("rate", "throughput_ok_per_s", "latency_all", "statuses", "server_cpu_ms_per_request", "loadavg")},
+      **{k: d.get(k) for k in ("fields", "rate", "throughput_ok_per_s", "latency_all", "statuses", "server_cpu_ms_per_request", "loadavg")},
       "postgres_cpu_ms_per_answer": round(1e3 * (float(sys.argv[4]) - float(sys.argv[3])) / max(answered, 1), 2)}))' \
-      "$N" "$mode" "$pg0" "$pg1" | tag | tee -a "$OUT/pgvector.jsonl"
+        "$N" "$mode" "$pg0" "$pg1" | tag | tee -a "$OUT/pgvector.jsonl"
+  done
 done
 # EFS="256 512": recall and latency again with a wider search (--ef-search); the memory index reloads its snapshot.
 for ef in ${EFS:-}; do

@@ -53,16 +53,19 @@ def flickr8k_photos(bundle, data):
 def crossover_codes(rng, photos, n):
     """Real photos' codes re-drawn: each image takes every position from one of two random Flickr8k photos, a
     share of 50-90% from the first, so the vectors spread as photos do (between two real ones, some close to
-    one) rather than in tight clusters of near-copies."""
-    a = photos[rng.integers(0, len(photos), size=n)]
+    one) rather than in tight clusters of near-copies. Also the first photo of each, which the image most
+    resembles."""
+    first = rng.integers(0, len(photos), size=n)
+    a = photos[first]
     b = photos[rng.integers(0, len(photos), size=n)]
     share = rng.uniform(0.5, 0.9, size=(n, 1)).astype(np.float32)
-    return np.where(rng.random(a.shape, dtype=np.float32) < share, a, b)
+    return np.where(rng.random(a.shape, dtype=np.float32) < share, a, b), first
 
 
-def export(bundle, n, path, kind, data):
+def export(bundle, n, path, kind, data, titles=False):
     """N synthetic images' codes (KIND: `flickr8k`, re-drawn photos, or `clusters`) as a `jointspace import`
-    file; metadata `bucket` (id % 100) and `half` (id % 2) for the filters."""
+    file; metadata `bucket` (id % 100) and `half` (id % 2) for the filters, and with TITLES (flickr8k) a `title`:
+    the first caption of the photo the image mostly takes after, as a shop's product name."""
     with open(f"{bundle}/bundle.json") as f:
         dim = json.load(f)["fne"]["dim"]
     # The vision id as the server computes it is checked on import: read it from the server's own reading.
@@ -72,6 +75,12 @@ def export(bundle, n, path, kind, data):
     vision_id = text.split("vision id", 1)[1].split()[0]
     rng = np.random.default_rng(44)
     photos = flickr8k_photos(bundle, data) if kind == "flickr8k" else None
+    names = None
+    if titles:
+        from jointspace_train.data import flickr8k
+
+        captions = flickr8k.load_captions(data)
+        names = [captions[f][0] for f in flickr8k.all_images(data)]
     protos = VALUES[rng.integers(0, 4, size=(1000, dim))] if photos is None else None
     with open(path, "w") as f:
         f.write(json.dumps({"header": {"format": "jointspace-export", "version": 1, "collection": "big",
@@ -80,12 +89,18 @@ def export(bundle, n, path, kind, data):
         chunk = 2000
         for start in range(0, n, chunk):
             m = min(n, start + chunk) - start
-            codes = cluster_codes(rng, protos, m, start) if photos is None else crossover_codes(rng, photos, m)
+            if photos is None:
+                codes, first = cluster_codes(rng, protos, m, start), None
+            else:
+                codes, first = crossover_codes(rng, photos, m)
             plus = np.packbits(codes == 1, axis=1, bitorder="little")
             minus = np.packbits(codes == -1, axis=1, bitorder="little")
-            for i, p, q in zip(range(start, start + m), plus, minus):
+            for j, (i, p, q) in enumerate(zip(range(start, start + m), plus, minus)):
                 code = base64.b64encode(p.tobytes() + q.tobytes()).decode()
-                f.write(json.dumps({"image": {"external_id": f"s{i}", "metadata": {"bucket": i % 100, "half": i % 2},
+                meta = {"bucket": i % 100, "half": i % 2}
+                if names is not None:
+                    meta["title"] = names[first[j]]
+                f.write(json.dumps({"image": {"external_id": f"s{i}", "metadata": meta,
                                               "width": 64, "height": 64, "code": code, "vision_id": vision_id,
                                               "bundle_id": bundle_id, "created_at": "2026-11-26T00:00:00Z"}}) + "\n")
         f.write(json.dumps({"end": {"images": n, "captions": 0}}) + "\n")
@@ -147,7 +162,7 @@ def searches(n, truth_path, ports):
 
 if __name__ == "__main__":
     if sys.argv[1] == "export":
-        export(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6])
+        export(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7:] == ["titles"])
     elif sys.argv[1] == "truth":
         truth(int(sys.argv[2]), sys.argv[3])
     else:

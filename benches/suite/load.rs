@@ -2,7 +2,8 @@
 //! sends its next request when the last one answers) for throughput, and open loop (`--rate r`: requests
 //! start on a fixed schedule whatever the server does, latency counted from the scheduled start, so a slow
 //! server cannot hide its queue) for latency at a given load and for what happens past saturation. Bodies:
-//! real sentences (`--texts`, one per line), stored image ids (`--ids`) or a photo (`--image`).
+//! real sentences (`--texts`, one per line), stored image ids (`--ids`) or a photo (`--image`); `--fields` (a
+//! JSON object, e.g. `{"mode": "hybrid", "channels": ["text"]}`) is added to every body.
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex},
@@ -31,6 +32,8 @@ pub struct Opts {
     pub warmup: Duration,
     /// The server's pid, to report its CPU time per request (what the load costs, whatever else runs).
     pub server_pid: Option<u32>,
+    /// Fields added to every body (a search's mode and channels).
+    pub fields: serde_json::Map<String, Value>,
 }
 
 /// CPU seconds (user + system) a process has used so far (Linux: fields 14 and 15 of /proc/<pid>/stat, in
@@ -76,21 +79,28 @@ impl Opts {
             duration: Duration::from_secs_f64(f.num("seconds", 10.0)?),
             warmup: Duration::from_secs_f64(f.num("warmup", 1.0)?),
             server_pid: f.opt("server-pid").and_then(|p| p.parse().ok()),
+            fields: match f.opt("fields") {
+                Some(j) => serde_json::from_str(&j)
+                    .map_err(|e| anyhow::anyhow!("--fields must be a JSON object: {e}"))?,
+                None => Default::default(),
+            },
         })
     }
 
     fn body(&self, i: usize, rng: &mut Rng) -> String {
-        match self.query.as_str() {
+        let mut body = match self.query.as_str() {
             "image_id" => {
                 let id = self.first_id
                     + ((rng.next() + 0.5) * self.ids as f32) as usize % self.ids.max(1);
-                json!({"image_id": id, "k": self.k}).to_string()
+                json!({"image_id": id, "k": self.k})
             }
-            "image" => {
-                json!({"image": self.image.as_deref().unwrap_or(""), "k": self.k}).to_string()
-            }
-            _ => json!({"text": self.texts[i % self.texts.len()], "k": self.k}).to_string(),
+            "image" => json!({"image": self.image.as_deref().unwrap_or(""), "k": self.k}),
+            _ => json!({"text": self.texts[i % self.texts.len()], "k": self.k}),
+        };
+        if let Value::Object(b) = &mut body {
+            b.extend(self.fields.clone());
         }
+        body.to_string()
     }
 }
 
@@ -168,7 +178,7 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         })
         .collect();
     Ok(json!({
-        "url": o.url, "query": o.query, "mode": if o.rate > 0.0 { "open" } else { "closed" },
+        "url": o.url, "query": o.query, "fields": o.fields, "mode": if o.rate > 0.0 { "open" } else { "closed" },
         "concurrency": o.concurrency, "rate": o.rate, "seconds": o.duration.as_secs_f64(),
         "requests": samples.len(), "wall_s": round(wall, 2),
         "throughput_ok_per_s": round(ok.len() as f64 / wall, 1),

@@ -111,6 +111,7 @@ async fn seed_and_load_benches_run_against_the_server() {
     assert_eq!(seeded["collections"][0]["images"], 50);
     let app = common::TestApp::start(&db, &[]).await;
     let load = |query: &str, path: &str, concurrency: usize, rate: f64| suite::load::Opts {
+        fields: Default::default(),
         url: app.url(path),
         query: query.into(),
         image: None,
@@ -140,5 +141,14 @@ async fn seed_and_load_benches_run_against_the_server() {
             "{r}"
         );
     }
+    // `--fields` reaches every body: a mode the server does not know is refused each time.
+    let mut o = load("text", "/v1/collections/n50/images/search", 2, 0.0);
+    o.fields = serde_json::from_str(r#"{"mode": "nonsense"}"#).unwrap();
+    let r = suite::load::run(&o).await.expect("load");
+    let statuses: Vec<String> = r["statuses"].as_object().unwrap().keys().cloned().collect();
+    assert!(
+        !statuses.is_empty() && statuses.iter().all(|s| s.starts_with('4')),
+        "{r}"
+    );
     app.stop().await;
 }
