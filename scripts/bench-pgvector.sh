@@ -62,12 +62,6 @@ import() {
       "$([[ $TITLES == 1 ]] && echo titles)"
     mv "$DIR/big.jsonl.tmp" "$DIR/big.jsonl"
   fi
-  if [[ $TITLES == 1 ]]; then
-    start 28604 --index memory >/dev/null
-    curl -sf -H 'content-type: application/json' http://127.0.0.1:28604/v1/collections \
-      -d '{"name": "big", "description": "synthetic (flickr8k, titled)", "text_fields": ["title"]}' >/dev/null
-    stop 28604
-  fi
   local t0 t1; t0=$(date +%s.%N)
   "$JS" import "$DIR/big.jsonl" --batch 256 >/dev/null
   t1=$(date +%s.%N)

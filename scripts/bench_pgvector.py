@@ -82,10 +82,12 @@ def export(bundle, n, path, kind, data, titles=False):
         captions = flickr8k.load_captions(data)
         names = [captions[f][0] for f in flickr8k.all_images(data)]
     protos = VALUES[rng.integers(0, 4, size=(1000, dim))] if photos is None else None
+    header = {"format": "jointspace-export", "version": 1, "collection": "big", "description": f"synthetic ({kind})",
+              "exported_at": "2026-11-26T00:00:00Z"}
+    if names is not None:
+        header["text_fields"] = ["title"]
     with open(path, "w") as f:
-        f.write(json.dumps({"header": {"format": "jointspace-export", "version": 1, "collection": "big",
-                                       "description": f"synthetic ({kind})",
-                                       "exported_at": "2026-11-26T00:00:00Z"}}) + "\n")
+        f.write(json.dumps({"header": header}) + "\n")
         chunk = 2000
         for start in range(0, n, chunk):
             m = min(n, start + chunk) - start

@@ -517,9 +517,11 @@ pub struct SyncArgs {
     /// Create the collection when it does not exist (without it, a missing collection is an error).
     #[arg(long, env = "JOINTSPACE_SYNC_CREATE", value_parser = clap::builder::FalseyValueParser::new())]
     pub create: bool,
-    /// With --create: the new collection's keyword fields for hybrid search (e.g. `title,description`).
-    #[arg(long, env = "JOINTSPACE_SYNC_TEXT_FIELDS", value_delimiter = ',')]
-    pub text_fields: Vec<String>,
+    /// With --create: the new collection's text fields, searched by meaning and as keywords (e.g.
+    /// `title,description^0.5`: a weight after `^`, from 0 to 10, scales a field's sentences by meaning; 0 reads
+    /// it as keywords only).
+    #[arg(long, env = "JOINTSPACE_SYNC_TEXT_FIELDS", value_delimiter = ',', value_parser = crate::service::TextField::parse_arg)]
+    pub text_fields: Vec<crate::service::TextField>,
     /// With --create: the new collection's product key (e.g. `product_id`), a metadata field set to each
     /// item's id unless the feed gives it. Needed for items with several photos (a JSON list in the image
     /// field, or paths or URLs separated by `|` in a CSV cell): each photo is stored as an image of the

@@ -9,7 +9,32 @@ use super::{
     error::{ApiResult, ErrorBody},
     extract::{ApiJson, Caller, CollectionPath},
 };
-use crate::service::{CollectionName, CollectionRow, CollectionSettings};
+use crate::service::{CollectionName, CollectionRow, CollectionSettings, TextField};
+
+// The schema of `TextField`, which reads and writes itself (jointspace_core::text_field).
+/// A text field: a metadata path (weight 1), or a path with the weight its sentences carry by meaning.
+#[derive(ToSchema)]
+#[schema(as = TextField)]
+#[allow(dead_code)]
+#[serde(untagged)]
+enum TextFieldWire {
+    /// A dotted metadata path, e.g. "title" or "brand.name".
+    Path(String),
+    Weighted(WeightedTextField),
+}
+
+#[derive(ToSchema)]
+#[allow(dead_code)]
+#[serde(deny_unknown_fields)]
+struct WeightedTextField {
+    /// A dotted metadata path.
+    #[schema(example = "description")]
+    field: String,
+    /// The factor on its sentences' similarity in the words-by-meaning channel, 0 to 10 (default 1); 0 reads
+    /// the field as keywords only, and its sentences are not embedded. Keywords read every field alike.
+    #[schema(nullable = false, minimum = 0, maximum = 10, example = 0.5)]
+    weight: Option<f32>,
+}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -19,11 +44,12 @@ pub struct CreateCollection {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    /// Metadata fields (dotted paths, e.g. "title" or "brand.name") whose text keyword search finds, beside
-    /// captions and external ids. Given (even `[]`), sentence searches default to hybrid mode (docs/api.md,
-    /// "Hybrid search"); absent, to vector mode.
-    #[schema(example = json!(["title", "brand.name"]))]
-    pub text_fields: Option<Vec<String>>,
+    /// Metadata fields (dotted paths, e.g. "title" or "brand.name") whose words a sentence search finds by
+    /// meaning and as keywords, beside captions and external ids; a field may carry a weight for its sentences
+    /// by meaning (`{"field": "description", "weight": 0.5}`). Given (even `[]`), sentence searches default to
+    /// hybrid mode (docs/api.md, "Hybrid search"); absent, to vector mode.
+    #[schema(value_type = Option<Vec<TextFieldWire>>, example = json!(["title", "brand.name", {"field": "description", "weight": 0.5}]))]
+    pub text_fields: Option<Vec<TextField>>,
     /// A metadata field (a dotted path) whose value names each image's product, e.g. "product_id": images
     /// sharing a value are one product's photos, and an image search returns each product once, scored by its
     /// best photo and its words (docs/api.md, "Products with several photos"). Absent: every image stands
@@ -37,8 +63,10 @@ pub struct Collection {
     pub name: String,
     pub description: String,
     pub created_at: String,
-    /// The metadata fields searched by keyword; null: the collection did not ask for keyword search.
-    pub text_fields: Option<Vec<String>>,
+    /// The metadata fields searched by meaning and as keywords, as created (a field of weight 1 as its bare
+    /// path); null: the collection did not ask for them.
+    #[schema(value_type = Option<Vec<TextFieldWire>>)]
+    pub text_fields: Option<Vec<TextField>>,
     /// The metadata field naming each image's product; null: every image stands alone.
     pub group_by: Option<String>,
     pub images: i64,

@@ -25,8 +25,8 @@ use crate::{
     config::{ImportArgs, ModelArgs, StoreArgs, UrlIngestArgs},
     metrics::Metrics,
     service::{
-        CollectionName, EXPORT_FORMAT, ExportLine, ImageItem, ImageLine, ImageSource, ImportMark,
-        Service,
+        CollectionName, CollectionSettings, EXPORT_FORMAT, ExportLine, ImageItem, ImageLine,
+        ImageSource, ImportMark, Service,
     },
 };
 
@@ -45,10 +45,11 @@ struct CatalogueItem {
 }
 
 enum Kind {
-    /// An export of this collection name and description, with this many images and captions.
+    /// An export of this collection name, description and settings, with this many images and captions.
     Export {
         collection: String,
         description: String,
+        settings: CollectionSettings,
         images: u64,
         captions: u64,
     },
@@ -144,6 +145,10 @@ fn first_line(l: &str, at: impl Fn() -> String) -> anyhow::Result<Kind> {
         Ok(Kind::Export {
             collection: h.collection,
             description: h.description,
+            settings: CollectionSettings {
+                text_fields: h.text_fields,
+                group_by: h.group_by,
+            },
             images: 0,
             captions: 0,
         })
@@ -171,11 +176,13 @@ fn surveyed(
         Some(Kind::Export {
             collection,
             description,
+            settings,
             ..
         }) => match ended {
             Some(counts) if counts == seen => Ok(Kind::Export {
                 collection,
                 description,
+                settings,
                 images: seen.0,
                 captions: seen.1,
             }),
@@ -238,9 +245,12 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     check_url_ingest(&args.file, urls, &args.url_ingest)?;
     let source = identity(&args.file)?;
     let (svc, metrics) = fetching_service(&args.model, &args.store, &args.url_ingest).await?;
-    let (name, description) = target_collection(&args, &kind)?;
+    let (name, description, settings) = target_collection(&args, &kind)?;
     let collection = CollectionName::parse(&name)?;
-    match svc.create_collection(&collection, &description).await {
+    match svc
+        .create_collection_with(&collection, &description, &settings)
+        .await
+    {
         Ok(_) => {}
         Err(e) if e.is_conflict() => {}
         Err(e) => return Err(e.into()),
@@ -294,19 +304,26 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The collection to import into, and its description: `--collection`, else the export's own (a catalogue
-/// has none).
-fn target_collection(args: &ImportArgs, kind: &Kind) -> anyhow::Result<(String, String)> {
+/// The collection to import into, its description and its settings if it is made: `--collection`, else the
+/// export's own name (a catalogue has none); an export's text fields and product key either way.
+fn target_collection(
+    args: &ImportArgs,
+    kind: &Kind,
+) -> anyhow::Result<(String, String, CollectionSettings)> {
     Ok(match (&args.collection, kind) {
-        (Some(c), _) => (c.clone(), String::new()),
         (
-            None,
+            named,
             Kind::Export {
                 collection,
                 description,
+                settings,
                 ..
             },
-        ) => (collection.clone(), description.clone()),
+        ) => match named {
+            Some(c) => (c.clone(), String::new(), settings.clone()),
+            None => (collection.clone(), description.clone(), settings.clone()),
+        },
+        (Some(c), Kind::Catalogue { .. }) => (c.clone(), String::new(), Default::default()),
         (None, Kind::Catalogue { .. }) => bail!("a catalogue needs --collection"),
     })
 }

@@ -649,3 +649,139 @@ async fn the_photo_counts_as_far_as_its_own_words_find_it_with_the_database_inde
     // on the memory index.)
     photo_trust(&url, &DATABASE_INDEX, false).await;
 }
+
+/// A text field's weight scales its sentences' similarity by meaning (one sentence in two fields of two photos:
+/// the field of weight 0.25 counts a quarter), 0 reads a field as keywords only (nothing embedded, still found
+/// as a keyword), and a bad weight is refused with what a field must be. An export keeps the fields and their
+/// weights for the collection an import makes.
+async fn field_weights(url: &str, flags: &[&str]) {
+    let app = TestApp::start_url(BUNDLE, url, flags).await;
+    let (s, e) = app
+        .post_json(
+            "/v1/collections",
+            json!({"name": "bad", "text_fields": [{"field": "name", "weight": 20}]}),
+        )
+        .await;
+    assert_eq!(s, 422, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("from 0 to 10")),
+        "{e}"
+    );
+    let fields =
+        json!(["name", {"field": "note", "weight": 0.25}, {"field": "sku", "weight": 0.0}]);
+    let (s, c) = app
+        .post_json(
+            "/v1/collections",
+            json!({"name": "weighed", "text_fields": fields}),
+        )
+        .await;
+    assert_eq!(s, 201, "{c}");
+    assert_eq!(c["text_fields"], fields, "{c}");
+    let sentence = "a dog runs on the beach";
+    let items = json!({"images": [
+        {"data": b64(&fixture_image(0)), "external_id": "named", "metadata": {"name": sentence}},
+        {"data": b64(&fixture_image(1)), "external_id": "noted", "metadata": {"note": sentence}},
+        {"data": b64(&fixture_image(2)), "external_id": "coded", "metadata": {"sku": "zq-77 boots"}}
+    ]});
+    let (s, r) = app.post_json("/v1/collections/weighed/images", items).await;
+    assert_eq!(s, 201, "{r}");
+    let (s, r) = search(
+        &app,
+        "weighed",
+        json!({"text": sentence, "channels": ["text"], "k": 3}),
+    )
+    .await;
+    assert_eq!(s, 200, "{r}");
+    let text_of = |id: &str| {
+        r["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .find(|h| h["image"]["external_id"] == id)
+            .and_then(|h| h["channels"]["text"].as_f64())
+    };
+    let (named, noted) = (
+        text_of("named").expect("named"),
+        text_of("noted").expect("noted"),
+    );
+    assert!(named > 0.999, "{r}");
+    assert!((noted - 0.25 * named).abs() < 1e-3, "{r}");
+    assert_eq!(r["results"][0]["image"]["external_id"], "named", "{r}");
+    // The weight-0 field has no sentence to find by meaning, and is a keyword like any other field.
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/weighed/captions/search",
+            json!({"text": "zq-77 boots", "k": 10}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    assert!(
+        r["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .all(|h| h["caption"]["field"] != "sku"),
+        "{r}"
+    );
+    assert_eq!(
+        found(&app, "weighed", json!({"text": "zq-77", "mode": "keyword"})).await,
+        vec!["coded"]
+    );
+    // An export carries the fields; imported under another name, the collection weighs them as this one.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("weighed.jsonl");
+    let r = app
+        .client
+        .get(app.url("/v1/collections/weighed/export"))
+        .send()
+        .await
+        .expect("export");
+    assert_eq!(r.status(), 200);
+    std::fs::write(&file, r.text().await.expect("body")).expect("write the export");
+    app.stop().await;
+    let (ok, out) = common::outcome(
+        &common::jointspace(url)
+            .args([
+                "import",
+                file.to_str().expect("utf-8"),
+                "--collection",
+                "copy",
+            ])
+            .output()
+            .expect("run import"),
+    );
+    assert!(ok, "{out}");
+    let app = TestApp::start_url(BUNDLE, url, flags).await;
+    let (s, c) = app.get_json("/v1/collections/copy").await;
+    assert_eq!(s, 200, "{c}");
+    assert_eq!(c["text_fields"], fields, "{c}");
+    let (s, r) = search(
+        &app,
+        "copy",
+        json!({"text": sentence, "channels": ["text"], "k": 3}),
+    )
+    .await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["results"][0]["image"]["external_id"], "named", "{r}");
+    assert!(
+        (r["results"][1]["channels"]["text"].as_f64().unwrap_or(0.0) - 0.25 * named).abs() < 1e-3,
+        "{r}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_counts_by_meaning_as_much_as_its_weight_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("w.db").display());
+    field_weights(&url, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_counts_by_meaning_as_much_as_its_weight_with_the_database_index() {
+    let pg = PgCluster::start_pgvector();
+    let url = pg.create_db("weights").await;
+    field_weights(&url, &DATABASE_INDEX).await;
+}

@@ -15,6 +15,7 @@ from jointspace_client import (
     InvalidRequest,
     NewImage,
     NotFound,
+    TextField,
     image_base64,
     image_bytes,
     image_file,
@@ -24,8 +25,9 @@ from jointspace_client import (
 
 def test_collections_create_list_get_delete(admin: Client) -> None:
     name = "c-" + uuid.uuid4().hex[:10]
-    made = admin.create_collection(name, description="shoes and bags", text_fields=["title", "brand.name"])
-    assert (made["name"], made["description"], made["text_fields"]) == (name, "shoes and bags", ["title", "brand.name"])
+    fields: list[TextField] = ["title", "brand.name", {"field": "description", "weight": 0.5}]
+    made = admin.create_collection(name, description="shoes and bags", text_fields=fields)
+    assert (made["name"], made["description"], made["text_fields"]) == (name, "shoes and bags", fields)
     assert (made["images"], made["captions"]) == (0, 0)
     assert name in [c["name"] for c in admin.list_collections()]
     assert admin.get_collection(name)["description"] == "shoes and bags"

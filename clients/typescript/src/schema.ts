@@ -554,8 +554,11 @@ export interface components {
             /** Format: int64 */
             images: number;
             name: string;
-            /** @description The metadata fields searched by keyword; null: the collection did not ask for keyword search. */
-            text_fields?: string[] | null;
+            /**
+             * @description The metadata fields searched by meaning and as keywords, as created (a field of weight 1 as its bare
+             *     path); null: the collection did not ask for them.
+             */
+            text_fields?: components["schemas"]["TextField"][] | null;
         };
         CollectionList: {
             collections: components["schemas"]["Collection"][];
@@ -576,15 +579,20 @@ export interface components {
              */
             name: string;
             /**
-             * @description Metadata fields (dotted paths, e.g. "title" or "brand.name") whose text keyword search finds, beside
-             *     captions and external ids. Given (even `[]`), sentence searches default to hybrid mode (docs/api.md,
-             *     "Hybrid search"); absent, to vector mode.
+             * @description Metadata fields (dotted paths, e.g. "title" or "brand.name") whose words a sentence search finds by
+             *     meaning and as keywords, beside captions and external ids; a field may carry a weight for its sentences
+             *     by meaning (`{"field": "description", "weight": 0.5}`). Given (even `[]`), sentence searches default to
+             *     hybrid mode (docs/api.md, "Hybrid search"); absent, to vector mode.
              * @example [
              *       "title",
-             *       "brand.name"
+             *       "brand.name",
+             *       {
+             *         "field": "description",
+             *         "weight": 0.5
+             *       }
              *     ]
              */
-            text_fields?: string[] | null;
+            text_fields?: components["schemas"]["TextField"][] | null;
         };
         EmbedImageJson: {
             /** @description The image file, base64. */
@@ -1003,6 +1011,8 @@ export interface components {
              */
             updated: number;
         };
+        /** @description A text field: a metadata path (weight 1), or a path with the weight its sentences carry by meaning. */
+        TextField: string | components["schemas"]["WeightedTextField"];
         UpsertImageJson: {
             /**
              * @description The image's captions after the upsert (absent: none). Stored captions with the same text keep their
@@ -1037,6 +1047,20 @@ export interface components {
             previous_id?: number | null;
             /** Format: int32 */
             width: number;
+        };
+        WeightedTextField: {
+            /**
+             * @description A dotted metadata path.
+             * @example description
+             */
+            field: string;
+            /**
+             * Format: float
+             * @description The factor on its sentences' similarity in the words-by-meaning channel, 0 to 10 (default 1); 0 reads
+             *     the field as keywords only, and its sentences are not embedded. Keywords read every field alike.
+             * @example 0.5
+             */
+            weight?: number;
         };
     };
     responses: {

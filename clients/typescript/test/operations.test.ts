@@ -60,10 +60,11 @@ describe("system", () => {
 describe("collections", () => {
   test("create, get, list, delete", async () => {
     const name = uniqueName("coll");
-    const made = await js.createCollection({ name, description: "a test", text_fields: ["title"] });
+    const fields = ["title", { field: "description", weight: 0.5 }];
+    const made = await js.createCollection({ name, description: "a test", text_fields: fields });
     assert.equal(made.name, name);
     assert.equal(made.description, "a test");
-    assert.deepEqual(made.text_fields, ["title"]);
+    assert.deepEqual(made.text_fields, fields);
     assert.equal(made.images, 0);
     assert.equal((await js.getCollection(name)).name, name);
     assert.ok((await js.listCollections()).some((c) => c.name === name));

@@ -78,7 +78,7 @@ impl Service {
                 .map_err(|e| ServiceError::Invalid(format!("group_by: {}", e.message)))?;
         }
         for f in text_fields.unwrap_or_default() {
-            FieldPath::parse(f)
+            FieldPath::parse(&f.path)
                 .map_err(|e| ServiceError::Invalid(format!("text_fields: {}", e.message)))?;
         }
         if text_fields.is_some_and(|f| f.len() > 32) {

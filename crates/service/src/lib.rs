@@ -61,6 +61,7 @@ pub use items::transfer::{
 };
 pub use items::updates::{UpsertInput, UpsertOutcome, UpsertedImage, content_hash};
 pub use items::url_ingest::{AddReport, ImageItem, ImageSource, ItemFailure};
+pub use jointspace_core::TextField;
 pub use search::{
     Candidates, CaptionHit, Hits, ImageHit, Product, Query, SearchMode, SearchParams,
     fusion::{Channel, ChannelScores, ChannelValues, Fusion, KeywordWeight, fuse},
@@ -123,7 +124,7 @@ pub struct ServiceOptions {
 /// it asked for keyword search).
 struct CollectionRef {
     id: i64,
-    text_fields: Option<Vec<String>>,
+    text_fields: Option<Vec<TextField>>,
     /// The product key: images sharing its value are one product's photos (`search::groups`).
     group_by: Option<FieldPath>,
 }

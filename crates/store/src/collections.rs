@@ -1,6 +1,7 @@
 //! The collections table: a name, a description, and a generation that every write bumps (index snapshots
 //! of an older generation are stale).
 
+use jointspace_core::TextField;
 use sqlx::{Row, any::AnyRow};
 
 use super::{ChangeKind, Store, StoreError, Tx, codec::now_rfc3339, conflict_or};
@@ -13,7 +14,7 @@ pub struct CollectionRow {
     pub created_at: String,
     pub generation: i64,
     /// The metadata fields searched by keyword; `None`: keyword search not asked for (vector by default).
-    pub text_fields: Option<Vec<String>>,
+    pub text_fields: Option<Vec<TextField>>,
     /// The metadata field naming each image's product (`CollectionSettings::group_by`).
     pub group_by: Option<String>,
     pub images: i64,
@@ -24,7 +25,7 @@ pub struct CollectionRow {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CollectionSettings {
     /// The metadata fields searched by keyword and by meaning; `None`: neither asked for (vector by default).
-    pub text_fields: Option<Vec<String>>,
+    pub text_fields: Option<Vec<TextField>>,
     /// The metadata field whose value names an image's product: images sharing it are one product's photos,
     /// and an image search returns each product once. `None`: every image stands alone.
     pub group_by: Option<String>,
@@ -75,7 +76,7 @@ impl Store {
         .bind(name)
         .bind(description)
         .bind(&now)
-        .bind(text_fields.map(|f| serde_json::Value::from(f.to_vec()).to_string()))
+        .bind(text_fields.map(super::keywords::write_fields))
         .bind(settings.group_by.clone())
         .fetch_one(&mut *tx)
         .await
@@ -88,7 +89,7 @@ impl Store {
             description: description.into(),
             created_at: now,
             generation: 0,
-            text_fields: text_fields.map(<[String]>::to_vec),
+            text_fields: text_fields.map(<[TextField]>::to_vec),
             group_by: settings.group_by.clone(),
             images: 0,
             captions: 0,

@@ -11,6 +11,7 @@ use sqlx::Row;
 
 use super::{Engine, Store, StoreError, Tx, dialect};
 use crate::filter::{FieldPath, Filter};
+use jointspace_core::TextField;
 
 /// A keyword query, parsed once from the user's sentence: its words, each a phrase of the letter-and-digit
 /// runs it holds ("sku-4411" is the phrase "sku 4411"). Words end at white space and at punctuation that
@@ -96,9 +97,15 @@ fn body(
         .collect()
 }
 
-/// A collection's searchable fields as stored (`None`: keyword search not asked for).
-pub(super) fn parse_fields(stored: Option<String>) -> Option<Vec<String>> {
+/// A collection's searchable fields as stored (`None`: keyword search not asked for): a JSON list of
+/// `TextField`s, a bare path for a field of weight 1 (how every field was stored before weights).
+pub(super) fn parse_fields(stored: Option<String>) -> Option<Vec<TextField>> {
     stored.and_then(|s| serde_json::from_str(&s).ok())
+}
+
+/// The stored form `parse_fields` reads.
+pub(super) fn write_fields(fields: &[TextField]) -> String {
+    serde_json::Value::from(fields.iter().map(TextField::to_json).collect::<Vec<_>>()).to_string()
 }
 
 impl Store {
@@ -121,7 +128,7 @@ impl Store {
         let fields: Vec<FieldPath> = parse_fields(stored)
             .unwrap_or_default()
             .iter()
-            .filter_map(|f| FieldPath::parse(f).ok())
+            .filter_map(|f| FieldPath::parse(&f.path).ok())
             .collect();
         let meta = dialect::metadata_text(self.engine, "");
         Self::forget_text_tx(tx, self.engine, ids).await?;

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::metrics::round2;
 use crate::service::{
     Candidates, Channel, CollectionName, CollectionSettings, Fusion, ImageLine, ImportMark, Query,
-    SearchMode, SearchParams, Service, fuse,
+    SearchMode, SearchParams, Service, TextField, fuse,
 };
 
 /// R@1, R@5 and R@10 (percent) of ranks (None: not in the top 10).
@@ -88,7 +88,7 @@ async fn titled_copy(
         svc.delete_collection(&to).await?;
     }
     let settings = CollectionSettings {
-        text_fields: Some(vec!["title".to_string()]),
+        text_fields: Some(vec![TextField::new("title")]),
         group_by: (per_product > 1).then(|| "product".to_string()),
     };
     svc.create_collection_with(&to, "eval --hybrid", &settings)

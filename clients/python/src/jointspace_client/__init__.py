@@ -59,7 +59,9 @@ from ._types import (
     SyncFailure,
     SyncJob,
     SyncReport,
+    TextField,
     UpsertedImage,
+    WeightedTextField,
 )
 from ._version import __version__
 
@@ -119,10 +121,12 @@ __all__ = [
     "SyncFailure",
     "SyncJob",
     "SyncReport",
+    "TextField",
     "Unauthorized",
     "Unavailable",
     "UnsupportedMediaType",
     "UpsertedImage",
+    "WeightedTextField",
     "__version__",
     "image_base64",
     "image_bytes",

@@ -49,6 +49,7 @@ from ._types import (
     ReindexReport,
     SnapshotReport,
     SyncJob,
+    TextField,
     UpsertedImage,
 )
 
@@ -107,12 +108,13 @@ def create_collection(
     name: str,
     *,
     description: str | None = None,
-    text_fields: Sequence[str] | None = None,
+    text_fields: Sequence[TextField] | None = None,
     group_by: str | None = None,
     idempotency_key: str | None = None,
 ) -> Flow[Collection]:
     """Create a collection (admin key). `text_fields` (even `[]`) makes sentence searches hybrid by default
-    and names the metadata fields keyword search reads (docs/api.md, "Hybrid search"); `group_by` names the
+    and names the metadata fields searched by meaning and as keywords, each a path or `{"field": path,
+    "weight": w}` (docs/api.md, "Hybrid search"); `group_by` names the
     metadata field whose value is each image's product, so an image search returns each product once
     (docs/api.md, "Products with several photos"). 409 `Conflict` when the name is taken."""
     body = _drop_none(

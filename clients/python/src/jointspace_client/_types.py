@@ -26,13 +26,24 @@ class ErrorBody(TypedDict):
     error: ErrorDetail
 
 
+class WeightedTextField(TypedDict):
+    """A text field with the weight of its sentences by meaning (0 to 10; 0: keywords only)."""
+
+    field: str
+    weight: NotRequired[float]
+
+
+#: A metadata path (weight 1), or a path with its weight.
+TextField = str | WeightedTextField
+
+
 class Collection(TypedDict):
     name: str
     description: str
     created_at: str
     images: int
     captions: int
-    text_fields: NotRequired[list[str] | None]
+    text_fields: NotRequired[list[TextField] | None]
     #: The metadata field naming each image's product; None: every image stands alone.
     group_by: NotRequired[str | None]
 

@@ -1,16 +1,16 @@
 //! A collection's text fields, read by meaning: the first sentences of each field its `text_fields` declare
-//! are embedded by the bundle's text model when an image is written and stored as captions of the image
-//! tagged with the field, so the caption index (in memory or in Postgres), replicas, reindex and annotation
-//! carry them as they carry written captions. A sentence search's text channel ranks images by their nearest
-//! such caption. A write embeds only the sentences that are not stored already: a text-only change costs one
-//! text-model pass, never the CNN.
+//! (with a weight above 0) are embedded by the bundle's text model when an image is written and stored as
+//! captions of the image tagged with the field, so the caption index (in memory or in Postgres), replicas,
+//! reindex and annotation carry them as they carry written captions. A sentence search's text channel ranks
+//! images by their nearest such caption, its similarity times its field's weight. A write embeds only the
+//! sentences that are not stored already: a text-only change costs one text-model pass, never the CNN.
 
 use std::collections::HashSet;
 
 use serde_json::Value;
 
 use crate::{
-    Result, Service,
+    Result, Service, TextField,
     filter::FieldPath,
     store::{EmbeddedCaption, ImageRow},
 };
@@ -22,14 +22,15 @@ pub(crate) const SENTENCES_PER_FIELD: usize = 3;
 /// The longest sentence embedded, in characters (cut at a word boundary).
 const MAX_SENTENCE_CHARS: usize = 300;
 
-/// The (field, sentence) pairs an image's metadata gives the collection's text fields, in field order.
+/// The (field, sentence) pairs an image's metadata gives the collection's text fields read by meaning, in
+/// field order.
 pub(crate) fn field_sentences(
-    fields: Option<&[String]>,
+    fields: Option<&[TextField]>,
     metadata: &Value,
 ) -> Vec<(String, String)> {
     let mut out = vec![];
-    for f in fields.unwrap_or_default() {
-        let Ok(path) = FieldPath::parse(f) else {
+    for f in fields.unwrap_or_default().iter().filter(|f| f.by_meaning()) {
+        let Ok(path) = FieldPath::parse(&f.path) else {
             continue;
         };
         let texts: Vec<&str> = match path.get(metadata) {
@@ -43,7 +44,7 @@ pub(crate) fn field_sentences(
             .filter(|s| seen.insert(s.clone()))
             .take(SENTENCES_PER_FIELD)
         {
-            out.push((f.clone(), s));
+            out.push((f.path.clone(), s));
         }
     }
     out
@@ -88,7 +89,7 @@ impl Service {
     /// A sentence the tokenizer refuses is left out: a field's text must never make a write fail.
     pub(crate) async fn embed_fields(
         &self,
-        fields: Option<&[String]>,
+        fields: Option<&[TextField]>,
         metadatas: &[&Value],
         stored: &HashSet<(String, String)>,
     ) -> Result<Vec<Vec<EmbeddedCaption>>> {
@@ -145,17 +146,15 @@ mod tests {
 
     #[test]
     fn a_field_gives_its_first_sentences_and_other_values_nothing() {
-        let fields = [
-            "name".to_string(),
-            "description".into(),
-            "brand.name".into(),
-            "tags".into(),
-        ];
+        let mut fields = ["name", "description", "brand.name", "tags", "sku"].map(TextField::new);
+        // A field of weight 0 is read as keywords only.
+        fields[4].weight = 0.0;
         let m = json!({
             "name": "Trail runner",
             "description": "A light shoe for rough ground. Grippy sole!  Made in 2024. Fourth sentence.",
             "brand": {"name": 7},
             "tags": ["waterproof", "red", ""],
+            "sku": "TR-2024",
             "price": 80
         });
         assert_eq!(

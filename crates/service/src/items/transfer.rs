@@ -11,7 +11,7 @@ use futures::{Stream, stream};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{CollectionName, Result, Service, ServiceError};
+use crate::{CollectionName, Result, Service, ServiceError, TextField};
 use crate::{
     fne::TernaryCode,
     store::{
@@ -42,6 +42,13 @@ pub struct ExportHeader {
     pub collection: String,
     pub description: String,
     pub exported_at: String,
+    /// The collection's text fields and product key, so that an import into a new collection searches as the
+    /// exported one did (absent in exports made before they were written: the collection had neither, or
+    /// they are lost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_fields: Option<Vec<TextField>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -152,6 +159,8 @@ async fn export_from(
                     collection: st.collection.name.clone(),
                     description: st.collection.description.clone(),
                     exported_at: crate::store::codec::now_rfc3339(),
+                    text_fields: st.collection.text_fields.clone(),
+                    group_by: st.collection.group_by.clone(),
                 };
                 line(&ExportLine::Header(h), &mut out);
                 Phase::Images(0)

@@ -305,7 +305,8 @@ impl Service {
     }
 
     /// The words by meaning: images ranked by the nearest of their captions and text-field sentences to the
-    /// sentence (the caption index, deep enough for a few sentences an image), under the filter.
+    /// sentence (the caption index, deep enough for a few sentences an image), under the filter; a field's
+    /// sentence counts its similarity times the field's weight (a written caption's, once).
     async fn text_channel(
         &self,
         c: &CollectionRef,
@@ -324,15 +325,25 @@ impl Service {
         let rows = self
             .timed_db("fetch_sentences", self.store.captions_by_ids(c.id, &ids))
             .await?;
-        let image_of: HashMap<i64, i64> = rows
+        let weight_of = |field: Option<&str>| {
+            c.text_fields
+                .iter()
+                .flatten()
+                .find(|f| Some(f.path.as_str()) == field)
+                .map_or(1.0, |f| f.weight)
+        };
+        let image_of: HashMap<i64, (i64, f32)> = rows
             .iter()
-            .filter_map(|r| r.image_id.map(|i| (r.id, i)))
+            .filter_map(|r| {
+                r.image_id
+                    .map(|i| (r.id, (i, weight_of(r.field.as_deref()))))
+            })
             .collect();
         let mut best: HashMap<i64, f32> = HashMap::new();
         for (cid, _, sim) in &near {
-            if let Some(img) = image_of.get(cid) {
+            if let Some((img, w)) = image_of.get(cid) {
                 let b = best.entry(*img).or_insert(f32::NEG_INFINITY);
-                *b = b.max(*sim);
+                *b = b.max(sim * w);
             }
         }
         if !deep.filter.is_all() {

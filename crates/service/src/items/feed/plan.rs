@@ -54,7 +54,7 @@ pub fn by_photo(products: Vec<FeedItem>, settings: &CollectionSettings) -> Resul
         .text_fields
         .iter()
         .flatten()
-        .filter_map(|f| FieldPath::parse(f).ok())
+        .filter_map(|f| FieldPath::parse(&f.path).ok())
         .collect();
     let key = match &settings.group_by {
         Some(k) => Some(FieldPath::parse(k).map_err(|e| ServiceError::Invalid(e.to_string()))?),
@@ -182,7 +182,7 @@ mod tests {
             .remove(0);
         assert_eq!(product.photos.len(), 3);
         let settings = CollectionSettings {
-            text_fields: Some(vec!["name".into()]),
+            text_fields: Some(vec![crate::TextField::new("name")]),
             group_by: Some("product.id".into()),
         };
         let items = by_photo(vec![product.clone()], &settings).expect("photos");
