@@ -6,8 +6,8 @@
 # sequential latency p50/p99 and an open-loop load; plus the first database-mode start (column fill + HNSW build),
 # the memory index's first build, and the database size.
 # With TITLES=1 (flickr8k) each image also has a `title` (the first caption of the photo it mostly takes after) in a
-# collection whose `text_fields` name it, and the load runs once per search channel set: the photo and keywords, the
-# words by meaning alone, and the default (all three).
+# collection whose `text_fields` name it, the load runs once per search channel set (the photo and keywords, the
+# words by meaning alone, and the default: all three), and keyword and hybrid quality are measured.
 # Usage: N=100000 [SET=flickr8k|clusters] [TITLES=1] [EFS="256 512"] [RATE=200] [BENCH_BINARY=path] scripts/bench-pgvector.sh
 #   results: one JSON line per measurement in target/bench/pgvector.jsonl; EFS: the searches again at those
 #   --ef-search values (the default: from the collection's size). Resumable: the database, the memory index's snapshot and the exact
@@ -134,6 +134,13 @@ print(json.dumps({"bench": "pgvector-load", "n": int(sys.argv[1]), "index": sys.
         "$N" "$mode" "$pg0" "$pg1" | tag | tee -a "$OUT/pgvector.jsonl"
   done
 done
+# With titles: keyword and hybrid quality (an image titled with the query photo's first caption found).
+if [[ $TITLES == 1 ]]; then
+  "$PGBIN/psql" -qtAh 127.0.0.1 -p "$port" -U postgres -d bench -F $'\t' \
+    -c "SELECT id, metadata->>'title' FROM images" >"$DIR/titles.tsv"
+  "$PY" scripts/bench_pgvector.py titled "$N" "$DIR/titles.tsv" "$DATA" database=28601 memory=28602 \
+    | tag | tee -a "$OUT/pgvector.jsonl"
+fi
 # EFS="256 512": recall and latency again with a wider search (--ef-search); the memory index reloads its snapshot.
 for ef in ${EFS:-}; do
   stop 28601; stop 28602

@@ -162,10 +162,48 @@ def searches(n, truth_path, ports):
         print(json.dumps(out), flush=True)
 
 
+def titled(n, titles_path, data, ports):
+    """Keyword and hybrid quality on the titled set (TITLES=1): 400 random Flickr8k photos, their second and third
+    captions as queries, each right when an image titled with the photo's first caption comes first (R@1) or in
+    the top 10; sequential latency alongside. TITLES_PATH: `id<TAB>title` lines of the collection's images."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "train"))
+    from jointspace_train.data import flickr8k
+
+    captions = flickr8k.load_captions(data)
+    by_title = {}
+    with open(titles_path) as f:
+        for line in f:
+            i, t = line.rstrip("\n").split("\t", 1)
+            by_title.setdefault(t, set()).add(int(i))
+    sample = random.Random(5).sample(flickr8k.all_images(data), 400)
+    for mode in ("keyword", "hybrid"):
+        out = {"bench": "pgvector-titled-quality", "n": n, "mode": mode}
+        for server, port in ports.items():
+            first = top = 0
+            lat = []
+            for p in sample:
+                right = by_title.get(captions[p][0])
+                for q in captions[p][1:3] if right else []:
+                    got, dt = search(port, {"text": q, "k": 10, "mode": mode})
+                    ids = [g[0] for g in got]
+                    lat.append(dt)
+                    first += bool(ids) and ids[0] in right
+                    top += any(i in right for i in ids)
+            xs = sorted(lat)
+            out[f"{server}_queries"] = len(xs)
+            out[f"{server}_r1"] = round(100 * first / len(xs), 2)
+            out[f"{server}_r10"] = round(100 * top / len(xs), 2)
+            out[f"{server}_p50_ms"] = round(1e3 * xs[len(xs) // 2], 1)
+            out[f"{server}_p99_ms"] = round(1e3 * xs[int(len(xs) * 0.99) - 1], 1)
+        print(json.dumps(out), flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "export":
         export(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7:] == ["titles"])
     elif sys.argv[1] == "truth":
         truth(int(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1] == "titled":
+        titled(int(sys.argv[2]), sys.argv[3], sys.argv[4], dict(a.split("=") for a in sys.argv[5:]))
     else:
         searches(int(sys.argv[2]), sys.argv[3], dict(a.split("=") for a in sys.argv[4:]))

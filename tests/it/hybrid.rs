@@ -785,3 +785,98 @@ async fn a_field_counts_by_meaning_as_much_as_its_weight_with_the_database_index
     let url = pg.create_db("weights").await;
     field_weights(&url, &DATABASE_INDEX).await;
 }
+
+/// Postgres ranks keywords without touching every image that holds a common word: a word the statistics put
+/// in more than 1,000 rows matches only where every word of the sentence does, while a rare word finds every
+/// image that holds it. (Ranking all 1,200 "red" images for "red boot" is what cost 80 ms a search at 100k.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_common_word_matches_only_with_the_rest_of_the_sentence_on_postgres() {
+    use jointspace_core::{TextField, filter::Filter};
+    use jointspace_store::{CollectionSettings, KeywordQuery, NewImage, Provenance, Store};
+    let pg = PgCluster::start();
+    let url = pg.create_db("common_words").await;
+    let store = Store::connect(&url).await.expect("connect");
+    let c = store
+        .create_collection_with(
+            "shop",
+            "",
+            &CollectionSettings {
+                text_fields: Some(vec![TextField::new("title")]),
+                group_by: None,
+            },
+        )
+        .await
+        .expect("collection");
+    // The statistics are taken when the test says (autovacuum could take them at any time).
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+    sqlx::query("ALTER TABLE image_text SET (autovacuum_enabled = false)")
+        .execute(&mut conn)
+        .await
+        .expect("alter");
+    let title = |i: usize| match i {
+        0 => "red leather boot".to_string(),
+        1 => "blue rubber boot".into(),
+        2 => "sku zq-77 sandal".into(),
+        _ if i < 1200 => format!("red shoe model {i}"),
+        _ => format!("green hat model {i}"),
+    };
+    let rows: Vec<NewImage> = (0..1300)
+        .map(|i| NewImage {
+            external_id: Some(format!("p{i}")),
+            metadata: json!({"title": title(i)}),
+            width: 8,
+            height: 8,
+            code: vec![0; 4],
+            vector: vec![0.0; 4],
+            offset: 0.0,
+            captions: vec![],
+            thumbnail: None,
+            content_hash: None,
+        })
+        .collect();
+    let ids: Vec<i64> = store
+        .insert_images(
+            c.id,
+            &rows,
+            Provenance {
+                bundle_id: "b",
+                vision_id: "v",
+            },
+            None,
+        )
+        .await
+        .expect("insert")
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    let search = |q: &str| {
+        let (store, q) = (&store, KeywordQuery::parse(q));
+        async move {
+            store
+                .keyword_search(c.id, &q, &Filter::all(), 2000)
+                .await
+                .expect("keyword search")
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect::<Vec<i64>>()
+        }
+    };
+    // Without statistics every word is rare: "red" matches all 1,198 images that hold it.
+    assert_eq!(search("red boot").await.len(), 1199);
+    sqlx::query("ANALYZE image_text")
+        .execute(&mut conn)
+        .await
+        .expect("analyze");
+    // With them "red" is common: the images holding "boot" (the one that also says red first), and the
+    // images holding both; no image for "red" alone.
+    let found = search("red boot").await;
+    assert_eq!(found[0], ids[0]);
+    let mut set = found.clone();
+    set.sort_unstable();
+    assert_eq!(set, vec![ids[0], ids[1]], "{found:?}");
+    // A common word alone still finds what holds it, and a rare code finds its product.
+    assert_eq!(search("red").await.len(), 1198);
+    assert_eq!(search("zq-77").await, vec![ids[2]]);
+    assert_eq!(search("a red shoe model 7").await[0], ids[7]);
+}

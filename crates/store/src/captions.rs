@@ -237,6 +237,17 @@ impl Store {
         })
     }
 
+    /// Every sentence row of a collection: written captions and text-field sentences, what its caption index
+    /// holds.
+    pub async fn count_sentences(&self, collection_id: i64) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM captions WHERE collection_id = $1")
+                .bind(collection_id)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
     /// The (field, sentence) pairs stored for an image's text fields, embedded by bundle `bundle_id`.
     pub async fn field_captions(
         &self,

@@ -144,8 +144,9 @@ impl Service {
         })
     }
 
-    /// How many rows one modality of a collection holds (images, or written captions), counted at most once
-    /// a `SIZE_TTL`: it sets the walk's breadth and chooses between scan and walk.
+    /// How many rows one modality's index of a collection holds (images, or sentences: written captions and
+    /// text-field sentences), counted at most once a `SIZE_TTL`: it sets the walk's breadth and chooses between
+    /// scan and walk.
     pub(crate) async fn collection_size(
         &self,
         collection_id: i64,
@@ -166,11 +167,8 @@ impl Service {
                 .await?
             }
             Modality::Captions => {
-                self.timed_db(
-                    "count_captions",
-                    self.store.count_captions(collection_id, None),
-                )
-                .await?
+                self.timed_db("count_sentences", self.store.count_sentences(collection_id))
+                    .await?
             }
         }
         .max(0) as usize;

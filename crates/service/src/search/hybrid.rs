@@ -314,7 +314,7 @@ impl Service {
         deep: &SearchParams,
     ) -> Result<Vec<(i64, f32)>> {
         let sentences = SearchParams {
-            k: deep.k * 3,
+            k: self.sentence_depth(c, deep.k).await?,
             filter: crate::filter::Filter::all(),
             ..deep.clone()
         };
@@ -354,6 +354,22 @@ impl Service {
         let mut out: Vec<(i64, f32)> = best.into_iter().collect();
         out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         Ok(out)
+    }
+
+    /// How many sentences the text channel reads to reach about `images` images: as many times more as the
+    /// collection holds sentences an image (captions and text-field sentences), from 1 to 3. Each sentence
+    /// walked past the first `images` widens the walk (`ef_search` is at least k): a titled collection read
+    /// three a product spent two thirds of the text channel's walk on images it never reached.
+    async fn sentence_depth(&self, c: &CollectionRef, images: usize) -> Result<usize> {
+        let (sentences, photos) = match self.memory_indexes(c.id)? {
+            Some(idx) => (idx.captions.len(), idx.images.len()),
+            None => (
+                self.collection_size(c.id, Modality::Captions).await?,
+                self.collection_size(c.id, Modality::Images).await?,
+            ),
+        };
+        let per_image = (sentences as f64 / photos.max(1) as f64).clamp(1.0, 3.0);
+        Ok((images as f64 * per_image).ceil() as usize)
     }
 
     /// The vector side's score and similarity of each candidate: those it did not reach (among `others`,
