@@ -176,8 +176,14 @@ impl Service {
         weights: &[(Channel, f32); 3],
         p: &SearchParams,
     ) -> Result<Fused> {
+        // A filter's images are reached by the photo's filtered walk even where the photo weighs nothing (a
+        // collection that does not trust it): the words by meaning read sentences unfiltered and may reach none
+        // of the few images a filter admits.
+        let asked = |ch: Channel| p.channels.as_ref().is_none_or(|cs| cs.contains(&ch));
         let on = |ch: Channel| {
-            mode == SearchMode::Hybrid && weights.iter().any(|(c, w)| *c == ch && *w > 0.0)
+            mode == SearchMode::Hybrid
+                && (weights.iter().any(|(c, w)| *c == ch && *w > 0.0)
+                    || (ch == Channel::Vector && asked(ch) && !p.filter.is_all()))
         };
         let mut cands = self
             .candidates(c, qv, text, mode == SearchMode::Keyword, on, p)
