@@ -117,6 +117,7 @@ impl Service {
     pub async fn delete_collection(&self, name: &CollectionName) -> Result<()> {
         let id = self.store.delete_collection(name.as_str()).await?;
         self.indexes.remove(id);
+        self.forget_photo_trust(id);
         if let Some(dir) = &self.opts.snapshot_dir {
             for m in Modality::BOTH {
                 remove_snapshot(dir, &snapshot_name(id, m));

@@ -104,6 +104,12 @@ impl Service {
         }
     }
 
+    /// Drops a deleted collection's measure (ids are never reused; without this, each collection ever
+    /// searched would keep one).
+    pub(crate) fn forget_photo_trust(&self, collection_id: i64) {
+        self.trust.0.lock().expect("trust").remove(&collection_id);
+    }
+
     fn remember(&self, collection_id: i64, images: usize, trust: f32) {
         let m = Measure {
             at: Instant::now(),
