@@ -135,6 +135,16 @@ async fn the_database_index_ranks_as_an_exact_scan_within_the_recall_bar() {
         .await
         .expect("count");
     assert_eq!(empty, 0, "every imported row got its pgvector column");
+    // The start asked the HNSW indexes into the cache: pg_prewarm was taken on to do it.
+    let prewarm: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM pg_extension WHERE extname = 'pg_prewarm'")
+            .fetch_one(&mut c)
+            .await
+            .expect("extensions");
+    assert_eq!(
+        prewarm, 1,
+        "a database-index start prewarms its HNSW indexes"
+    );
 
     let words = [
         "a dog",

@@ -241,7 +241,7 @@ impl Service {
             .await?;
         tracing::info!(
             pgvector = %report.pgvector, filled = report.filled, built = ?report.built,
-            secs = t.elapsed().as_secs_f32(), "the vector index is in the database"
+            prewarmed_pages = ?report.prewarmed, secs = t.elapsed().as_secs_f32(), "the vector index is in the database"
         );
         Ok(())
     }

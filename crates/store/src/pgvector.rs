@@ -72,6 +72,9 @@ pub struct VectorIndexReport {
     pub filled: u64,
     /// HNSW indexes built at this start (none when they existed).
     pub built: Vec<String>,
+    /// Pages of the HNSW indexes read into the operating system's cache at this start (`pg_prewarm`); None
+    /// when the extension cannot be had (the role may not create it, or the server lacks it).
+    pub prewarmed: Option<i64>,
 }
 
 /// One nearest-neighbour query.
@@ -207,6 +210,7 @@ impl Store {
             report.filled += fill_embeddings(conn, m.as_str(), dim).await?;
         }
         report.built = build_hnsw_indexes(conn, metrics, build, &partitioned).await?;
+        report.prewarmed = prewarm_hnsw_indexes(conn).await;
         if report.filled > 0 || !report.built.is_empty() {
             // Fresh row estimates for the planner after a bulk fill (autovacuum would get there later).
             sqlx::query("ANALYZE images, captions")
@@ -456,6 +460,30 @@ async fn fit_embedding_columns(conn: &mut AnyConnection, dim: usize) -> Result<(
         keep_inline(conn, t, dim).await?;
     }
     Ok(())
+}
+
+/// Reads the HNSW indexes through before the server says it is ready, so their pages are in the operating
+/// system's cache: a walk touches pages all over the graph, and the first searches after a cold start read
+/// them from disk one by one. At 1M images with the cache dropped: 2.2 s for the first search without it; with
+/// it, ready in 4.4 s instead of 2.9 and 100 sequential searches at p50 / p99 58 / 154 ms. Best effort:
+/// without the `pg_prewarm` extension (not every role may create it) the start goes on, cold.
+async fn prewarm_hnsw_indexes(conn: &mut AnyConnection) -> Option<i64> {
+    if let Err(e) = sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        .execute(&mut *conn)
+        .await
+    {
+        tracing::info!(error = %e, "pg_prewarm is not available: the vector index starts cold");
+        return None;
+    }
+    sqlx::query_scalar(
+        "SELECT COALESCE(sum(pg_prewarm(i.indexrelid::regclass, 'read')), 0)::bigint FROM pg_index i \
+         JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam \
+         WHERE a.amname = 'hnsw' AND i.indrelid IN (to_regclass('images'), to_regclass('captions'))",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|e| tracing::info!(error = %e, "the vector index could not be prewarmed"))
+    .ok()
 }
 
 /// The largest halfvec kept in the row itself (`STORAGE PLAIN`): 2 bytes a dimension must leave the row under
