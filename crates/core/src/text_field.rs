@@ -17,6 +17,11 @@ pub struct TextField {
     pub weight: f32,
 }
 
+/// The weight if it is one a field may have.
+fn in_range(w: f32) -> Option<f32> {
+    (0.0..=MAX_WEIGHT).contains(&w).then_some(w)
+}
+
 impl TextField {
     pub fn new(path: impl Into<String>) -> TextField {
         TextField {
@@ -41,13 +46,9 @@ impl TextField {
                     .ok_or_else(|| format!("`field` must be a string: {SHAPE}"))?;
                 let weight = match o.get("weight") {
                     None => 1.0,
-                    Some(w) => w
-                        .as_f64()
-                        .map(|w| w as f32)
-                        .filter(|w| (0.0..=MAX_WEIGHT).contains(w))
-                        .ok_or_else(|| {
-                            format!("`weight` of `{path}` must be a number from 0 to {MAX_WEIGHT}")
-                        })?,
+                    Some(w) => w.as_f64().and_then(|w| in_range(w as f32)).ok_or_else(|| {
+                        format!("`weight` of `{path}` must be a number from 0 to {MAX_WEIGHT}")
+                    })?,
                 };
                 Ok(TextField {
                     path: path.into(),
@@ -63,13 +64,9 @@ impl TextField {
         let Some((path, w)) = s.rsplit_once('^') else {
             return Ok(TextField::new(s));
         };
-        let weight = w
-            .parse::<f32>()
-            .ok()
-            .filter(|w| (0.0..=MAX_WEIGHT).contains(w))
-            .ok_or_else(|| {
-                format!("`{s}`: the weight after `^` must be a number from 0 to {MAX_WEIGHT}")
-            })?;
+        let weight = w.parse::<f32>().ok().and_then(in_range).ok_or_else(|| {
+            format!("`{s}`: the weight after `^` must be a number from 0 to {MAX_WEIGHT}")
+        })?;
         Ok(TextField {
             path: path.into(),
             weight,

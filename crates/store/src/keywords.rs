@@ -120,7 +120,7 @@ pub(super) fn parse_fields(stored: Option<String>) -> Option<Vec<TextField>> {
 
 /// The stored form `parse_fields` reads.
 pub(super) fn write_fields(fields: &[TextField]) -> String {
-    serde_json::Value::from(fields.iter().map(TextField::to_json).collect::<Vec<_>>()).to_string()
+    serde_json::json!(fields).to_string()
 }
 
 impl Store {

@@ -40,25 +40,24 @@ pub(super) fn weights(p: &SearchParams, qv: &QueryVector, photo_trust: f32) -> [
         .keyword_weight
         .map_or(keyword + (1.0 - keyword) * unknown, KeywordWeight::get);
     let vector_share = photo / (photo + text);
-    let asked = |c: Channel| p.channels.as_ref().is_none_or(|cs| cs.contains(&c));
     let mut w = [
         (Channel::Vector, (1.0 - kw) * vector_share),
         (Channel::Text, (1.0 - kw) * (1.0 - vector_share)),
         (Channel::Keyword, kw),
     ];
     for (c, x) in &mut w {
-        if !asked(*c) {
+        if !p.asks(*c) {
             *x = 0.0;
         }
     }
     // The channels asked share the whole weight; when all of theirs is 0 (the vector channels alone asked
     // for a sentence the model does not know), they share it equally, as asked.
     let total: f32 = w.iter().map(|(_, x)| x).sum();
-    let n = w.iter().filter(|(c, _)| asked(*c)).count() as f32;
+    let n = w.iter().filter(|(c, _)| p.asks(*c)).count() as f32;
     for (c, x) in &mut w {
         *x = if total > 0.0 {
             *x / total
-        } else if asked(*c) {
+        } else if p.asks(*c) {
             1.0 / n
         } else {
             0.0
@@ -179,11 +178,10 @@ impl Service {
         // A filter's images are reached by the photo's filtered walk even where the photo weighs nothing (a
         // collection that does not trust it): the words by meaning read sentences unfiltered and may reach none
         // of the few images a filter admits.
-        let asked = |ch: Channel| p.channels.as_ref().is_none_or(|cs| cs.contains(&ch));
         let on = |ch: Channel| {
             mode == SearchMode::Hybrid
                 && (weights.iter().any(|(c, w)| *c == ch && *w > 0.0)
-                    || (ch == Channel::Vector && asked(ch) && !p.filter.is_all()))
+                    || (ch == Channel::Vector && p.asks(ch) && !p.filter.is_all()))
         };
         let mut cands = self
             .candidates(c, qv, text, mode == SearchMode::Keyword, on, p)

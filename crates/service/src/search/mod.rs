@@ -73,6 +73,13 @@ pub struct SearchParams {
 }
 
 impl SearchParams {
+    /// Whether a hybrid search asks for the channel (every channel when it names none).
+    pub(crate) fn asks(&self, channel: fusion::Channel) -> bool {
+        self.channels
+            .as_ref()
+            .is_none_or(|cs| cs.contains(&channel))
+    }
+
     /// k results from `offset`, nothing else asked.
     pub fn page(k: usize, offset: usize) -> SearchParams {
         SearchParams {
@@ -240,15 +247,12 @@ impl Service {
         };
         let qv = self.query_vector(&c, q).await?;
         // Only a hybrid sentence search that asks the photo weighs it by its trust in the collection.
-        let photo_asked = p
-            .channels
-            .as_ref()
-            .is_none_or(|cs| cs.contains(&fusion::Channel::Vector));
-        let trust = if mode == SearchMode::Hybrid && text.is_some() && photo_asked {
-            self.photo_trust(&c).await?
-        } else {
-            1.0
-        };
+        let trust =
+            if mode == SearchMode::Hybrid && text.is_some() && p.asks(fusion::Channel::Vector) {
+                self.photo_trust(&c).await?
+            } else {
+                1.0
+            };
         let weights = hybrid::weights(&p, &qv, trust);
         let group = groups::grouping(&c, &p);
         let (found, channels) = match (mode, text, group) {
