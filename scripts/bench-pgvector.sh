@@ -20,7 +20,7 @@ BUNDLE=${BENCH_BUNDLE:-models/flickr8k-vgg16-fne}
 SET=${SET:-flickr8k}
 DATA=${BENCH_DATA:-$PWD/../shared/data/flickr8k}
 TITLES=${TITLES:-0}
-DIR=${BENCH_DIR:-$PWD/.cache/bench-pgvector-$SET-$N$([[ $TITLES == 1 ]] && echo -titled)}
+DIR=${BENCH_DIR:-$PWD/.cache/bench-pgvector-$SET-$N$([[ $TITLES == 1 ]] && echo -titled || true)}
 OUT=target/bench; mkdir -p "$OUT" "$DIR"
 PY=$PWD/.venv/bin/python
 source scripts/lib.sh
