@@ -169,6 +169,9 @@ pub struct Store {
 
 type Tx<'a> = sqlx::Transaction<'a, Any>;
 
+/// How long a pooled Postgres connection may sit idle and still be handed out without a ping first.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
 impl Store {
     /// Opens and migrates the database (SQLite: creating the file and its folder if missing). Requests wait
     /// at most 5 s for a connection.
@@ -192,6 +195,15 @@ impl Store {
                 AnyPoolOptions::new()
                     .max_connections(connections)
                     .acquire_timeout(acquire_timeout)
+                    // sqlx pings every connection it hands out, a round trip per statement of a search;
+                    // one in use within PING_AFTER_IDLE is taken as alive (a dead one fails its statement
+                    // with a 503, as a ping's failure would, and is dropped from the pool).
+                    .test_before_acquire(false)
+                    .before_acquire(|conn, meta| {
+                        Box::pin(async move {
+                            Ok(meta.idle_for < PING_AFTER_IDLE || conn.ping().await.is_ok())
+                        })
+                    })
                     .after_connect(|conn, _| {
                         Box::pin(async move {
                             // The server default, stated so that a cluster set to `off` cannot turn a 2xx

@@ -309,7 +309,6 @@ impl Store {
             q.metric.operator(),
             q.limit.max(1)
         );
-        let mut tx = self.pool.begin().await?;
         // relaxed_order: the scan goes on past ef_search until LIMIT rows passed the filter (or
         // hnsw.max_scan_tuples were visited); its slight disorder is undone by the caller's exact re-rank.
         // enable_indexscan off makes the planner scan the rows instead (the exact path).
@@ -319,16 +318,21 @@ impl Store {
         // A custom plan each time: after five runs of the prepared statement Postgres would switch to a generic
         // plan, whose walk returns the same rows 4x slower (the query vector is a parameter cast from text
         // there, a constant in a custom plan; 7.7 against 1.8 ms for 100 rows of 3,000).
-        sqlx::query(
-            "SELECT set_config('hnsw.ef_search', $1, true), set_config('hnsw.iterative_scan', 'relaxed_order', true), \
-             set_config('enable_indexscan', $2, true), set_config('enable_sort', $3, true), \
-             set_config('plan_cache_mode', 'force_custom_plan', true)",
-        )
-        .bind(q.ef_search.clamp(1, 1000).to_string())
-        .bind(if q.exact { "off" } else { "on" })
-        .bind(if q.exact { "on" } else { "off" })
-        .execute(&mut *tx)
-        .await?;
+        // The settings travel with BEGIN in one round trip (every value is the server's own, none the caller's).
+        let (index_scan, sort) = if q.exact {
+            ("off", "on")
+        } else {
+            ("on", "off")
+        };
+        let mut tx = self
+            .pool
+            .begin_with(format!(
+                "BEGIN; SET LOCAL hnsw.ef_search = {}; SET LOCAL hnsw.iterative_scan = relaxed_order; \
+                 SET LOCAL enable_indexscan = {index_scan}; SET LOCAL enable_sort = {sort}; \
+                 SET LOCAL plan_cache_mode = force_custom_plan",
+                q.ef_search.clamp(1, 1000)
+            ))
+            .await?;
         let rows = f
             .bind(
                 sqlx::query(&sql)
