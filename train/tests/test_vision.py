@@ -1,6 +1,7 @@
 import hashlib
 
 import numpy as np
+import onnx
 import pytest
 import torch
 import torch.nn.functional as F
@@ -131,12 +132,28 @@ def test_the_bfloat16_network_is_close_to_the_graph_but_not_equal(tmp_path):
     assert 1e-5 < rel < 2e-2
 
 
-def test_bfloat16_features_are_cached_apart(tmp_path):
-    g = tmp_path / "g.onnx"
-    g.write_bytes(b"graph")
+def _one_node_graph(path, op: str) -> None:
+    """A graph of one node: Relu (float) or QuantizeLinear (what an int8 graph starts its products with)."""
+    from onnx import TensorProto, helper
+
+    inputs = ["x", "s", "z"] if op == "QuantizeLinear" else ["x"]
+    out = TensorProto.UINT8 if op == "QuantizeLinear" else TensorProto.FLOAT
+    inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [1.0]), helper.make_tensor("z", TensorProto.UINT8, [], [0])]
+    g = helper.make_graph([helper.make_node(op, inputs, ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", out, [2])], inits if op == "QuantizeLinear" else [])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_bfloat16_and_integer_features_are_cached_apart(tmp_path):
+    g, q = tmp_path / "g.onnx", tmp_path / "q.onnx"
+    _one_node_graph(g, "Relu")
+    _one_node_graph(q, "QuantizeLinear")
     exact = features.cache_dir(g, ["a.jpg"], "ten", tmp_path)
     approx = features.cache_dir(g, ["a.jpg"], "ten", tmp_path, tag="bf16")
     assert exact != approx and exact.name.replace("-ten-", "-ten-bf16-") == approx.name
+    # An int8 graph's features come from onnxruntime's precise path, apart from any made on the saturating one.
+    assert "-ten-precise-" in features.cache_dir(q, ["a.jpg"], "ten", tmp_path).name
 
 
 def windowed_reference(w: vgg16.VggWeights, x: np.ndarray, side: int, crop: int) -> np.ndarray:

@@ -30,10 +30,7 @@ class Pipeline:
         self.vision_sessions = [features.session(self.bundle.directory / v["onnx"], threads)
                                 for v, _ in contract.backbones(m)]
         self.vision_session = self.vision_sessions[0]
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if threads:
-            so.intra_op_num_threads = threads
+        so = features.options(threads)
         text = m["text"]
         if trained_words:
             if "vocabulary" not in text:

@@ -283,8 +283,8 @@ def text(args) -> dict:
     caps = [c for cs in flickr8k.load_split(args.data, "test").captions for c in cs][: args.n]
     forms = {}
     for name, files in (("trained", t["vocabulary"]["from"]), ("whole_vocabulary", t)):
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = so.inter_op_num_threads = 1
+        so = features.options(1)
+        so.inter_op_num_threads = 1
         forms[name] = (ort.InferenceSession(str(d / files["onnx"]), so, providers=["CPUExecutionProvider"]),
                        tokenizer.load(d / files["tokenizer"]))
     ms = {k: [] for k in forms}

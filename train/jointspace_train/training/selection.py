@@ -28,6 +28,7 @@ import numpy as np
 
 from ..evaluation import retrieval
 from ..text import caption_features, feature_graph
+from ..vision import features
 from ..vision.weights import VisionWeights, graph_file
 from . import closed_form
 from .inputs import Extraction, Features, Prepared, prepare
@@ -241,8 +242,7 @@ def text_cost_ms(text_onnx: Path, tok, captions: list[str], max_tokens: int) -> 
     """Median ms per sentence, one at a time, one ONNX Runtime thread (as docs/results.md measures)."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so = features.options(1)
     sess = ort.InferenceSession(str(text_onnx), so, providers=["CPUExecutionProvider"])
     times = []
     for c in captions:
