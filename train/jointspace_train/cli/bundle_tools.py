@@ -63,23 +63,25 @@ def add_fixture(sub) -> None:
 class QuantizeText:
     bundle: str
     word_table: str
+    cache: str
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> QuantizeText:
-        return cls(ns.bundle, ns.word_table)
+        return cls(ns.bundle, ns.word_table, ns.cache)
 
 
 def quantize_text(s: QuantizeText) -> None:
-    note = int8.quantize_bundle(s.bundle, s.word_table)
+    note = int8.quantize_bundle(s.bundle, s.word_table, s.cache)
     print(f"{s.bundle}: text graph rewritten ({note}); bundle.json checksums updated")
 
 
 def add_quantize_text(sub) -> None:
-    p = sub.add_parser("quantize-text", help="rewrite a bundle's text graph with an int8 recurrent matrix "
-                                             "(about 2.5x faster per sentence on a CPU)")
+    p = sub.add_parser("quantize-text", help="rewrite a bundle's text graph with int8 GRU matrices "
+                                             "(faster per sentence on a CPU), or one of the earlier MatMulNBits "
+                                             "form in the per-column one (about 2x faster)")
     p.add_argument("--word-table", default="float16", choices=int8.WORD_TABLES,
-                   help="how to store the word table(s): int8 (a scale per word) halves them again, which a "
-                        "stacked bundle needs to stay within the committed budget")
+                   help="how to store the word table(s) of a float graph: int8 (a scale per word) halves them "
+                        "again, which a stacked bundle needs to stay within the committed budget")
     p.add_argument("bundle")
     p.set_defaults(fn=lambda ns, argv: quantize_text(QuantizeText.from_args(ns)))
 
