@@ -145,6 +145,22 @@ async fn the_database_index_ranks_as_an_exact_scan_within_the_recall_bar() {
         prewarm, 1,
         "a database-index start prewarms its HNSW indexes"
     );
+    // The vector and the metadata a filter reads stay in the row (out of line each costs a TOAST probe a row).
+    let storage: Vec<(String, String)> = sqlx::query_as(
+        "SELECT attname::text, attstorage::text FROM pg_attribute \
+         WHERE attrelid = 'images'::regclass AND attname IN ('embedding', 'metadata') ORDER BY attname",
+    )
+    .fetch_all(&mut c)
+    .await
+    .expect("storage");
+    assert_eq!(
+        storage,
+        [
+            ("embedding".into(), "p".into()),
+            ("metadata".into(), "m".into())
+        ],
+        "embedding PLAIN, metadata MAIN"
+    );
 
     let words = [
         "a dog",
