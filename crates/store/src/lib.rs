@@ -195,9 +195,10 @@ impl Store {
                 AnyPoolOptions::new()
                     .max_connections(connections)
                     .acquire_timeout(acquire_timeout)
-                    // sqlx pings every connection it hands out, a round trip per statement of a search;
-                    // one in use within PING_AFTER_IDLE is taken as alive (a dead one fails its statement
-                    // with a 503, as a ping's failure would, and is dropped from the pool).
+                    // sqlx pings every connection it hands out, a round trip each time a search takes one
+                    // (five of a database-mode search's 13); one in use within PING_AFTER_IDLE is taken as
+                    // alive (a dead one fails its statement with a 503, as a ping's failure would, and is
+                    // dropped from the pool).
                     .test_before_acquire(false)
                     .before_acquire(|conn, meta| {
                         Box::pin(async move {

@@ -77,8 +77,8 @@ def quantize_text(s: QuantizeText) -> None:
 
 def add_quantize_text(sub) -> None:
     p = sub.add_parser("quantize-text", help="rewrite a bundle's text graph with int8 GRU matrices "
-                                             "(faster per sentence on a CPU), or one of the earlier MatMulNBits "
-                                             "form in the per-column one (about 2x faster)")
+                                             "(faster per sentence on a CPU), or turn one of the earlier "
+                                             "MatMulNBits form into them (about 2x faster)")
     p.add_argument("--word-table", default="float16", choices=int8.WORD_TABLES,
                    help="how to store the word table(s) of a float graph: int8 (a scale per word) halves them "
                         "again, which a stacked bundle needs to stay within the committed budget")

@@ -43,7 +43,9 @@ def _columns(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _constants(graph: onnx.GraphProto, p: str) -> None:
-    """What each product of prefix `p` rounds its activations with (once per GRU)."""
+    """What each product of prefix `p` rounds its activations with (added once per GRU)."""
+    if any(i.name == p + "c127" for i in graph.initializer):
+        return
     graph.initializer.extend([
         nh.from_array(np.array(127.0, np.float32), p + "c127"), nh.from_array(np.array(128.0, np.float32), p + "c128"),
         nh.from_array(np.array(1e-30, np.float32), p + "tiny"), nh.from_array(np.array(128, np.uint8), p + "zp"),
@@ -168,7 +170,6 @@ def per_column(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     weights are gone). Returns the model and how many products were rewritten."""
     graph = model.graph
     init = {i.name: i for i in graph.initializer}
-    done: set[str] = set()
 
     def rewrite(g: onnx.GraphProto) -> int:
         n_done, out = 0, []
@@ -186,14 +187,12 @@ def per_column(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
             x, qname, sname = node.input
             p = re.match(r"(q\d*_)", qname).group(1)  # the GRU's prefix
             w8, wcol = qname[:-1] + "8", qname[:-1] + "col"
-            if w8 not in done:
+            if w8 not in init:
                 m = _blocks_to_float(nh.to_array(init[qname]), nh.to_array(init[sname]), attrs["K"])
                 q, s = _columns(m)
-                graph.initializer.extend([nh.from_array(q, w8), nh.from_array(s, wcol)])
-                if p + "c127" not in init:
-                    _constants(graph, p)
-                    init[p + "c127"] = None
-                done.add(w8)
+                init[w8], init[wcol] = nh.from_array(q, w8), nh.from_array(s, wcol)
+                graph.initializer.extend([init[w8], init[wcol]])
+                _constants(graph, p)
             out.extend(_product(x, w8, wcol, node.output[0], p))
             n_done += 1
         del g.node[:]
