@@ -16,7 +16,7 @@ use crate::{
     pipeline::{Pipeline, PipelineOptions},
     runtime::{self, Backend, OrtBackend, Provider},
     service::{Database, IndexBackend, IndexParams, ReadyOptions, Service, ServiceOptions},
-    vision,
+    vision::{self, VisionRuns},
 };
 
 /// Loads and verifies the bundle and opens ONNX Runtime on it.
@@ -70,6 +70,10 @@ fn load_wrapped(
             .map(|graph| metrics.batch_stats(&vision::worker_name(graph)))
             .collect(),
         text_stats: metrics.batch_stats("text"),
+        vision_runs: VisionRuns {
+            workers: backend.vision_sessions(),
+            pad_rows: model.pad_batches.unwrap_or(provider == Provider::Cuda),
+        },
     };
     Ok(Arc::new(Pipeline::new(bundle, backend, opts)?))
 }

@@ -97,6 +97,19 @@ pub struct RuntimeArgs {
         default_value = "heuristic"
     )]
     pub cudnn_conv_search: ConvSearch,
+    /// Sessions of each vision graph, so that as many runtime calls run at once. Default: 2 on CUDA (one
+    /// call's copies and host work overlap the other's kernels), 1 on the CPU (one call has every core).
+    #[arg(long, env = "JOINTSPACE_VISION_SESSIONS", value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub vision_sessions: Option<u16>,
+    /// CUDA: float32 convolutions and matrix products on the tensor cores in TF32 (ONNX Runtime's own
+    /// default is off: a float32 graph then runs at the GPU's plain float32 rate; docs/benchmarks.md, "GPU").
+    #[arg(long, env = "JOINTSPACE_CUDA_TF32", default_value = "on", value_name = "on|off",
+          action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub cuda_tf32: bool,
+    /// CUDA: convolutions in NHWC layout (ONNX Runtime's `prefer_nhwc`), which the tensor cores prefer.
+    #[arg(long, env = "JOINTSPACE_CUDA_NHWC", default_value = "off", value_name = "on|off",
+          action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub cuda_nhwc: bool,
 }
 
 impl ModelArgs {
@@ -118,6 +131,9 @@ impl RuntimeArgs {
             intra_threads: self.intra_threads,
             release_memory: self.release_inference_memory.unwrap_or(true),
             conv_search: self.cudnn_conv_search,
+            vision_sessions: self.vision_sessions.map(usize::from),
+            tf32: self.cuda_tf32,
+            nhwc: self.cuda_nhwc,
         }
     }
 }
@@ -152,6 +168,13 @@ pub struct ModelArgs {
     /// 2 on CUDA, where one call per request would leave the device idle between small runs.
     #[arg(long, env = "JOINTSPACE_BATCH_WAIT_MS")]
     pub batch_wait_ms: Option<u64>,
+    /// Pad each vision call with black crops to the next power of two (at most --max-batch-crops), so the
+    /// runtime sees a few shapes, not every row count. Default: on with CUDA, which plans each new shape (it
+    /// cost EfficientNet-Lite2 over a second a call; docs/benchmarks.md, "GPU"); off on the CPU, where a
+    /// padded row costs as much as a real one.
+    #[arg(long, env = "JOINTSPACE_PAD_BATCHES", value_name = "on|off",
+          action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub pad_batches: Option<bool>,
     /// Most crops (vision) or sentences (text) waiting for inference; requests beyond it get 429 at once.
     #[arg(long, env = "JOINTSPACE_INFERENCE_QUEUE", default_value_t = 256)]
     pub inference_queue: usize,

@@ -98,3 +98,117 @@ fn cudnn_search_is_heuristic_unless_asked_and_a_wrong_value_is_refused_naming_th
         assert!(e.contains(want), "{want:?} missing from: {e}");
     }
 }
+
+/// Each photo's code and vector through `POST /v1/embed/image`, `copies` requests of every photo at once.
+async fn embed_together(app: &TestApp, copies: usize) -> Vec<(String, Vec<f64>)> {
+    let bodies: Vec<serde_json::Value> = (0..4)
+        .flat_map(|i| {
+            let image = common::b64(&common::fixture_image(i));
+            (0..copies).map(move |_| serde_json::json!({ "image": image.clone() }))
+        })
+        .collect();
+    let answers = futures::future::join_all(
+        bodies
+            .into_iter()
+            .map(|b| async move { app.post_json("/v1/embed/image", b).await }),
+    )
+    .await;
+    answers
+        .into_iter()
+        .map(|(s, b)| {
+            assert_eq!(s, 200, "{b}");
+            let vector = b["embedding"]
+                .as_array()
+                .expect("embedding")
+                .iter()
+                .map(|x| x.as_f64().expect("number"))
+                .collect();
+            (
+                b["code"]["packed"].as_str().expect("code").to_string(),
+                vector,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn padded_batches_and_two_sessions_give_each_photo_the_codes_of_one_unpadded_session() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = TestApp::start(&dir.path().join("a.db"), &[]).await;
+    let want = embed_together(&plain, 1).await;
+    plain.stop().await;
+    // Three requests of each photo at once, batched up to 64 crops (ten a photo, padded to a power of two:
+    // 16, 32 or 64 rows of which some are black) on two sessions.
+    let app = TestApp::start(
+        &dir.path().join("b.db"),
+        &[
+            "--vision-sessions",
+            "2",
+            "--pad-batches",
+            "on",
+            "--max-batch-crops",
+            "64",
+            "--batch-wait-ms",
+            "20",
+        ],
+    )
+    .await;
+    let got = embed_together(&app, 3).await;
+    for (i, (code, vector)) in got.iter().enumerate() {
+        let (want_code, want_vector) = &want[i / 3];
+        assert_eq!(code, want_code, "photo {}: another code", i / 3);
+        let dot: f64 = vector.iter().zip(want_vector).map(|(a, b)| a * b).sum();
+        let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let cos = dot / (norm(vector) * norm(want_vector));
+        assert!(cos > 0.99999, "photo {}: cosine {cos}", i / 3);
+    }
+    // The runs were batched: fewer vision calls than requests.
+    let m = app.metrics().await;
+    let calls: f64 = m
+        .lines()
+        .find(|l| {
+            l.starts_with("jointspace_inference_batch_rows_count{")
+                && l.contains("model=\"vision\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .expect("vision calls in /metrics");
+    assert!(
+        calls < 12.0,
+        "{calls} vision calls for 12 requests: nothing was batched"
+    );
+    app.stop().await;
+}
+
+#[test]
+fn sessions_padding_tf32_and_nhwc_have_device_defaults_and_bad_values_are_refused() {
+    let cfg = ServeArgs::try_from_flags(["--addr", "127.0.0.1:0"]).expect("flags");
+    let o = cfg.model.runtime.options();
+    assert_eq!(o.vision_sessions, None, "decided by the provider that runs");
+    assert!(o.tf32 && !o.nhwc);
+    assert_eq!(
+        cfg.model.pad_batches, None,
+        "decided by the provider that runs"
+    );
+    let cfg = ServeArgs::try_from_flags([
+        "--vision-sessions",
+        "3",
+        "--pad-batches",
+        "off",
+        "--cuda-tf32",
+        "off",
+        "--cuda-nhwc",
+        "on",
+    ])
+    .expect("flags");
+    let o = cfg.model.runtime.options();
+    assert_eq!(o.vision_sessions, Some(3));
+    assert!(!o.tf32 && o.nhwc);
+    assert_eq!(cfg.model.pad_batches, Some(false));
+    for bad in [["--vision-sessions", "0"], ["--pad-batches", "sometimes"]] {
+        let e = ServeArgs::try_from_flags(bad)
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains(bad[1]), "{bad:?}: {e}");
+    }
+}

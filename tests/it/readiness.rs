@@ -48,6 +48,10 @@ impl Backend for Faulty {
         self.inner.vision(graph, crops, n, side)
     }
 
+    fn vision_sessions(&self) -> usize {
+        self.inner.vision_sessions()
+    }
+
     fn text(&self, ids: &[i64], lengths: &[i64]) -> Result<Vec<f32>, RuntimeError> {
         let (lock, changed) = &*self.mode;
         let mut mode = lock.lock().unwrap();

@@ -73,6 +73,8 @@ pub struct Batcher<I> {
     /// Moving average of a runtime call's nanoseconds per row (0 until the first call).
     row_nanos: Arc<AtomicU64>,
     max_queue_wait: Duration,
+    /// Worker threads, each with its runtime call in flight: the queue drains that many times as fast.
+    workers: usize,
     stats: BatchStats,
     /// When the last runtime call succeeded, in milliseconds after `epoch` (0: never).
     last_ok: Arc<AtomicU64>,
@@ -94,6 +96,7 @@ impl<I> Clone for Batcher<I> {
             queued: self.queued.clone(),
             row_nanos: self.row_nanos.clone(),
             max_queue_wait: self.max_queue_wait,
+            workers: self.workers,
             stats: self.stats.clone(),
             last_ok: self.last_ok.clone(),
             epoch: self.epoch,
@@ -110,46 +113,85 @@ impl<I: Send + 'static> Batcher<I> {
         opts: BatchOptions,
         dim: usize,
         stats: BatchStats,
-        mut run: F,
+        run: F,
+    ) -> Batcher<I>
+    where
+        F: FnMut(&[Job<I>]) -> Result<Vec<f32>, RuntimeError> + Send + 'static,
+    {
+        Self::start(name, vec![run], opts, dim, stats)
+    }
+
+    /// As `spawn`, with `workers` threads taking batches from the one queue: while one thread's runtime call
+    /// runs, the next gathers its batch and calls (each with its own copy of `run`).
+    pub fn spawn_workers<F>(
+        name: &str,
+        workers: usize,
+        opts: BatchOptions,
+        dim: usize,
+        stats: BatchStats,
+        run: F,
+    ) -> Batcher<I>
+    where
+        F: FnMut(&[Job<I>]) -> Result<Vec<f32>, RuntimeError> + Clone + Send + 'static,
+    {
+        Self::start(name, vec![run; workers.max(1)], opts, dim, stats)
+    }
+
+    /// One worker thread per element of `runs`.
+    fn start<F>(
+        name: &str,
+        runs: Vec<F>,
+        opts: BatchOptions,
+        dim: usize,
+        stats: BatchStats,
     ) -> Batcher<I>
     where
         F: FnMut(&[Job<I>]) -> Result<Vec<f32>, RuntimeError> + Send + 'static,
     {
         let queue = opts.queue.max(1);
         let max_rows = opts.max_rows.max(1);
+        let workers = runs.len();
         let (tx, rx) = mpsc::channel::<Job<I>>();
+        // One thread at a time waits on the queue and gathers a batch; the others run theirs meanwhile.
+        let rx = Arc::new(std::sync::Mutex::new(rx));
         let queued = Arc::new(AtomicUsize::new(0));
         let row_nanos = Arc::new(AtomicU64::new(0));
-        let per_row = row_nanos.clone();
-        let (st, q) = (stats.clone(), queued.clone());
-        let took = move |j: &Job<I>| {
-            let left = q.fetch_sub(j.rows, Ordering::AcqRel) - j.rows;
-            st.queue_depth.set(left as i64);
-        };
-        let st = stats.clone();
         let (epoch, last_ok) = (Instant::now(), Arc::new(AtomicU64::new(0)));
-        let ok_at = last_ok.clone();
-        let worker = name.to_string();
         let alive = Arc::new(AtomicBool::new(true));
-        let living = alive.clone();
-        let spawned = thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || {
-                let _dies_loudly = DiesLoudly(worker, living);
+        let mut spawned = Ok(());
+        for (w, mut run) in runs.into_iter().enumerate() {
+            let (rx, per_row) = (rx.clone(), row_nanos.clone());
+            let (st, q) = (stats.clone(), queued.clone());
+            let took = move |j: &Job<I>| {
+                let left = q.fetch_sub(j.rows, Ordering::AcqRel) - j.rows;
+                st.queue_depth.set(left as i64);
+            };
+            let st = stats.clone();
+            let ok_at = last_ok.clone();
+            let thread_name = match w {
+                0 => name.to_string(),
+                w => format!("{name}.{w}"),
+            };
+            let living = alive.clone();
+            let dies = DiesLoudly(thread_name.clone(), living);
+            let started = thread::Builder::new().name(thread_name).spawn(move || {
+                let _dies_loudly = dies;
                 let mut pending: Option<Job<I>> = None;
                 loop {
-                    let first = match pending.take() {
-                        Some(j) => j,
-                        None => match rx.recv() {
-                            Ok(j) => {
-                                took(&j);
-                                j
-                            }
-                            Err(_) => return, // every sender dropped: shut down
-                        },
+                    let (jobs, rows) = {
+                        let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+                        let first = match pending.take() {
+                            Some(j) => j,
+                            None => match rx.recv() {
+                                Ok(j) => {
+                                    took(&j);
+                                    j
+                                }
+                                Err(_) => return, // every sender dropped: shut down
+                            },
+                        };
+                        gather_batch(&rx, first, max_rows, opts.max_wait, &took, &mut pending)
                     };
-                    let (jobs, rows) =
-                        gather_batch(&rx, first, max_rows, opts.max_wait, &took, &mut pending);
                     st.batch_rows.observe(rows as f64);
                     let started = Instant::now();
                     let result = run(&jobs);
@@ -160,6 +202,11 @@ impl<I: Send + 'static> Batcher<I> {
                     });
                 }
             });
+            if let Err(e) = started {
+                spawned = Err(e);
+                break;
+            }
+        }
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot spawn the {name} worker");
             alive.store(false, Ordering::Release);
@@ -170,6 +217,7 @@ impl<I: Send + 'static> Batcher<I> {
             queued,
             row_nanos,
             max_queue_wait: opts.max_queue_wait,
+            workers,
             stats,
             last_ok,
             epoch,
@@ -247,7 +295,8 @@ impl<I: Send + 'static> Batcher<I> {
             .queued
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
                 let rows_fit = q + total <= cap;
-                let wait_fits = max_wait == 0 || per_row * (q + total) as u128 <= max_wait;
+                let wait_fits = max_wait == 0
+                    || per_row * (q + total) as u128 / self.workers as u128 <= max_wait;
                 (q == 0 || (rows_fit && wait_fits)).then_some(q + total)
             });
         match admitted {
@@ -444,6 +493,44 @@ mod tests {
             assert_eq!(q.await.unwrap().unwrap(), vec![10.0 + i as f32]);
         }
         assert_eq!(stats.queue_depth.get(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_workers_run_two_batches_at_once() {
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (n, m) = (now.clone(), most.clone());
+        let run = move |jobs: &[Job<f32>]| {
+            let at = n.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(at, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(100));
+            n.fetch_sub(1, Ordering::SeqCst);
+            Ok(jobs.iter().map(|j| j.input).collect())
+        };
+        let one_row = BatchOptions {
+            max_rows: 1,
+            ..opts(16, 0)
+        };
+        for (workers, together) in [(1, 1), (2, 2)] {
+            most.store(0, Ordering::SeqCst);
+            let b: Batcher<f32> = Batcher::spawn_workers(
+                "t",
+                workers,
+                one_row,
+                1,
+                BatchStats::default(),
+                run.clone(),
+            );
+            let tasks: Vec<_> = (0..4)
+                .map(|i| {
+                    let b = b.clone();
+                    tokio::spawn(async move { b.submit(i as f32, 1).await })
+                })
+                .collect();
+            for (i, t) in tasks.into_iter().enumerate() {
+                assert_eq!(t.await.unwrap().unwrap(), vec![i as f32]);
+            }
+            assert_eq!(most.load(Ordering::SeqCst), together, "{workers} workers");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

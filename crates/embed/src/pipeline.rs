@@ -17,7 +17,7 @@ use crate::{
     runtime::{Backend, Provider, RuntimeError},
     text::{Sentence, TextEncoder, TextError, TextTokenizer},
     thumbnail,
-    vision::Vision,
+    vision::{Vision, VisionRuns},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +74,8 @@ pub struct PipelineOptions {
     /// the text batcher.
     pub vision_stats: Vec<BatchStats>,
     pub text_stats: BatchStats,
+    /// How each backbone's runtime calls are made (calls in flight, padded shapes).
+    pub vision_runs: VisionRuns,
 }
 
 pub struct Pipeline {
@@ -130,6 +132,7 @@ impl Pipeline {
                         max_queue_wait: opts.max_queue_wait,
                     },
                     opts.vision_stats.get(graph).cloned().unwrap_or_default(),
+                    opts.vision_runs,
                 )
             })
             .collect();

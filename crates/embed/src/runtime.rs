@@ -81,6 +81,15 @@ pub struct RuntimeOptions {
     /// Give each run's buffers back when it ends (`--release-inference-memory`).
     pub release_memory: bool,
     pub conv_search: ConvSearch,
+    /// Sessions per vision graph, so that as many runtime calls run at once: on CUDA one call's copies and
+    /// host work overlap another's kernels (`--vision-sessions`). None: 2 on CUDA, 1 on the CPU (whose
+    /// one call already has every core).
+    pub vision_sessions: Option<usize>,
+    /// CUDA: float32 convolutions and products on the tensor cores in TF32 (`--cuda-tf32`). ONNX Runtime's
+    /// default is off, which leaves a float32 graph at the GPU's plain float32 rate (docs/benchmarks.md, "GPU").
+    pub tf32: bool,
+    /// CUDA: convolutions in NHWC layout, which the tensor cores prefer (`--cuda-nhwc`).
+    pub nhwc: bool,
 }
 
 impl RuntimeOptions {
@@ -91,6 +100,9 @@ impl RuntimeOptions {
             intra_threads,
             release_memory: true,
             conv_search: ConvSearch::Heuristic,
+            vision_sessions: None,
+            tf32: true,
+            nhwc: false,
         }
     }
 }
@@ -137,6 +149,10 @@ pub trait Backend: Send + Sync {
     /// `ids`: `[n, t]` right-padded, `lengths`: `[n]` -> `[n, joint_dim]` (n and t follow from the two
     /// lengths, so they cannot disagree with the data).
     fn text(&self, ids: &[i64], lengths: &[i64]) -> Result<Vec<f32>, RuntimeError>;
+    /// How many `vision` calls of one graph can run at once (its sessions).
+    fn vision_sessions(&self) -> usize {
+        1
+    }
 }
 
 /// Finds the ONNX Runtime library: the flag / ORT_DYLIB_PATH first, then the project's virtualenv.
@@ -195,9 +211,9 @@ pub struct OrtBackend {
     text_io: (String, String, String),
 }
 
-/// A backbone's vision graph, its input and output names.
+/// A backbone's vision graph (as many sessions of it as calls may run at once), its input and output names.
 struct VisionSession {
-    session: Mutex<Session>,
+    sessions: Vec<Mutex<Session>>,
     io: (String, String),
 }
 
@@ -219,14 +235,21 @@ impl OrtBackend {
             ..o
         };
         let mut first = Some(first);
+        let sessions = o.vision_sessions.unwrap_or(match provider {
+            Provider::Cuda => 2,
+            Provider::Cpu => 1,
+        });
         let vision = m
             .backbones()
             .map(|b| {
-                let session = match first.take() {
-                    Some(s) => s,
-                    None => open(&env, &bundle.path(&b.vision.onnx), decided)?.0,
-                };
-                vision_session(session, b.vision)
+                let path = bundle.path(&b.vision.onnx);
+                let sessions = (0..sessions.max(1))
+                    .map(|_| match first.take() {
+                        Some(s) => Ok(s),
+                        None => open(&env, &path, decided).map(|(s, _)| s),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                vision_session(sessions, b.vision)
             })
             .collect::<Result<Vec<_>, _>>()?;
         // The text graph is a GRU: one small step after another, where a second intra-op thread costs more in
@@ -259,13 +282,14 @@ impl OrtBackend {
 }
 
 /// A backbone's opened graph, its inputs and outputs checked against bundle.json.
-fn vision_session(session: Session, v: &VisionSpec) -> Result<VisionSession, RuntimeError> {
-    expect_io(&session, &v.onnx, &[&v.input_name], &[&v.output_name])?;
+fn vision_session(sessions: Vec<Session>, v: &VisionSpec) -> Result<VisionSession, RuntimeError> {
+    let session = &sessions[0];
+    expect_io(session, &v.onnx, &[&v.input_name], &[&v.output_name])?;
     let (side, raw) = (v.graph_side() as i64, v.raw_dim as i64);
-    expect_dims(&session, &v.onnx, &v.input_name, &[-1, 3, side, side])?;
-    expect_dims(&session, &v.onnx, &v.output_name, &[-1, raw])?;
+    expect_dims(session, &v.onnx, &v.input_name, &[-1, 3, side, side])?;
+    expect_dims(session, &v.onnx, &v.output_name, &[-1, raw])?;
     Ok(VisionSession {
-        session: Mutex::new(session),
+        sessions: sessions.into_iter().map(Mutex::new).collect(),
         io: (v.input_name.clone(), v.output_name.clone()),
     })
 }
@@ -280,6 +304,9 @@ fn open(
         intra_threads,
         release_memory,
         conv_search,
+        vision_sessions: _,
+        tf32,
+        nhwc,
     } = o;
     let graph = path.display().to_string();
     let err = |e: &dyn std::fmt::Display| RuntimeError::Graph {
@@ -326,6 +353,8 @@ fn open(
             ConvSearch::Exhaustive => ep::cuda::ConvAlgorithmSearch::Exhaustive,
             ConvSearch::Default => ep::cuda::ConvAlgorithmSearch::Default,
         })
+        .with_tf32(tf32)
+        .with_prefer_nhwc(nhwc)
         .register(&mut b)
         .map_err(|e| e.to_string())
         .and_then(|()| b.commit_from_file(path).map_err(|e| e.to_string()));
@@ -417,6 +446,10 @@ impl Backend for OrtBackend {
         self.provider
     }
 
+    fn vision_sessions(&self) -> usize {
+        self.vision.first().map_or(1, |v| v.sessions.len())
+    }
+
     fn vision(
         &self,
         graph: usize,
@@ -431,7 +464,12 @@ impl Backend for OrtBackend {
             ))
         })?;
         let input = TensorRef::from_array_view(([n, 3, side, side], crops)).map_err(run_err)?;
-        let mut session = v.session.lock().unwrap_or_else(|p| p.into_inner());
+        // A free session if there is one (each worker thread finds its own), else wait for the first.
+        let mut session = v
+            .sessions
+            .iter()
+            .find_map(|s| s.try_lock().ok())
+            .unwrap_or_else(|| v.sessions[0].lock().unwrap_or_else(|p| p.into_inner()));
         let outputs = session
             .run(vec![(v.io.0.as_str(), input)])
             .map_err(run_err)?;

@@ -21,6 +21,30 @@ pub fn worker_name(graph: usize) -> String {
     }
 }
 
+/// How a backbone's runtime calls are made.
+#[derive(Debug, Clone, Copy)]
+pub struct VisionRuns {
+    /// Calls in flight at once (worker threads; the backend holds a session for each).
+    pub workers: usize,
+    /// Pad each call's rows with black crops to the next power of two (at most the batch's maximum), so the
+    /// runtime sees a few input shapes instead of every count: CUDA plans each new shape, which cost
+    /// EfficientNet-Lite2 over a second a call (docs/benchmarks.md, "GPU").
+    pub pad_rows: bool,
+}
+
+impl VisionRuns {
+    /// One call at a time, unpadded: the CPU's way.
+    pub const SERIAL: VisionRuns = VisionRuns {
+        workers: 1,
+        pad_rows: false,
+    };
+}
+
+/// The rows a call of `rows` is padded to under `pad_rows`, at most `max_rows` (and never fewer than `rows`).
+pub fn padded_rows(rows: usize, max_rows: usize) -> usize {
+    rows.next_power_of_two().min(max_rows).max(rows)
+}
+
 pub struct Vision {
     batcher: Batcher<Vec<f32>>,
     max_batch_crops: usize,
@@ -37,23 +61,33 @@ impl Vision {
         spec: &VisionSpec,
         opts: BatchOptions,
         stats: BatchStats,
+        runs: VisionRuns,
     ) -> Vision {
         let (side, crop_len, raw_dim) = (spec.graph_side(), crops::crop_len(spec), spec.raw_dim);
         let max_batch_crops = opts.max_rows.max(1);
-        let batcher = Batcher::spawn(
+        let batcher = Batcher::spawn_workers(
             &worker_name(graph),
+            runs.workers,
             opts,
             raw_dim,
             stats,
             move |jobs: &[Job<Vec<f32>>]| {
                 let rows: usize = jobs.iter().map(|j| j.rows).sum();
-                if let [one] = jobs {
+                let shape = if runs.pad_rows {
+                    padded_rows(rows, max_batch_crops)
+                } else {
+                    rows
+                };
+                if let ([one], true) = (jobs, shape == rows) {
                     return backend.vision(graph, &one.input, rows, side);
                 }
-                // Several requests: one contiguous input for one run.
-                let mut all = Vec::with_capacity(rows * crop_len);
+                // Several requests, or padding: one contiguous input for one run.
+                let mut all = Vec::with_capacity(shape * crop_len);
                 jobs.iter().for_each(|j| all.extend_from_slice(&j.input));
-                backend.vision(graph, &all, rows, side)
+                all.resize(shape * crop_len, 0.0);
+                let mut out = backend.vision(graph, &all, shape, side)?;
+                out.truncate(rows * raw_dim);
+                Ok(out)
             },
         );
         Vision {
@@ -107,5 +141,21 @@ impl Vision {
             raw.extend_from_slice(&out);
         }
         Ok(raw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::padded_rows;
+
+    #[test]
+    fn rows_are_padded_to_a_power_of_two_within_the_batch() {
+        assert_eq!(padded_rows(1, 256), 1);
+        assert_eq!(padded_rows(10, 256), 16);
+        assert_eq!(padded_rows(64, 256), 64);
+        assert_eq!(padded_rows(130, 256), 256);
+        // Never past the batch's maximum, and never below the rows themselves.
+        assert_eq!(padded_rows(130, 200), 200);
+        assert_eq!(padded_rows(300, 256), 300);
     }
 }
