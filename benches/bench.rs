@@ -1,5 +1,5 @@
 //! The benchmark harness behind docs/benchmarks.md: `cargo bench --bench bench -- <what> [--flag value]...`
-//! (what: projection, hubness, index, ingest, seed, load; `scripts/bench.sh` runs them all). Each prints one JSON
+//! (what: projection, hubness, index, graph, ingest, seed, load; `scripts/bench.sh` runs them all). Each prints one JSON
 //! object. tests/bench_smoke.rs runs the same code on tiny inputs so CI notices when a bench breaks.
 mod suite;
 

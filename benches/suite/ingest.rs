@@ -8,6 +8,7 @@ use std::{path::Path, sync::Arc, time::Instant};
 use anyhow::Context;
 use bytes::Bytes;
 use clap::ValueEnum;
+use futures::StreamExt;
 use jointspace_embed::bundle::{Bundle, CropMode};
 use jointspace_embed::crops;
 use jointspace_embed::decode;
@@ -16,7 +17,8 @@ use jointspace_embed::fne::Fne;
 use jointspace_embed::hubness;
 use jointspace_embed::pipeline::{ImageUse, Pipeline, PipelineOptions};
 use jointspace_embed::projection::Projection;
-use jointspace_embed::runtime::{self, Backend, OrtBackend, RuntimeOptions};
+use jointspace_embed::runtime::{self, Backend, Device, OrtBackend, RuntimeOptions};
+use jointspace_embed::vision::VisionRuns;
 use jointspace_index::{IndexParams, VectorIndex};
 use jointspace_service::metrics::Metrics;
 use jointspace_service::{CollectionName, Database, ImageInput, Service, ServiceOptions};
@@ -34,10 +36,18 @@ pub struct Opts {
     pub threads: usize,
     /// Images per add request.
     pub batch: usize,
+    /// Add requests in flight in the whole-path run (a server's concurrent clients).
+    pub concurrency: usize,
     pub max_batch_crops: usize,
     pub ort_dylib: Option<String>,
     /// `--release-inference-memory` (the server's default; the batch commands keep the arena: false).
     pub release_memory: bool,
+    /// Where the graphs run, and how (as the server's flags of the same names set them).
+    pub device: Device,
+    pub vision_sessions: Option<usize>,
+    pub pad_batches: bool,
+    pub tf32: bool,
+    pub nhwc: bool,
 }
 
 impl Opts {
@@ -53,9 +63,15 @@ impl Opts {
             crop,
             threads: f.num("threads", 2)?,
             batch: f.num("batch", 8)?,
+            concurrency: f.num("concurrency", 1usize)?.max(1),
             max_batch_crops: f.num("max-batch-crops", 32)?,
             ort_dylib: f.opt("ort-dylib"),
             release_memory: f.str("release-memory", "true") == "true",
+            device: Device::from_str(&f.str("device", "cpu"), true).map_err(anyhow::Error::msg)?,
+            vision_sessions: f.opt("vision-sessions").map(|v| v.parse()).transpose()?,
+            pad_batches: f.str("pad-batches", "off") == "on",
+            tf32: f.str("tf32", "on") == "on",
+            nhwc: f.str("nhwc", "off") == "on",
         })
     }
 }
@@ -99,9 +115,9 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
         .await
         .map_err(|(_, e)| anyhow::anyhow!("{e}"))?;
 
-    // 1. The whole path, as the server runs it.
+    // 1. The whole path, as the server runs it, `concurrency` requests at a time.
     let t = Instant::now();
-    for chunk in files.chunks(o.batch.max(1)) {
+    let requests = files.chunks(o.batch.max(1)).map(|chunk| {
         let inputs = chunk
             .iter()
             .map(|b| ImageInput {
@@ -111,7 +127,14 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
                 captions: vec![],
             })
             .collect();
-        svc.add_images(&bench, inputs).await?;
+        svc.add_images(&bench, inputs)
+    });
+    let added: Vec<_> = futures::stream::iter(requests)
+        .buffer_unordered(o.concurrency)
+        .collect()
+        .await;
+    for a in added {
+        a?;
     }
     let whole_s = t.elapsed().as_secs_f64();
 
@@ -128,7 +151,9 @@ pub async fn run(o: &Opts) -> anyhow::Result<Value> {
     let total: f64 = st.iter().sum();
     Ok(json!({
         "images": names.len(), "crop_mode": format!("{mode:?}").to_lowercase(), "threads": o.threads,
-        "batch": o.batch, "max_batch_crops": o.max_batch_crops, "release_memory": o.release_memory, "bundle": bundle.id,
+        "batch": o.batch, "concurrency": o.concurrency, "max_batch_crops": o.max_batch_crops, "release_memory": o.release_memory, "bundle": bundle.id,
+        "provider": backend.provider().as_str(), "vision_sessions": backend.vision_sessions(),
+        "pad_batches": o.pad_batches, "tf32": o.tf32, "nhwc": o.nhwc,
         "whole_path_s": round(whole_s, 3),
         "images_per_s": round(n / whole_s, 3),
         "stages_images_per_s": round(n / total, 3),
@@ -155,7 +180,11 @@ fn build_pipeline(
         bundle,
         &dylib,
         RuntimeOptions {
+            device: o.device,
             release_memory: o.release_memory,
+            vision_sessions: o.vision_sessions,
+            tf32: o.tf32,
+            nhwc: o.nhwc,
             ..RuntimeOptions::cpu(Some(o.threads))
         },
     )?);
@@ -176,6 +205,10 @@ fn build_pipeline(
             max_queue_wait: std::time::Duration::from_millis(2000),
             vision_stats: Default::default(),
             text_stats: Default::default(),
+            vision_runs: VisionRuns {
+                workers: backend.vision_sessions(),
+                pad_rows: o.pad_batches,
+            },
         },
     )?);
     Ok((backend, pipeline))

@@ -1,6 +1,7 @@
 //! The benches as functions of their sizes: `bench.rs` runs them at full size, tests/bench_smoke.rs tiny.
 #![allow(dead_code)]
 
+pub mod graph;
 pub mod hubness;
 pub mod index;
 pub mod ingest;
@@ -55,13 +56,14 @@ impl Flags {
 
 pub fn run(args: &[String]) -> anyhow::Result<Value> {
     let Some((what, rest)) = args.split_first() else {
-        bail!("usage: bench <projection|hubness|index|ingest|seed|load> [--flag value]...");
+        bail!("usage: bench <projection|hubness|index|graph|ingest|seed|load> [--flag value]...");
     };
     let f = Flags::parse(rest)?;
     let mut report = match what.as_str() {
         "projection" => projection::run(&projection::Opts::from_flags(&f)?)?,
         "hubness" => hubness::run(&hubness::Opts::from_flags(&f)?)?,
         "index" => index::run(&index::Opts::from_flags(&f)?)?,
+        "graph" => graph::run(&graph::Opts::from_flags(&f)?)?,
         "ingest" => runtime()?.block_on(ingest::run(&ingest::Opts::from_flags(&f)?))?,
         "seed" => runtime()?.block_on(seed::run(&seed::Opts::from_flags(&f)?))?,
         "load" => runtime()?.block_on(load::run(&load::Opts::from_flags(&f)?))?,
