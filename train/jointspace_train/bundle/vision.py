@@ -1,11 +1,15 @@
-"""A bundle's vision graph rebuilt from the weights it records (`rebuild-vision`), and a copy of a ten-crop bundle
-under the windowed crop mode (`windowed`), compared with the real ten crops."""
+"""A bundle's vision graph rebuilt from the weights it records (`rebuild-vision`), a copy of a ten-crop bundle
+under the windowed crop mode (`windowed`), compared with the real ten crops, and a copy for a GPU (`gpu-copy`):
+float convolutions in the crop mode asked, in float16 if asked."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+import onnx
 
 from ..vision import backbones, features
 from ..vision.weights import load_weights, recorded_weights
@@ -104,3 +108,52 @@ def compare(ten: Path, windowed: Path, data: str, n: int) -> dict:
     paths = [d / "images" / name for name in (d / "Flickr_8k.testImages.txt").read_text().split()[:n]]
     return features.compare_graphs(v, b.manifest["fne"], b.fne_mean, b.fne_std, (ten / v["onnx"], "ten"),
                                    (windowed / v["onnx"], "windowed"), paths)
+
+
+@dataclass(frozen=True)
+class GpuCopy:
+    """The source bundle, the copy's directory, its crop mode (None: the source's) and whether it is float16."""
+
+    cache: str
+    wheel: str | None
+    bundle: str
+    out: str
+    crop_mode: str | None
+    half: bool
+
+
+def gpu_copy(s: GpuCopy) -> None:
+    """A copy of a single-backbone bundle for a GPU, where int8 convolutions have no fast kernels: its backbone's
+    float graph (rebuilt from the recorded weights when the source is int8 or the crop mode changes, else the
+    source's own), with `half` in float16 up to the taps' means (`vision.half`). The FNE statistics, projection
+    and text side are the source's. Its vision id differs: images stored under the source are re-embedded."""
+    from ..vision.half import half_graph
+
+    src, out = Path(s.bundle), Path(s.out)
+    m = json.loads((src / "bundle.json").read_text())
+    if m.get("extra_backbones"):
+        sys.exit(f"{src}: a bundle of several backbones; gpu-copy takes one backbone")
+    v = m["vision"]
+    mode = s.crop_mode or v["crop_mode"]
+    if {mode, v["crop_mode"]} - {"ten", "center", "windowed"}:
+        sys.exit(f"{src}: crop mode {v['crop_mode']!r} to {mode!r}: only ten, center and windowed")
+    windowed_changes = (mode == "windowed") != (v["crop_mode"] == "windowed")
+    quantization = v.get("quantization")
+    if quantization or windowed_changes:
+        graph = vision_graph(load_weights(recorded_weights(src, v, s.cache, s.wheel)), {**v, "crop_mode": mode})
+    else:
+        graph = onnx.load(src / v["onnx"])
+    m = contract.copy_except_vision(src, out, m)
+    v = m["vision"]
+    if quantization:
+        del v["quantization"]
+        (out / quantization["ranges"]).unlink(missing_ok=True)
+    v["crop_mode"] = mode
+    if s.half:
+        graph = half_graph(graph)
+    # A copy of a copy names its own form, not both.
+    base = re.sub(r"-(ten|center|windowed)-float(16|32)$", "", m["name"])
+    m["name"] = f"{base}-{mode}-{'float16' if s.half else 'float32'}"
+    backbones.save(graph, out / v["onnx"])
+    contract.finish(out, m)
+    print(f"{out}: {m['name']}, vision.onnx sha256 {features.sha256_file(out / v['onnx'])}")

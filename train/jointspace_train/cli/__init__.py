@@ -26,7 +26,7 @@ from .eval_bundle import add_eval
 from .export_runs import add_export
 from .extract import add_features
 from .fit import add_fit
-from .graphs import add_quantize_vision, add_rebuild_vision, add_vision_export, add_windowed
+from .graphs import add_gpu_copy, add_quantize_vision, add_rebuild_vision, add_vision_export, add_windowed
 from .hubness_bank import add_hubness
 from .pack import add_pack, add_pack_bundles
 from .photos_cmd import add_photos
@@ -37,7 +37,8 @@ from .training import add_train
 __all__ = ["main", "parser"]
 
 # in the order `--help` lists them
-COMMANDS = (add_vision_export, add_rebuild_vision, add_windowed, add_quantize_vision, add_features, add_train, add_fit,
+COMMANDS = (add_vision_export, add_rebuild_vision, add_windowed, add_gpu_copy, add_quantize_vision, add_features,
+            add_train, add_fit,
             add_export, add_eval, add_ensemble, add_hubness, add_pack, add_pack_bundles, add_split_run, add_join_run,
             add_fixture, add_report, add_quantize_text, add_text_vocab, add_rebuild_text, add_labels,
             add_rebuild_labels, add_prepare, add_photos, add_check)

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bundle.vision import RebuildVision, Windowed, rebuild_vision, windowed
+from ..bundle.vision import GpuCopy, RebuildVision, Windowed, gpu_copy, rebuild_vision, windowed
 from ..vision import backbones, features
 from ..vision.backbones import vgg16
 from ..vision.weights import VisionWeights, load_weights
@@ -59,6 +59,18 @@ def add_windowed(sub) -> None:
                    help="then compare its features and codes with the real ten crops' on N test photos")
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.set_defaults(fn=lambda ns, argv: windowed(windowed_of(ns)))
+
+
+def add_gpu_copy(sub) -> None:
+    p = sub.add_parser("gpu-copy", help="copy a bundle for a GPU: float convolutions (int8 dropped), a crop mode, "
+                                        "float16 if asked")
+    add_wheel(p)
+    p.add_argument("bundle")
+    p.add_argument("--out", required=True)
+    p.add_argument("--crop-mode", choices=("ten", "center", "windowed"), help="default: the bundle's")
+    p.add_argument("--half", action="store_true", help="float16 convolutions (float32 input and output)")
+    p.set_defaults(fn=lambda ns, argv: gpu_copy(GpuCopy(ns.cache, ns.wheel, ns.bundle, ns.out, ns.crop_mode,
+                                                        ns.half)))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,59 @@
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+
+from jointspace_train.bundle import contract
+from jointspace_train.bundle.vision import GpuCopy, gpu_copy
+from jointspace_train.vision.half import half_graph
+
+
+def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(["features"], {s.get_inputs()[0].name: x})[0]
+
+
+@pytest.mark.parametrize("bundle", ["fixture-tiny", "fixture-tiny-windowed", "fixture-tiny-effnet"])
+def test_the_float16_graph_gives_the_float32_features_to_float16_rounding(repo, bundle):
+    model = onnx.load(repo / "models" / bundle / "vision.onnx")
+    half = half_graph(model)
+    convs = [t for t in half.graph.initializer if t.name.endswith("_W") or t.name.endswith("_weight")]
+    assert convs and all(t.data_type == TensorProto.FLOAT16 for t in convs)
+    assert half.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert half.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    side = model.graph.input[0].type.tensor_type.shape.dim[2].dim_value
+    rng = np.random.default_rng(0)
+    x = (rng.random((3, 3, side, side), dtype=np.float32) - 0.5) * 200
+    want, got = run(model, x), run(half, x)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    cos = (want * got).sum(1) / np.linalg.norm(want, axis=1) / np.linalg.norm(got, axis=1)
+    assert cos.min() > 0.9999
+    # float16 rounds: close, not equal (a graph left in float32 would be equal).
+    assert not np.array_equal(want, got)
+    assert (np.linalg.norm(want - got, axis=1) / np.linalg.norm(want, axis=1)).max() < 0.01
+
+
+def test_gpu_copy_keeps_the_bundle_but_the_graph(repo, tmp_path):
+    src = repo / "models" / "fixture-tiny-windowed"
+    out = tmp_path / "half"
+    gpu_copy(GpuCopy(cache=str(tmp_path / "cache"), wheel=None, bundle=str(src), out=str(out), crop_mode=None,
+                     half=True))
+    m = json.loads((out / "bundle.json").read_text())
+    s = json.loads((src / "bundle.json").read_text())
+    assert m["name"] == f"{s['name']}-windowed-float16"
+    assert m["fne"] == s["fne"] and m["projection"] == s["projection"]
+    assert m["files"][m["vision"]["onnx"]] != s["files"][s["vision"]["onnx"]]
+    assert {k: v for k, v in m["files"].items() if k != "vision.onnx"} == \
+        {k: v for k, v in s["files"].items() if k != "vision.onnx"}
+    contract.read(out)  # every checksum holds
+    graph = onnx.load(out / "vision.onnx")
+    assert any(t.data_type == TensorProto.FLOAT16 for t in graph.graph.initializer)
+
+
+def test_gpu_copy_refuses_a_bundle_of_several_backbones(repo, tmp_path):
+    with pytest.raises(SystemExit, match="several backbones"):
+        gpu_copy(GpuCopy(cache=str(tmp_path), wheel=None, bundle=str(repo / "models" / "fixture-tiny-two"),
+                         out=str(tmp_path / "x"), crop_mode=None, half=True))
