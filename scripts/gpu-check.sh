@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The GPU check, in one call on a remote GPU machine that only the checkout travels to (docs/benchmarks.md,
-# "GPU"): joins
-# the parts scripts/gpu-prepare.sh staged in .cache/gpu/, checks them, and measures the CUDA provider through
-# `jointspace serve --device cuda`:
-#   - the device, its driver, the CUDA / cuDNN libraries found in python3's site-packages, ONNX Runtime;
-#   - every server's /readyz and /metrics naming the provider;
-#   - parity: the codes and vectors of the staged Flickr8k test photos against the CPU reference, for the
-#     default bundle, EfficientNet-Lite2 and both windowed copies;
-#   - ingest photos/s with --max-batch-crops 1, 16, 64, 256 (VGG16 ten crops, VGG16 windowed,
-#     EfficientNet-Lite2 windowed), concurrent clients posting batches of photos, after a warm-up;
+# "GPU"): joins the parts scripts/gpu-prepare.sh staged in .cache/gpu/, checks them, and measures the CUDA
+# provider:
+#   - the device, its driver, the CUDA / cuDNN libraries found in python3's site-packages, ONNX Runtime, and
+#     whether a container runtime is there (for the CUDA image);
+#   - float16 copies of the staged float32 bundles, made there (`jointspace_train gpu-copy --half`);
+#   - each vision graph alone (`bench graph`): crops/s at fixed shapes by precision (float32, TF32, float16),
+#     layout (NHWC) and calls in flight;
+#   - ingest photos/s through `jointspace serve --device cuda` (every server's /readyz and /metrics naming the
+#     provider), clients in several processes posting batches of photos, with the GPU's busy share: the server
+#     as it ran before (one session, unpadded shapes, no TF32) and as it runs now, per bundle and precision;
+#   - `jointspace eval` of the Flickr8k test split on the device, per bundle;
+#   - parity: the codes and vectors of 100 test photos against the CPU reference (float16 against float32);
+#   - the stage profile of the image path (`bench ingest --device cuda`): where a photo's time goes;
 #   - sentence search p50/p99 at 200 and 1,000 req/s (open loop) on a seeded collection;
-#   - with 1,000 staged photos (GPU_PHOTOS=1000 at prepare time), `jointspace eval` of the test split on CUDA.
+#   - `jointspace ingest --device cuda` of the staged photos (the batch command).
 # Results in $OUT (the runner brings that folder back; here target/gpu-check): gpu-check.log,
 # results.jsonl (one JSON object a step), gpu-check.json (those and the tables as markdown), server-logs.tar.gz.
 #
@@ -18,7 +22,7 @@
 #   bash scripts/gpu-check.sh --receive K  # there, in call K < last: checks part K arrived whole
 #   scripts/gpu-check.sh --dry-run         # here: the same steps on the CPU (.venv's onnxruntime, --device cpu),
 #                                          # with smaller counts and shorter runs
-# Knobs: GPU_BUDGET_S (450 there: the steps left when it runs out are skipped and say so), GPU_STAGE, GPU_WORK.
+# Knobs: GPU_BUDGET_S (420 there: the steps left when it runs out are skipped and say so), GPU_STAGE, GPU_WORK.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -63,12 +67,14 @@ RESULTS=$OUTDIR/results.jsonl
 say() { echo "gpu-check [$(date -u +%T) +${SECONDS}s]: $*"; }
 
 if [[ $MODE == gpu ]]; then
-  BUDGET=${GPU_BUDGET_S:-450} PY=python3 DEVICE=cuda PROVIDER=cuda
-  PARITY_N=0 WARM_S=2 TIMED_S=6 PER_REQUEST=8 MAX_C=32
+  BUDGET=${GPU_BUDGET_S:-420} PY=python3 DEVICE=cuda PROVIDER=cuda
+  PARITY_N=100 WARM_S=2 TIMED_S=5 PER_REQUEST=32 MIN_C=8 MAX_C=64 CLI_N=0 GRAPH_S=1.5 ROWS_BIG=256 ROWS_ALL=16,64,256
+  MAX_BATCH=256 PROFILE_N=512 PROFILE_C=32 EVAL_ARGS=()
   SEARCH_N=${GPU_SEARCH_N:-10000} RATES=(200 1000) SEARCH_S=10
 else
   BUDGET=${GPU_BUDGET_S:-1500} PY=$ROOT/.venv/bin/python DEVICE=cpu PROVIDER=cpu
-  PARITY_N=4 WARM_S=1 TIMED_S=3 PER_REQUEST=1 MAX_C=2
+  PARITY_N=4 WARM_S=1 TIMED_S=3 PER_REQUEST=1 MIN_C=2 MAX_C=2 CLI_N=4 GRAPH_S=0.5 ROWS_BIG=2 ROWS_ALL=1,2
+  MAX_BATCH=4 PROFILE_N=4 PROFILE_C=2 EVAL_ARGS=(--limit 8)
   SEARCH_N=${GPU_SEARCH_N:-2000} RATES=(20 50) SEARCH_S=3
 fi
 left() { echo $((BUDGET - SECONDS)); }
@@ -187,7 +193,10 @@ print(json.dumps({"python": platform.python_version(), "packages": v}))
 EOF
 )
 meta=$(cat "$G/meta.json")
+# The CUDA image needs a container runtime there; where there is none, the same binary and libraries run outside it.
+runtimes=$(for r in docker podman nerdctl ctr; do command -v "$r" >/dev/null && echo -n "$r "; done; true)
 record environment "{\"mode\": \"$MODE\", \"device\": $(jstr "$smi"), \"cpus\": $(nproc), \"kernel\": $(jstr "$(uname -r)"),
+  \"container_runtimes\": $(jstr "${runtimes:-none}"),
   \"ort_library\": $(jstr "$(basename "$ORT_DYLIB_PATH")"), \"cuda_provider_unresolved\": $(jstr "${unresolved:-}"),
   \"server\": $(jstr "$("$BIN" --version)")}" "$versions" "{\"payload\": $meta}"
 
@@ -226,7 +235,7 @@ source scripts/lib.sh   # wait_ready
 # 3. --device cuda with onnxruntime-gpu's library: there it must serve; here it must refuse, naming why.
 if [[ $MODE == dry ]]; then
   set +e
-  ORT_DYLIB_PATH=$GPU_ORT timeout 120 "$BIN" serve --addr 127.0.0.1:28599 --bundle "$G/models/flickr8k-vgg16-fne" \
+  ORT_DYLIB_PATH=$GPU_ORT timeout 120 "$BIN" serve --addr 127.0.0.1:28599 --bundle "$G/models/vgg16-windowed" \
     --device cuda --database-url "sqlite://$W/db/refuse.db" >"$W/logs/refuse-cuda.log" 2>&1
   rc=$?
   set -e
@@ -240,16 +249,127 @@ rows_per_photo() { # a bundle's runtime rows per photo: ten crops 10, windowed 2
     "$G/models/$1/bundle.json"
 }
 
-# 4. Parity, each bundle on a server with the default batching; every photo alone, as the reference was made.
-for b in flickr8k-vgg16-fne flickr8k-effnetl2-fne flickr8k-vgg16-fne-windowed flickr8k-effnetl2-fne-windowed; do
+# 4. The float16 forms of the staged float32 copies (`jointspace_train gpu-copy --half`, from their own graphs).
+HALF=()
+for b in vgg16-windowed vgg16-ten effnetl2-windowed; do
+  t=$SECONDS
+  if (cd "$ROOT" && PYTHONPATH=train "$PY" -m jointspace_train gpu-copy "$G/models/$b" --out "$G/models/$b-half" --half \
+        >"$W/logs/half-$b.log" 2>&1); then
+    HALF+=("$b-half")
+    record half "{\"bundle_dir\": \"$b-half\", \"seconds\": $((SECONDS - t))}"
+  else
+    record half "{\"bundle_dir\": \"$b-half\", \"error\": $(jstr "$(tail -n 3 "$W/logs/half-$b.log")")}"
+  fi
+done
+
+# The float16 copies where they were made, else the float32 ones, for the runs below that take one of each.
+best_vgg=vgg16-windowed best_ten=vgg16-ten best_eff=effnetl2-windowed
+[[ " ${HALF[*]} " == *" vgg16-windowed-half "* ]] && best_vgg=vgg16-windowed-half
+[[ " ${HALF[*]} " == *" vgg16-ten-half "* ]] && best_ten=vgg16-ten-half
+[[ " ${HALF[*]} " == *" effnetl2-windowed-half "* ]] && best_eff=effnetl2-windowed-half
+
+# 5. Each graph alone (`bench graph`: synthetic crops, fixed shapes, copies to and from the device included):
+#    crops/s by precision (float32 as ONNX Runtime runs it by default, in TF32, float16), layout and calls in
+#    flight. What the whole path below reaches is read against these.
+graph_run() {   # bundle, rows, sessions, tf32, nhwc
+  local what="\"bundle_dir\": \"$1\", \"sessions\": $3, \"tf32\": \"$4\", \"nhwc\": \"$5\""
+  if (( $(left) < 40 )); then record graph "{$what, \"skipped\": \"budget\"}"; return; fi
+  if r=$(timeout 120 "$BENCH" graph --bundle "$G/models/$1" --device "$DEVICE" --rows "$2" --sessions "$3" \
+         --tf32 "$4" --nhwc "$5" --seconds "$GRAPH_S" 2>>"$W/logs/graph.log"); then
+    record graph "{$what}" "$r"
+  else
+    record graph "{$what, \"error\": $(jstr "$(tail -n 2 "$W/logs/graph.log")")}"
+  fi
+}
+graph_run vgg16-windowed "$ROWS_BIG" 1 off off
+graph_run vgg16-windowed "$ROWS_BIG" 1 on off
+graph_run vgg16-windowed "$ROWS_BIG" 2 on off
+graph_run vgg16-windowed "$ROWS_BIG" 1 on on
+if [[ " ${HALF[*]} " == *" vgg16-windowed-half "* ]]; then
+  graph_run vgg16-windowed-half "$ROWS_ALL" 1 on off
+  graph_run vgg16-windowed-half "$ROWS_BIG" 2 on off
+  graph_run vgg16-windowed-half "$ROWS_BIG" 1 on on
+fi
+graph_run vgg16-ten "$ROWS_BIG" 1 on off
+[[ " ${HALF[*]} " == *" vgg16-ten-half "* ]] && graph_run vgg16-ten-half "$ROWS_BIG" 1 on off
+graph_run effnetl2-windowed "$ROWS_ALL" 1 on off
+if [[ " ${HALF[*]} " == *" effnetl2-windowed-half "* ]]; then
+  graph_run effnetl2-windowed-half "$ROWS_ALL" 1 on off
+  graph_run effnetl2-windowed-half "$ROWS_BIG" 2 on off
+  graph_run effnetl2-windowed-half "$ROWS_BIG" 1 on on
+fi
+
+# 6. Ingest photos/s through `serve`: clients in several processes post pre-encoded JSON batches of photos, about
+#    four batches' rows in flight, after a warm-up; the GPU's busy share sampled by nvidia-smi meanwhile.
+#    First the server as it ran before (one session, unpadded shapes, float32 without TF32), then as it runs
+#    now (two sessions, padded shapes, TF32), then the float16 copies.
+ingest_run() {   # bundle, max batch crops, sessions, pad, tf32
+  local b=$1 batch=$2 rows c name
+  rows=$(rows_per_photo "$b")
+  local what="\"bundle_dir\": \"$b\", \"max_batch_crops\": $batch, \"vision_sessions\": $3, \"pad_batches\": \"$4\", \"tf32\": \"$5\""
+  if (( $(left) < 25 )); then
+    record ingest "{$what, \"skipped\": \"budget\"}"; return
+  fi
+  c=$(( (4 * batch + rows * PER_REQUEST - 1) / (rows * PER_REQUEST) ))
+  (( c < MIN_C )) && c=$MIN_C
+  (( c > MAX_C )) && c=$MAX_C
+  # Here a ten-crop photo takes seconds on two cores: time it long enough for requests to finish.
+  local timed=$TIMED_S
+  [[ $MODE == dry ]] && (( rows >= 10 )) && timed=$((4 * TIMED_S))
+  name=ingest-$b-$batch-$3-$4-$5
+  if ! start_server "$name" "$b" --max-batch-crops "$batch" --inference-queue 16384 --max-queue-wait-ms 0 \
+       --vision-sessions "$3" --pad-batches "$4" --cuda-tf32 "$5"; then
+    record ingest "{$what, \"error\": $(jstr "$START_ERROR")}"
+    return
+  fi
+  if r=$("$PY" scripts/gpu_check.py ingest --url "$URL" --photos "$PHOTOS" --list "$LIST" --collection ingest \
+         --per-request "$PER_REQUEST" --concurrency "$c" --warmup-s "$WARM_S" --seconds "$timed"); then
+    record ingest "{$what, \"rows_per_photo\": $rows, \"ready_s\": $READY_S}" "$r"
+  else
+    record ingest "{$what, \"error\": \"the ingest client failed (log above)\"}"
+  fi
+  stop_server
+}
+ingest_run vgg16-windowed "$MAX_BATCH" 1 off off
+ingest_run vgg16-windowed "$MAX_BATCH" 2 on on
+ingest_run "$best_vgg" "$MAX_BATCH" 2 on on
+ingest_run vgg16-ten "$MAX_BATCH" 2 on on
+ingest_run "$best_ten" "$MAX_BATCH" 2 on on
+ingest_run effnetl2-windowed 64 1 off off
+ingest_run effnetl2-windowed "$MAX_BATCH" 2 on on
+ingest_run "$best_eff" "$MAX_BATCH" 2 on on
+
+# 7. The test split's R@K through `jointspace eval` on the device (1,000 photos staged), each bundle against
+#     its float32 copy's figure on the CPU (docs/benchmarks.md, "GPU").
+if (( n_photos >= 1000 )); then
+  mkdir -p "$W/flickr8k"
+  ln -sfn "$PHOTOS" "$W/flickr8k/images"
+  cp "$LIST" "$W/flickr8k/Flickr_8k.testImages.txt"
+  cp "$G/photos/test-captions.txt" "$W/flickr8k/Flickr8k.token.txt"
+  for b in "$best_vgg" vgg16-windowed "$best_eff" "$best_ten"; do
+    if (( $(left) < 45 )); then record eval "{\"bundle_dir\": \"$b\", \"skipped\": \"budget\"}"; continue; fi
+    if r=$("$BIN" eval --data "$W/flickr8k" --split test --json --device "$DEVICE" --bundle "$G/models/$b" "${EVAL_ARGS[@]}" \
+           --database-url "sqlite://$W/db/eval-$b.db" 2>"$W/logs/eval-$b.log"); then
+      record eval "{\"bundle_dir\": \"$b\"}" "$r"
+    else
+      record eval "{\"bundle_dir\": \"$b\", \"error\": $(jstr "$(tail -n 3 "$W/logs/eval-$b.log")")}"
+    fi
+  done
+fi
+
+# 8. Parity, each bundle on a server with the default batching; every photo alone, as the reference was made
+#    (float16 against its float32 copy's CPU codes).
+for b in vgg16-windowed vgg16-ten effnetl2-windowed "${HALF[@]}"; do
+  ref=$G/ref/${b%-half}.json
   if (( $(left) < 30 )); then record parity "{\"bundle_dir\": \"$b\", \"skipped\": \"budget\"}"; continue; fi
   if ! start_server "parity-$b" "$b"; then
     record parity "{\"bundle_dir\": \"$b\", \"error\": $(jstr "$START_ERROR")}"
-    [[ $b == flickr8k-vgg16-fne ]] && die "the default bundle does not serve on $DEVICE: $START_ERROR"
     continue
   fi
+  other=()
+  [[ $b == *-half ]] && other=(--other-graph)
   if r=$("$PY" scripts/gpu_check.py parity --url "$URL" --photos "$PHOTOS" --list "$LIST" --n "$PARITY_N" \
-         --ref "$G/ref/$b.json"); then
+         --ref "$ref" "${other[@]}"); then
     record parity "{\"bundle_dir\": \"$b\", \"ready_s\": $READY_S}" "$r"
   else
     record parity "{\"bundle_dir\": \"$b\", \"error\": \"the parity client failed (log above)\"}"
@@ -257,53 +377,33 @@ for b in flickr8k-vgg16-fne flickr8k-effnetl2-fne flickr8k-vgg16-fne-windowed fl
   stop_server
 done
 
-# 5. Ingest photos/s by batch size: in flight about twice the batch in rows (at least 2 requests, so that decoding
-#    and the database overlap the runtime), an inference queue that never refuses them, a warm-up first.
-ingest_run() {   # bundle, max batch crops, cuDNN's convolution search
-  local b=$1 batch=$2 search=$3 rows c name
-  rows=$(rows_per_photo "$b")
-  local what="\"bundle_dir\": \"$b\", \"max_batch_crops\": $batch, \"conv_search\": \"$search\""
-  if (( $(left) < 25 )); then
-    record ingest "{$what, \"skipped\": \"budget\"}"; return
-  fi
-  c=$(( (2 * batch + rows * PER_REQUEST - 1) / (rows * PER_REQUEST) ))
-  (( c < 2 )) && c=2
-  (( c > MAX_C )) && c=$MAX_C
-  name=ingest-$b-$batch-$search
-  if ! start_server "$name" "$b" --max-batch-crops "$batch" --inference-queue 8192 --max-queue-wait-ms 0 \
-       --cudnn-conv-search "$search"; then
-    record ingest "{$what, \"error\": $(jstr "$START_ERROR")}"
-    return
-  fi
-  if r=$("$PY" scripts/gpu_check.py ingest --url "$URL" --photos "$PHOTOS" --list "$LIST" --collection ingest \
-         --per-request "$PER_REQUEST" --concurrency "$c" --warmup-s "$WARM_S" --seconds "$TIMED_S"); then
-    record ingest "{$what, \"rows_per_photo\": $rows, \"ready_s\": $READY_S}" "$r"
+# 9. The stage profile of each bundle's image path (`bench ingest`: the whole path as the server runs it, with
+#    concurrent requests, then each stage alone on one thread but the runtime's: where a photo's time goes).
+profile_run() {   # bundle, sessions, pad
+  local what="\"bundle_dir\": \"$1\", \"vision_sessions\": $2, \"pad_batches\": \"$3\""
+  if (( $(left) < 60 )); then record profile "{$what, \"skipped\": \"budget\"}"; return; fi
+  if r=$(timeout 150 "$BENCH" ingest --bundle "$G/models/$1" --images "$PHOTOS" --n "$PROFILE_N" --device "$DEVICE" \
+         --vision-sessions "$2" --pad-batches "$3" --max-batch-crops "$MAX_BATCH" --batch 8 --concurrency "$PROFILE_C" \
+         --threads "$(nproc)" --release-memory false 2>>"$W/logs/profile.log"); then
+    record profile "{$what}" "$r"
   else
-    record ingest "{$what, \"error\": \"the ingest client failed (log above)\"}"
+    record profile "{$what, \"error\": $(jstr "$(tail -n 2 "$W/logs/profile.log")")}"
   fi
-  stop_server
 }
-INGEST_BUNDLES=(flickr8k-vgg16-fne flickr8k-vgg16-fne-windowed flickr8k-effnetl2-fne-windowed)
-for b in "${INGEST_BUNDLES[@]}"; do
-  for batch in 1 16 64 256; do ingest_run "$b" "$batch" heuristic; done
-done
-# ONNX Runtime's own default, exhaustive, times every algorithm on each new input shape: the batcher's varied
-# batch sizes made 64 and 256 crops slower than 16 in the first GPU run. The same machine, side by side.
-for b in "${INGEST_BUNDLES[@]}"; do
-  for batch in 64 256; do ingest_run "$b" "$batch" exhaustive; done
-done
+profile_run "$best_vgg" 2 on
+profile_run "$best_eff" 2 on
 
-# 6. Sentence search on the default bundle: a collection of SEARCH_N synthetic images (codes through the bundle's
-#    projection, as scripts/bench.sh seeds it), searched by the test split's captions at each rate (open loop:
-#    latency counted from each request's scheduled start). The server builds its graph from the database.
-if (( $(left) > 90 )); then
+# 10. Sentence search: a collection of SEARCH_N synthetic images (codes through the bundle's projection, as
+#     scripts/bench.sh seeds it), searched by the test split's captions at each rate (open loop: latency counted
+#     from each request's scheduled start). The server builds its graph from the database.
+if (( $(left) > 40 )); then
   t=$SECONDS
-  if "$BENCH" seed --database-url "sqlite://$W/db/search.db" --bundle "$G/models/flickr8k-vgg16-fne" \
+  if "$BENCH" seed --database-url "sqlite://$W/db/search.db" --bundle "$G/models/$best_vgg" \
        --sizes "$SEARCH_N" >"$W/logs/seed.json" 2>"$W/logs/seed.log"; then
     record search-seed "{\"images\": $SEARCH_N, \"seconds\": $((SECONDS - t))}"
-    if start_server search flickr8k-vgg16-fne; then   # its database: $W/db/search.db, the one just seeded
+    if start_server search "$best_vgg"; then   # its database: $W/db/search.db, the one just seeded
       for rate in "${RATES[@]}"; do
-        if (( $(left) < SEARCH_S + 15 )); then record search "{\"rate\": $rate, \"skipped\": \"budget\"}"; continue; fi
+        if (( $(left) < SEARCH_S + 10 )); then record search "{\"rate\": $rate, \"skipped\": \"budget\"}"; continue; fi
         if r=$("$BENCH" load --url "$URL/v1/collections/n$SEARCH_N/images/search" --query text \
                --texts "$G/photos/test-captions.txt" --rate "$rate" --seconds "$SEARCH_S" --server-pid "$SERVER_PID" \
                2>>"$W/logs/load.log"); then
@@ -323,22 +423,23 @@ else
   record search "{\"skipped\": \"budget\"}"
 fi
 
-# 7. With the whole test split staged (GPU_PHOTOS=1000 at prepare time): its R@K through `jointspace eval`.
-if (( n_photos >= 1000 )); then
-  if (( $(left) > 120 )); then
-    mkdir -p "$W/flickr8k"
-    ln -sfn "$PHOTOS" "$W/flickr8k/images"
-    cp "$LIST" "$W/flickr8k/Flickr_8k.testImages.txt"
-    cp "$G/photos/test-captions.txt" "$W/flickr8k/Flickr8k.token.txt"
-    if r=$("$BIN" eval --data "$W/flickr8k" --split test --json --device "$DEVICE" --bundle "$G/models/flickr8k-vgg16-fne" \
-           --database-url "sqlite://$W/db/eval.db" 2>"$W/logs/eval.log"); then
-      record eval "$r"
-    else
-      record eval "{\"error\": $(jstr "$(tail -n 3 "$W/logs/eval.log")")}"
-    fi
-  else
-    record eval "{\"skipped\": \"budget\"}"
+# 11. The batch command: `jointspace ingest --device cuda` of the staged photos (a folder) into SQLite.
+if (( $(left) > 60 )); then
+  cli_list=$LIST
+  if (( CLI_N > 0 )); then   # here: a few photos, that the step runs, not how fast
+    head -n "$CLI_N" "$LIST" > "$W/cli-list.txt" && cli_list=$W/cli-list.txt n_photos=$CLI_N
   fi
+  t0=$(date +%s.%N)
+  if "$BIN" ingest --images "$PHOTOS" --list "$cli_list" --collection cli --bundle "$G/models/$best_vgg" --device "$DEVICE" \
+       --batch 32 --concurrency 8 --database-url "sqlite://$W/db/cli.db" >"$W/logs/cli-ingest.log" 2>&1; then
+    s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+    record cli-ingest "{\"bundle_dir\": \"$best_vgg\", \"photos\": $n_photos, \"seconds\": $s,
+      \"photos_per_s\": $(awk -v n="$n_photos" -v s="$s" 'BEGIN { printf "%.1f", n / s }')}"
+  else
+    record cli-ingest "{\"bundle_dir\": \"$best_vgg\", \"error\": $(jstr "$(tail -n 3 "$W/logs/cli-ingest.log")")}"
+  fi
+else
+  record cli-ingest "{\"skipped\": \"budget\"}"
 fi
 
 "$PY" scripts/gpu_check.py report "$RESULTS" --out "$OUTDIR/gpu-check.json"

@@ -6,18 +6,21 @@
 # travels (the main worktree, also when this runs in another worktree):
 #   - onnxruntime-gpu 1.31.1's shared libraries (the cp312 manylinux wheel, fetched by version, sha256 pinned);
 #   - the release server and the bench binary (its `seed` and `load`), stripped;
-#   - the default and the EfficientNet-Lite2 bundles, whole (their vision.onnx are not in git, and the
-#     committed files are moved aside for the calls), and their windowed copies (`jointspace_train windowed`);
+#   - copies of the default bundle for a GPU in both crop modes (windowed, ten) and of EfficientNet-Lite2
+#     windowed (`jointspace_train gpu-copy`: float32 convolutions, the default's int8 dropped, which CUDA has
+#     no fast kernels for), each with the training vocabulary's text graph in place of the whole-GloVe one
+#     (47 MB less a bundle; the check measures the image path); their float16 forms are made there, in seconds,
+#     by the same command (the committed bundles are moved aside for the calls);
 #   - the first GPU_PHOTOS photos of the Flickr8k test split, their captions and the split's 5,000 captions;
-#   - the CPU reference of the parity check: each bundle's codes and vectors of those photos, from a local
-#     server with the CPU provider (POST /v1/embed/image, one photo at a time).
+#   - the CPU reference of the parity check: each bundle's codes and vectors of the first 100 photos, from a
+#     local server with the CPU provider (POST /v1/embed/image, one photo at a time).
 #
 #   scripts/gpu-prepare.sh           # build the payload and its parts (about 20 min on 2 cores; reuses what it can)
 #   scripts/gpu-prepare.sh --plan    # only the carry plan, from the sizes measured now
 #   scripts/gpu-prepare.sh --aside   # move the committed models/flickr8k-* out of what travels, before the calls
 #   scripts/gpu-prepare.sh --restore # and back, after them
 #
-# Knobs: GPU_STAGE (.cache/gpu of the main worktree), GPU_PHOTOS (100), GPU_DATA (../shared/data/flickr8k),
+# Knobs: GPU_STAGE (.cache/gpu of the main worktree), GPU_PHOTOS (1000: the whole test split, for `eval`), GPU_DATA (../shared/data/flickr8k),
 # GPU_MODELS (models/ of the main worktree: the vision.onnx that scripts/setup-python.sh rebuilt),
 # GPU_PART_MIB (57, i.e. 59.8 MB: with the ~5 MiB of tracked files left a call stays under 64 MiB), GPU_SERVER_BIN and
 # GPU_BENCH_BIN (binaries built elsewhere, e.g. the main worktree's target/release: then no cargo here).
@@ -33,14 +36,17 @@ ORT_WHEEL=onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_28_x86_64.whl
 ORT_WHEEL_SHA256=05d548956197b9d01f59b625de740e0d6be3593f874e241a12dc0362650ecdf7
 ORT_LIBS=(libonnxruntime.so.1.31.1 libonnxruntime_providers_shared.so libonnxruntime_providers_cuda.so)
 BUNDLES=(flickr8k-vgg16-fne flickr8k-effnetl2-fne)
-WINDOWED=(flickr8k-vgg16-fne-windowed flickr8k-effnetl2-fne-windowed)
+# The check's bundles: name, source bundle, crop mode.
+GPU_BUNDLES=(vgg16-windowed:flickr8k-vgg16-fne:windowed vgg16-ten:flickr8k-vgg16-fne:ten
+             effnetl2-windowed:flickr8k-effnetl2-fne:windowed)
+REF_PHOTOS=100
 LIMIT_MIB=64
 
 # The checkout the runner sends is the main worktree, whichever worktree this runs in.
 TRAVEL=$(git worktree list --porcelain 2>/dev/null | awk 'NR == 1 { print $2 }')
 [[ -n "$TRAVEL" ]] || TRAVEL=$ROOT
 STAGE=${GPU_STAGE:-$TRAVEL/.cache/gpu}
-PHOTOS=${GPU_PHOTOS:-100}
+PHOTOS=${GPU_PHOTOS:-1000}
 DATA=${GPU_DATA:-$ROOT/../shared/data/flickr8k}
 [[ -d "$DATA" ]] || DATA=/work/shared/data/flickr8k
 MODELS=${GPU_MODELS:-$TRAVEL/models}
@@ -151,21 +157,39 @@ for l in "${ORT_LIBS[@]}"; do
 done
 say "onnxruntime-gpu libraries: $(du -cb "$BUILD"/ort/* | tail -1 | cut -f1) bytes (the wheel: $(stat -c %s "$STAGE/wheel/$ORT_WHEEL"))"
 
-# 2. The bundles, and their windowed copies (made again only when the source bundle changed).
-mkdir -p "$BUILD/models"
-for b in "${BUNDLES[@]}"; do
-  rm -rf "$BUILD/models/$b" && cp -a "$MODELS/$b" "$BUILD/models/$b"
-  w=$BUILD/models/$b-windowed
-  if [[ ! -f "$w/source.sha256" ]] || ! cmp -s <(sha256sum "$BUILD/models/$b/bundle.json" | cut -d' ' -f1) "$w/source.sha256"; then
-    rm -rf "$w"
-    (cd "$ROOT" && PYTHONPATH=train nice "$PY" -m jointspace_train windowed "$BUILD/models/$b" --out "$w") \
-      || die "windowed $b failed"
-    sha256sum "$BUILD/models/$b/bundle.json" | cut -d' ' -f1 > "$w/source.sha256"
+# 2. The bundles: copies for a GPU (made again only when the source bundle changed), with the training
+#    vocabulary's text graph. Files equal across bundles become hard links: the archive holds them once.
+rm -rf "$BUILD/models" && mkdir -p "$BUILD/models" "$STAGE/copies"
+for spec in "${GPU_BUNDLES[@]}"; do
+  IFS=: read -r name src mode <<<"$spec"
+  c=$STAGE/copies/$name
+  if [[ ! -f "$c/source.sha256" ]] || ! cmp -s <(sha256sum "$MODELS/$src/bundle.json" | cut -d' ' -f1) "$c/source.sha256"; then
+    rm -rf "$c"
+    (cd "$ROOT" && PYTHONPATH=train nice "$PY" -m jointspace_train gpu-copy "$MODELS/$src" --out "$c" --crop-mode "$mode") \
+      || die "gpu-copy $src ($mode) failed"
+    (cd "$ROOT" && PYTHONPATH=train "$PY" - "$c" <<'EOF'
+import json, sys
+from pathlib import Path
+from jointspace_train.bundle import contract
+d = Path(sys.argv[1])
+m = json.loads((d / "bundle.json").read_text())
+t = m["text"]
+voc = t.pop("vocabulary", None)
+if voc:  # the graph the vocabulary was built from, and its tokenizer
+    for f in (t["onnx"], t["tokenizer"], voc["map"]):
+        (d / f).unlink(missing_ok=True)
+    t["onnx"], t["tokenizer"] = voc["from"]["onnx"], voc["from"]["tokenizer"]
+m.pop("files")
+contract.finish(d, m)
+EOF
+    ) || die "the training-vocabulary text of $name failed"
+    sha256sum "$MODELS/$src/bundle.json" | cut -d' ' -f1 > "$c/source.sha256"
   fi
-  # Files the windowed copy shares with its source become hard links: the archive holds them once.
-  for f in "$w"/*; do
-    s="$BUILD/models/$b/$(basename "$f")"
-    [[ -f "$s" && "$f" != */vision.onnx ]] && cmp -s "$f" "$s" && ln -f "$s" "$f"
+  mkdir -p "$BUILD/models/$name"
+  for f in "$c"/*; do
+    [[ $(basename "$f") == source.sha256 ]] && continue
+    same=$(find "$BUILD/models" -type f -name "$(basename "$f")" ! -path "*/$name/*" -exec cmp -s {} "$f" \; -print -quit)
+    if [[ -n "$same" ]]; then ln -f "$same" "$BUILD/models/$name/"; else cp "$f" "$BUILD/models/$name/"; fi
   done
 done
 
@@ -189,7 +213,8 @@ port=28590
 SERVER_PID=
 stop_server() { [[ -n "$SERVER_PID" ]] && kill -TERM "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null; SERVER_PID=; }
 trap stop_server EXIT
-for b in "${BUNDLES[@]}" "${WINDOWED[@]}"; do
+for spec in "${GPU_BUNDLES[@]}"; do
+  b=${spec%%:*}
   ref=$BUILD/ref/$b.json
   # Made again when the bundle, the photos, onnxruntime or the image path's code (crates/embed) change.
   key=$( (cat "$BUILD/models/$b/bundle.json" "$BUILD/photos/list.txt"; basename "$ORT_DYLIB_PATH"
@@ -207,11 +232,11 @@ for b in "${BUNDLES[@]}" "${WINDOWED[@]}"; do
   wait_ready "http://127.0.0.1:$port" 300 kill -0 "$SERVER_PID" || { tail -20 "$STAGE/logs/ref-$b.log"; die "the CPU server on $b did not start"; }
   t=$SECONDS
   "$PY" scripts/gpu_check.py embed --url "http://127.0.0.1:$port" --photos "$BUILD/photos/images" \
-    --list "$BUILD/photos/list.txt" --out "$ref" || die "embedding the photos with $b failed"
+    --list "$BUILD/photos/list.txt" --n "$REF_PHOTOS" --out "$ref" || die "embedding the photos with $b failed"
   echo "$key" > "$ref.key"
   stop_server
   rm -rf "$db"
-  say "CPU reference of $b: $PHOTOS photos in $((SECONDS - t)) s"
+  say "CPU reference of $b: $REF_PHOTOS photos in $((SECONDS - t)) s"
 done
 
 # 5. The binaries, stripped: GPU_SERVER_BIN and GPU_BENCH_BIN when given (another checkout's build), else this
@@ -274,7 +299,7 @@ else
   rm -f "$STAGE"/cache/rest-*.tar.xz
   (cd "$BUILD" && {
     printf '%s\n' MANIFEST.sha256 meta.json
-    for b in "${BUNDLES[@]}"; do printf '%s\n' "models/$b/vision.onnx" "models/$b-windowed/vision.onnx"; done
+    for spec in "${GPU_BUNDLES[@]}"; do printf '%s\n' "models/${spec%%:*}/vision.onnx"; done
     find bin photos ref models -type f ! -name vision.onnx ! -name '*.key' ! -name source.sha256 | sort
   }) | tar -C "$BUILD" --no-recursion -T - -cf - --transform 's,^,gpu/,' | nice "${XZ[@]}" -c > "$rest_xz.tmp"
   mv "$rest_xz.tmp" "$rest_xz"
