@@ -12,6 +12,7 @@ pub mod config;
 
 // The layers below under the paths the modules use (`crate::service`, `crate::bundle`, ...).
 use jointspace_core::{filter, modality};
+pub use jointspace_embed::batch;
 use jointspace_embed::{bundle, decode, pipeline, runtime, text, vision};
 use jointspace_service as service;
 use jointspace_service::{fetch, metrics};

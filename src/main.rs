@@ -36,5 +36,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Import(a) => cli::import(a).await?,
         Command::Sync(a) => cli::sync(a).await?,
     }
+    // The command's pipeline is dropped by now: let its inference workers end (and free their sessions)
+    // before the process's exit tears the runtime's libraries down.
+    jointspace::batch::wait_for_workers(std::time::Duration::from_secs(5));
     Ok(())
 }

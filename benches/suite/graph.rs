@@ -25,6 +25,7 @@ pub struct Opts {
     pub seconds: f64,
     pub tf32: bool,
     pub nhwc: bool,
+    pub conv_search: ConvSearch,
     pub threads: Option<usize>,
     pub ort_dylib: Option<String>,
 }
@@ -49,8 +50,13 @@ impl Opts {
             seconds: f.num("seconds", 3.0)?,
             tf32: f.str("tf32", "on") == "on",
             nhwc: f.str("nhwc", "off") == "on",
+            conv_search: ConvSearch::from_str(&f.str("conv-search", "heuristic"), true)
+                .map_err(anyhow::Error::msg)?,
             threads: f.opt("threads").map(|t| t.parse()).transpose()?,
-            ort_dylib: f.opt("ort-dylib"),
+            // As the server reads it: the flag, else ORT_DYLIB_PATH.
+            ort_dylib: f
+                .opt("ort-dylib")
+                .or_else(|| std::env::var("ORT_DYLIB_PATH").ok()),
         })
     }
 }
@@ -66,7 +72,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
             device: o.device,
             intra_threads: o.threads,
             release_memory: false,
-            conv_search: ConvSearch::Heuristic,
+            conv_search: o.conv_search,
             vision_sessions: Some(o.sessions),
             tf32: o.tf32,
             nhwc: o.nhwc,
@@ -137,6 +143,7 @@ pub fn run(o: &Opts) -> anyhow::Result<Value> {
         "sessions": o.sessions,
         "tf32": o.tf32,
         "nhwc": o.nhwc,
+        "conv_search": format!("{:?}", o.conv_search).to_lowercase(),
         "open_s": round(open_s, 2),
         "runs": runs,
     }))

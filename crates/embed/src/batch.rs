@@ -159,7 +159,7 @@ impl<I: Send + 'static> Batcher<I> {
         let (epoch, last_ok) = (Instant::now(), Arc::new(AtomicU64::new(0)));
         let alive = Arc::new(AtomicBool::new(true));
         let mut spawned = Ok(());
-        for (w, mut run) in runs.into_iter().enumerate() {
+        for (w, run) in runs.into_iter().enumerate() {
             let (rx, per_row) = (rx.clone(), row_nanos.clone());
             let (st, q) = (stats.clone(), queued.clone());
             let took = move |j: &Job<I>| {
@@ -173,9 +173,13 @@ impl<I: Send + 'static> Batcher<I> {
                 w => format!("{name}.{w}"),
             };
             let living = alive.clone();
+            LIVE_WORKERS.fetch_add(1, Ordering::AcqRel);
             let dies = DiesLoudly(thread_name.clone(), living);
             let started = thread::Builder::new().name(thread_name).spawn(move || {
                 let _dies_loudly = dies;
+                // Declared after the guard, so dropped before it: the runtime's sessions are gone when the
+                // worker counts as ended (`wait_for_workers`).
+                let mut run = run;
                 let mut pending: Option<Job<I>> = None;
                 loop {
                     let (jobs, rows) = {
@@ -417,8 +421,26 @@ fn answer_jobs<I>(
 /// and liveness say so).
 struct DiesLoudly(String, Arc<AtomicBool>);
 
+/// Worker threads not yet ended, in the whole process.
+static LIVE_WORKERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits up to `limit` for every inference worker to end, once their batchers are dropped. A process should
+/// call it before it exits: a worker that drops a CUDA session while the process's exit is tearing the CUDA
+/// runtime down aborts the process ("driver shutting down") after its work is done.
+pub fn wait_for_workers(limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    while LIVE_WORKERS.load(Ordering::Acquire) > 0 {
+        if Instant::now() >= until {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
 impl Drop for DiesLoudly {
     fn drop(&mut self) {
+        LIVE_WORKERS.fetch_sub(1, Ordering::AcqRel);
         self.1.store(false, Ordering::Release);
         if thread::panicking() {
             tracing::error!(worker = %self.0, "the inference worker panicked and has stopped");

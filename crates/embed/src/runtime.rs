@@ -254,8 +254,11 @@ impl OrtBackend {
             .collect::<Result<Vec<_>, _>>()?;
         // The text graph is a GRU: one small step after another, where a second intra-op thread costs more in
         // hand-offs than it gives (one sentence: 3.8 ms on one thread, 15 ms on two; docs/benchmarks.md).
-        // Concurrent sentences are batched into one run instead.
+        // Concurrent sentences are batched into one run instead. It runs on the CPU whatever the device: its
+        // products are uint8 x int8, which CUDA has no kernel for, so on a GPU each step would cross to the
+        // CPU and back (sentence search cost 16 ms of CPU a request on an H200; docs/benchmarks.md, "GPU").
         let text_options = RuntimeOptions {
+            device: Device::Cpu,
             intra_threads: Some(1),
             ..decided
         };

@@ -4,8 +4,8 @@ input and outputs float32, so the server feeds and reads it as any other.
 
 The windowed crop mode's taps weight each position by its share of the five crops (`window_weights`): weights
 of about 1/50,000, below float16's normal range. Here they are scaled to at most 1 and the weighted map is
-averaged (ReduceMean, which stays within range where a sum of a 64 x 64 map would not); the float32 side puts
-the scale back. A feature map never crosses to float32 whole, only its [N, C] mean.
+averaged (GlobalAveragePool, which stays within range where a sum of a 256 x 256 map would not); the float32
+side puts the scale back. A feature map never crosses to float32 whole, only its [N, C] mean.
 """
 from __future__ import annotations
 
@@ -61,8 +61,10 @@ def _cast(src: str, dst: str, to: int, name: str) -> onnx.NodeProto:
 
 
 def _windowed_mean(reduce: onnx.NodeProto, mul: onnx.NodeProto, inits: dict, extra: list) -> list:
-    """The windowed tap `Mul(x, window) -> ReduceSum` as `Mul(x, window / s) -> ReduceMean` in float16, and
-    the factor `s * H * W` applied in float32 after the cast, giving the tap's mean in float32."""
+    """The windowed tap `Mul(x, window) -> ReduceSum` as `Mul(x, window / s) -> GlobalAveragePool` in float16,
+    and the factor `s * H * W` applied in float32 after the cast, giving the tap's mean in float32. The pool
+    sums in float32 (cuDNN's); CUDA's float16 ReduceMean did not: on VGG16's 256 x 256 maps it turned a
+    quarter of the codes' features (docs/benchmarks.md, "GPU")."""
     (wname,) = [i for i in mul.input if i.endswith("_window")]
     w = numpy_helper.to_array(inits[wname]).astype(np.float64)
     s = float(w.max())
@@ -71,8 +73,8 @@ def _windowed_mean(reduce: onnx.NodeProto, mul: onnx.NodeProto, inits: dict, ext
     scale = helper.make_tensor(f"{mean}_scale32", TensorProto.FLOAT, [], [s * w.shape[-1] * w.shape[-2]])
     extra.append(scale)
     return [
-        helper.make_node("ReduceMean", [reduce.input[0]], [f"{mean}_avg16"], axes=[2, 3], keepdims=0,
-                         name=f"{mean}_avg"),
+        helper.make_node("GlobalAveragePool", [reduce.input[0]], [f"{mean}_pool16"], name=f"{mean}_pool"),
+        helper.make_node("Flatten", [f"{mean}_pool16"], [f"{mean}_avg16"], axis=1, name=f"{mean}_flat"),
         helper.make_node("Cast", [f"{mean}_avg16"], [f"{mean}_avg32"], to=TensorProto.FLOAT, name=f"{mean}_cast"),
         helper.make_node("Mul", [f"{mean}_avg32", scale.name], [mean], name=f"{mean}_scale"),
     ]
