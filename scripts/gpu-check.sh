@@ -143,11 +143,13 @@ done
 G=$W/gpu
 (cd "$G" && sha256sum -c --quiet MANIFEST.sha256) || die "a file of the payload differs from its MANIFEST.sha256"
 say "payload: ${#parts[@]} parts joined, sha256 $got, $(wc -l < "$G/MANIFEST.sha256") files checked"
-# A server built after the payload (carried alone in .cache/gpu/bin, one call of its own) replaces the staged one.
-if [[ -x $STAGE/bin/jointspace ]]; then
-  cp "$STAGE/bin/jointspace" "$G/bin/jointspace"
-  say "server binary from $STAGE/bin: sha256 $(sha256sum "$G/bin/jointspace" | cut -d' ' -f1)"
-fi
+# Binaries built after the payload (carried alone in .cache/gpu/bin, one call of their own) replace the staged ones.
+for x in jointspace bench; do
+  if [[ -x $STAGE/bin/$x ]]; then
+    cp "$STAGE/bin/$x" "$G/bin/$x"
+    say "$x binary from $STAGE/bin: sha256 $(sha256sum "$G/bin/$x" | cut -d' ' -f1)"
+  fi
+done
 BIN=$G/bin/jointspace BENCH=$G/bin/bench PHOTOS=$G/photos/images LIST=$G/photos/list.txt
 n_photos=$(wc -l < "$LIST")
 (( PARITY_N > 0 )) || PARITY_N=$n_photos
@@ -271,35 +273,56 @@ best_vgg=vgg16-windowed best_ten=vgg16-ten best_eff=effnetl2-windowed
 # 5. Each graph alone (`bench graph`: synthetic crops, fixed shapes, copies to and from the device included):
 #    crops/s by precision (float32 as ONNX Runtime runs it by default, in TF32, float16), layout and calls in
 #    flight. What the whole path below reaches is read against these.
-graph_run() {   # bundle, rows, sessions, tf32, nhwc
-  local what="\"bundle_dir\": \"$1\", \"sessions\": $3, \"tf32\": \"$4\", \"nhwc\": \"$5\""
+graph_run() {   # bundle, rows, sessions, tf32, nhwc[, cuDNN search]
+  local search=${6:-heuristic}
+  local what="\"bundle_dir\": \"$1\", \"sessions\": $3, \"tf32\": \"$4\", \"nhwc\": \"$5\", \"conv_search\": \"$search\""
   if (( $(left) < 40 )); then record graph "{$what, \"skipped\": \"budget\"}"; return; fi
   if r=$(timeout 120 "$BENCH" graph --bundle "$G/models/$1" --device "$DEVICE" --rows "$2" --sessions "$3" \
-         --tf32 "$4" --nhwc "$5" --seconds "$GRAPH_S" 2>>"$W/logs/graph.log"); then
+         --tf32 "$4" --nhwc "$5" --conv-search "$search" --seconds "$GRAPH_S" 2>>"$W/logs/graph.log"); then
     record graph "{$what}" "$r"
   else
     record graph "{$what, \"error\": $(jstr "$(tail -n 2 "$W/logs/graph.log")")}"
   fi
 }
+has_half() { [[ " ${HALF[*]} " == *" $1-half "* ]]; }
 graph_run vgg16-windowed "$ROWS_BIG" 1 off off
 graph_run vgg16-windowed "$ROWS_BIG" 1 on off
-graph_run vgg16-windowed "$ROWS_BIG" 2 on off
-graph_run vgg16-windowed "$ROWS_BIG" 1 on on
-if [[ " ${HALF[*]} " == *" vgg16-windowed-half "* ]]; then
-  graph_run vgg16-windowed-half "$ROWS_ALL" 1 on off
-  graph_run vgg16-windowed-half "$ROWS_BIG" 2 on off
+graph_run vgg16-windowed "$ROWS_BIG" 1 on off exhaustive
+if has_half vgg16-windowed; then
+  graph_run vgg16-windowed-half "$ROWS_BIG" 1 on off
+  graph_run vgg16-windowed-half "$ROWS_BIG" 1 on off exhaustive
   graph_run vgg16-windowed-half "$ROWS_BIG" 1 on on
 fi
 graph_run vgg16-ten "$ROWS_BIG" 1 on off
-[[ " ${HALF[*]} " == *" vgg16-ten-half "* ]] && graph_run vgg16-ten-half "$ROWS_BIG" 1 on off
+graph_run vgg16-ten "$ROWS_BIG" 1 on off exhaustive
+if has_half vgg16-ten; then
+  graph_run vgg16-ten-half "$ROWS_BIG" 1 on off
+  graph_run vgg16-ten-half "$ROWS_BIG" 1 on off exhaustive
+fi
 graph_run effnetl2-windowed "$ROWS_ALL" 1 on off
-if [[ " ${HALF[*]} " == *" effnetl2-windowed-half "* ]]; then
+if has_half effnetl2-windowed; then
   graph_run effnetl2-windowed-half "$ROWS_ALL" 1 on off
-  graph_run effnetl2-windowed-half "$ROWS_BIG" 2 on off
-  graph_run effnetl2-windowed-half "$ROWS_BIG" 1 on on
+  graph_run effnetl2-windowed-half "$ROWS_ALL" 1 on off exhaustive
 fi
 
-# 6. Ingest photos/s through `serve`: clients in several processes post pre-encoded JSON batches of photos, about
+# 6. The stage profile of each bundle's image path (`bench ingest`: the whole path as the server runs it, with
+#    concurrent requests, then each stage alone on one thread but the runtime's: where a photo's time goes).
+profile_run() {   # bundle, sessions, pad
+  local what="\"bundle_dir\": \"$1\", \"vision_sessions\": $2, \"pad_batches\": \"$3\""
+  if (( $(left) < 60 )); then record profile "{$what, \"skipped\": \"budget\"}"; return; fi
+  if r=$(timeout 150 "$BENCH" ingest --bundle "$G/models/$1" --images "$PHOTOS" --n "$PROFILE_N" --device "$DEVICE" \
+         --vision-sessions "$2" --pad-batches "$3" --max-batch-crops "$MAX_BATCH" --batch 8 --concurrency "$PROFILE_C" \
+         --threads "$(nproc)" --release-memory false 2>>"$W/logs/profile.log"); then
+    record profile "{$what}" "$r"
+  else
+    record profile "{$what, \"error\": $(jstr "$(tail -n 2 "$W/logs/profile.log")")}"
+  fi
+}
+profile_run "$best_vgg" 2 on
+profile_run "$best_ten" 2 on
+profile_run "$best_eff" 2 on
+
+# 7. Ingest photos/s through `serve`: clients in several processes post pre-encoded JSON batches of photos, about
 #    four batches' rows in flight, after a warm-up; the GPU's busy share sampled by nvidia-smi meanwhile.
 #    First the server as it ran before (one session, unpadded shapes, float32 without TF32), then as it runs
 #    now (two sessions, padded shapes, TF32), then the float16 copies.
@@ -330,16 +353,14 @@ ingest_run() {   # bundle, max batch crops, sessions, pad, tf32
   fi
   stop_server
 }
-ingest_run vgg16-windowed "$MAX_BATCH" 1 off off
+# The server as it runs now (the server as it ran before comes last, below).
 ingest_run vgg16-windowed "$MAX_BATCH" 2 on on
 ingest_run "$best_vgg" "$MAX_BATCH" 2 on on
-ingest_run vgg16-ten "$MAX_BATCH" 2 on on
 ingest_run "$best_ten" "$MAX_BATCH" 2 on on
-ingest_run effnetl2-windowed 64 1 off off
-ingest_run effnetl2-windowed "$MAX_BATCH" 2 on on
+ingest_run "$best_eff" 64 2 on on
 ingest_run "$best_eff" "$MAX_BATCH" 2 on on
 
-# 7. The test split's R@K through `jointspace eval` on the device (1,000 photos staged), each bundle against
+# 8. The test split's R@K through `jointspace eval` on the device (1,000 photos staged), each bundle against
 #     its float32 copy's figure on the CPU (docs/benchmarks.md, "GPU").
 if (( n_photos >= 1000 )); then
   mkdir -p "$W/flickr8k"
@@ -357,43 +378,7 @@ if (( n_photos >= 1000 )); then
   done
 fi
 
-# 8. Parity, each bundle on a server with the default batching; every photo alone, as the reference was made
-#    (float16 against its float32 copy's CPU codes).
-for b in vgg16-windowed vgg16-ten effnetl2-windowed "${HALF[@]}"; do
-  ref=$G/ref/${b%-half}.json
-  if (( $(left) < 30 )); then record parity "{\"bundle_dir\": \"$b\", \"skipped\": \"budget\"}"; continue; fi
-  if ! start_server "parity-$b" "$b"; then
-    record parity "{\"bundle_dir\": \"$b\", \"error\": $(jstr "$START_ERROR")}"
-    continue
-  fi
-  other=()
-  [[ $b == *-half ]] && other=(--other-graph)
-  if r=$("$PY" scripts/gpu_check.py parity --url "$URL" --photos "$PHOTOS" --list "$LIST" --n "$PARITY_N" \
-         --ref "$ref" "${other[@]}"); then
-    record parity "{\"bundle_dir\": \"$b\", \"ready_s\": $READY_S}" "$r"
-  else
-    record parity "{\"bundle_dir\": \"$b\", \"error\": \"the parity client failed (log above)\"}"
-  fi
-  stop_server
-done
-
-# 9. The stage profile of each bundle's image path (`bench ingest`: the whole path as the server runs it, with
-#    concurrent requests, then each stage alone on one thread but the runtime's: where a photo's time goes).
-profile_run() {   # bundle, sessions, pad
-  local what="\"bundle_dir\": \"$1\", \"vision_sessions\": $2, \"pad_batches\": \"$3\""
-  if (( $(left) < 60 )); then record profile "{$what, \"skipped\": \"budget\"}"; return; fi
-  if r=$(timeout 150 "$BENCH" ingest --bundle "$G/models/$1" --images "$PHOTOS" --n "$PROFILE_N" --device "$DEVICE" \
-         --vision-sessions "$2" --pad-batches "$3" --max-batch-crops "$MAX_BATCH" --batch 8 --concurrency "$PROFILE_C" \
-         --threads "$(nproc)" --release-memory false 2>>"$W/logs/profile.log"); then
-    record profile "{$what}" "$r"
-  else
-    record profile "{$what, \"error\": $(jstr "$(tail -n 2 "$W/logs/profile.log")")}"
-  fi
-}
-profile_run "$best_vgg" 2 on
-profile_run "$best_eff" 2 on
-
-# 10. Sentence search: a collection of SEARCH_N synthetic images (codes through the bundle's projection, as
+# 9. Sentence search: a collection of SEARCH_N synthetic images (codes through the bundle's projection, as
 #     scripts/bench.sh seeds it), searched by the test split's captions at each rate (open loop: latency counted
 #     from each request's scheduled start). The server builds its graph from the database.
 if (( $(left) > 40 )); then
@@ -422,6 +407,32 @@ if (( $(left) > 40 )); then
 else
   record search "{\"skipped\": \"budget\"}"
 fi
+
+# 10. Parity, each bundle on a server with the default batching; every photo alone, as the reference was made
+#    (float16 against its float32 copy's CPU codes).
+for b in "${HALF[@]}" vgg16-windowed vgg16-ten effnetl2-windowed; do
+  [[ $b != *-half ]] && (( $(left) < 90 )) && { record parity "{\"bundle_dir\": \"$b\", \"skipped\": \"budget\"}"; continue; }
+  ref=$G/ref/${b%-half}.json
+  if (( $(left) < 30 )); then record parity "{\"bundle_dir\": \"$b\", \"skipped\": \"budget\"}"; continue; fi
+  if ! start_server "parity-$b" "$b"; then
+    record parity "{\"bundle_dir\": \"$b\", \"error\": $(jstr "$START_ERROR")}"
+    continue
+  fi
+  other=()
+  [[ $b == *-half ]] && other=(--other-graph)
+  if r=$("$PY" scripts/gpu_check.py parity --url "$URL" --photos "$PHOTOS" --list "$LIST" --n "$PARITY_N" \
+         --ref "$ref" "${other[@]}"); then
+    record parity "{\"bundle_dir\": \"$b\", \"ready_s\": $READY_S}" "$r"
+  else
+    record parity "{\"bundle_dir\": \"$b\", \"error\": \"the parity client failed (log above)\"}"
+  fi
+  stop_server
+done
+
+# The server as it ran before: one session, unpadded shapes, float32 without TF32 (the graphs' float16
+# copies did not exist).
+ingest_run vgg16-windowed "$MAX_BATCH" 1 off off
+ingest_run effnetl2-windowed 64 1 off off
 
 # 11. The batch command: `jointspace ingest --device cuda` of the staged photos (a folder) into SQLite.
 if (( $(left) > 60 )); then

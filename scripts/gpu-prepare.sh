@@ -58,15 +58,16 @@ PY=$ROOT/.venv/bin/python
 # Bytes that travel with every call: tracked files present in the travelling checkout, and untracked files
 # git does not ignore (what the runner sends besides the carried paths).
 travelling_bytes() {
+  # Tracked files moved aside (--aside) do not travel: stat skips them.
   (cd "$TRAVEL" && { git ls-files -z; git ls-files -z --others --exclude-standard; } \
-    | xargs -0 -r stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
+    | { xargs -0 -r stat -c %s 2>/dev/null || true; } | awk '{ s += $1 } END { print s + 0 }')
 }
 
 # plan [projected]: the calls and their sizes; `projected`: as they will be once models/flickr8k-* are aside.
 plan() {
   local base parts n i size total=0 call committed
   base=$(travelling_bytes)
-  committed=$(cd "$TRAVEL" && git ls-files -z -- 'models/flickr8k-*' | xargs -0 -r stat -c %s 2>/dev/null \
+  committed=$(cd "$TRAVEL" && git ls-files -z -- 'models/flickr8k-*' | { xargs -0 -r stat -c %s 2>/dev/null || true; } \
     | awk '{ s += $1 } END { print s + 0 }')
   [[ "${1:-}" == projected ]] && base=$((base - committed))
   mapfile -t parts < <(find "$STAGE" -mindepth 1 -maxdepth 1 -type d -name 'call*' -printf '%f\n' | sort -V)

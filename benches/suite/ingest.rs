@@ -202,10 +202,16 @@ fn build_pipeline(
             thumbnails: true,
             max_batch_crops: o.max_batch_crops,
             max_batch_texts: 256,
-            // The server's defaults (JOINTSPACE_INFERENCE_QUEUE, _BATCH_WAIT_MS, _MAX_QUEUE_WAIT_MS).
-            queue: 256,
-            max_wait: std::time::Duration::ZERO,
-            max_queue_wait: std::time::Duration::from_millis(2000),
+            // The server's defaults on the CPU (JOINTSPACE_INFERENCE_QUEUE, _BATCH_WAIT_MS, _MAX_QUEUE_WAIT_MS);
+            // with concurrent requests, a queue that holds them all (a throughput bench refuses nothing), and
+            // the batch wait the server takes on CUDA.
+            queue: 256.max(4 * o.concurrency * o.batch * 10),
+            max_wait: std::time::Duration::from_millis(if o.device == Device::Cpu { 0 } else { 2 }),
+            max_queue_wait: if o.concurrency > 1 {
+                std::time::Duration::ZERO
+            } else {
+                std::time::Duration::from_millis(2000)
+            },
             vision_stats: Default::default(),
             text_stats: Default::default(),
             vision_runs: VisionRuns {
