@@ -148,8 +148,9 @@ async fn padded_batches_and_two_sessions_give_each_photo_the_codes_of_one_unpadd
             "on",
             "--max-batch-crops",
             "64",
+            // Long enough for the twelve requests to meet in a batch on a loaded machine.
             "--batch-wait-ms",
-            "20",
+            "200",
         ],
     )
     .await;
