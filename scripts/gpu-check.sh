@@ -319,10 +319,10 @@ profile_run "$best_eff" 2 on
 #    four batches' rows in flight, after a warm-up; the GPU's busy share sampled by nvidia-smi meanwhile.
 #    First the server as it ran before (one session, unpadded shapes, float32 without TF32), then as it runs
 #    now (two sessions, padded shapes, TF32), then the float16 copies.
-ingest_run() {   # bundle, max batch crops, sessions, pad, tf32[, full calls' rows in flight (4)]
-  local b=$1 batch=$2 rows c name calls=${6:-4}
+ingest_run() {   # bundle, max batch crops, sessions, pad, tf32[, full calls' rows in flight (4)[, warm shapes (off)]]
+  local b=$1 batch=$2 rows c name calls=${6:-4} warm=${7:-off}
   rows=$(rows_per_photo "$b")
-  local what="\"bundle_dir\": \"$b\", \"max_batch_crops\": $batch, \"vision_sessions\": $3, \"pad_batches\": \"$4\", \"tf32\": \"$5\", \"calls_in_flight\": $calls"
+  local what="\"bundle_dir\": \"$b\", \"max_batch_crops\": $batch, \"vision_sessions\": $3, \"pad_batches\": \"$4\", \"tf32\": \"$5\", \"calls_in_flight\": $calls, \"warm_shapes\": \"$warm\""
   if (( $(left) < 25 )); then
     record ingest "{$what, \"skipped\": \"budget\"}"; return
   fi
@@ -332,9 +332,9 @@ ingest_run() {   # bundle, max batch crops, sessions, pad, tf32[, full calls' ro
   # Here a ten-crop photo takes seconds on two cores: time it long enough for requests to finish.
   local timed=$TIMED_S
   [[ $MODE == dry ]] && (( rows >= 10 )) && timed=$((4 * TIMED_S))
-  name=ingest-$b-$batch-$3-$4-$5-$calls
+  name=ingest-$b-$batch-$3-$4-$5-$calls-$warm
   if ! start_server "$name" "$b" --max-batch-crops "$batch" --inference-queue 16384 --max-queue-wait-ms 0 \
-       --vision-sessions "$3" --pad-batches "$4" --cuda-tf32 "$5"; then
+       --vision-sessions "$3" --pad-batches "$4" --cuda-tf32 "$5" --warm-batch-shapes "$warm"; then
     record ingest "{$what, \"error\": $(jstr "$START_ERROR")}"
     return
   fi
@@ -353,8 +353,10 @@ ingest_run "$best_vgg" "$MAX_BATCH" 2 on on
 ingest_run "$best_vgg" "$MAX_BATCH" 2 on on 8
 ingest_run "$best_ten" "$MAX_BATCH" 2 on on
 # EfficientNet-Lite2 plans each new shape for seconds a session: one session, unpadded, requests of 64 rows; then
-# the defaults.
+# the defaults with every padded shape planned before serving (its "ready" seconds are that planning), and
+# without.
 ingest_run "$best_eff" 64 1 off on
+ingest_run "$best_eff" 64 2 on on 4 on
 ingest_run "$best_eff" 64 2 on on
 
 # 8. Sentence search: a collection of SEARCH_N synthetic images (codes through the bundle's projection, as

@@ -75,7 +75,19 @@ fn load_wrapped(
             pad_rows: model.pad_batches.unwrap_or(provider == Provider::Cuda),
         },
     };
-    Ok(Arc::new(Pipeline::new(bundle, backend, opts)?))
+    let pipeline = Pipeline::new(bundle, backend, opts)?;
+    if model.warm_batch_shapes {
+        let t = std::time::Instant::now();
+        let shapes = pipeline.warm_shapes()?;
+        if shapes.is_empty() {
+            tracing::warn!(
+                "--warm-batch-shapes has nothing to warm: the vision calls are not padded (--pad-batches)"
+            );
+        } else {
+            tracing::info!(shapes = ?shapes, seconds = t.elapsed().as_secs_f64(), "vision batch shapes warmed");
+        }
+    }
+    Ok(Arc::new(pipeline))
 }
 
 /// The database, migrated, with advice in the error when it cannot be opened.

@@ -175,6 +175,13 @@ pub struct ModelArgs {
     #[arg(long, env = "JOINTSPACE_PAD_BATCHES", value_name = "on|off",
           action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub pad_batches: Option<bool>,
+    /// With padded batches: before serving, run a black call of every padded shape through every vision
+    /// session, so no request waits for the runtime to plan one. On a GPU that planning is 0.4-1.2 s a shape
+    /// and session for VGG16 and 3-5 s for EfficientNet-Lite2 (docs/benchmarks.md, "GPU: a second round on an
+    /// H200"), so the start takes that much longer.
+    #[arg(long, env = "JOINTSPACE_WARM_BATCH_SHAPES", default_value = "off", value_name = "on|off",
+          action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub warm_batch_shapes: bool,
     /// Most crops (vision) or sentences (text) waiting for inference; requests beyond it get 429 at once.
     #[arg(long, env = "JOINTSPACE_INFERENCE_QUEUE", default_value_t = 256)]
     pub inference_queue: usize,

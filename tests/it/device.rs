@@ -213,3 +213,52 @@ fn sessions_padding_tf32_and_nhwc_have_device_defaults_and_bad_values_are_refuse
         assert!(e.contains(bad[1]), "{bad:?}: {e}");
     }
 }
+
+#[test]
+fn warming_runs_every_padded_shape_and_nothing_unpadded() {
+    let cfg = |pad: &str| {
+        ServeArgs::try_from_flags([
+            "--bundle",
+            common::BUNDLE,
+            "--pad-batches",
+            pad,
+            "--max-batch-crops",
+            "40",
+        ])
+        .expect("flags")
+    };
+    let pipeline = jointspace::app::load_pipeline(&cfg("on").model).expect("pipeline");
+    // The fixture takes ten crops: 1, 2, 3 or 4 photos a call pad to 16, 32, 32 and 40 rows, and the
+    // readiness probe sends one crop.
+    assert_eq!(
+        pipeline.warm_shapes().expect("warmed"),
+        vec![vec![1, 16, 32, 40]]
+    );
+    let pipeline = jointspace::app::load_pipeline(&cfg("off").model).expect("pipeline");
+    assert!(pipeline.warm_shapes().expect("nothing to warm").is_empty());
+}
+
+#[tokio::test]
+async fn a_server_that_warms_its_shapes_serves_the_same_codes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = TestApp::start(&dir.path().join("a.db"), &[]).await;
+    let want = embed_together(&plain, 1).await;
+    plain.stop().await;
+    let app = TestApp::start(
+        &dir.path().join("b.db"),
+        &[
+            "--pad-batches",
+            "on",
+            "--warm-batch-shapes",
+            "on",
+            "--max-batch-crops",
+            "40",
+        ],
+    )
+    .await;
+    let got = embed_together(&app, 1).await;
+    for ((code, _), (want_code, _)) in got.iter().zip(&want) {
+        assert_eq!(code, want_code);
+    }
+    app.stop().await;
+}

@@ -153,6 +153,17 @@ pub trait Backend: Send + Sync {
     fn vision_sessions(&self) -> usize {
         1
     }
+    /// Runs `crops` through every session of backbone `graph`, so each has planned that shape
+    /// (`--warm-batch-shapes`); the answer is dropped.
+    fn warm_vision(
+        &self,
+        graph: usize,
+        crops: &[f32],
+        n: usize,
+        side: usize,
+    ) -> Result<(), RuntimeError> {
+        self.vision(graph, crops, n, side).map(drop)
+    }
 }
 
 /// Finds the ONNX Runtime library: the flag / ORT_DYLIB_PATH first, then the project's virtualenv.
@@ -281,6 +292,34 @@ impl OrtBackend {
                 m.text.output_name.clone(),
             ),
         })
+    }
+}
+
+impl OrtBackend {
+    fn vision_graph(&self, graph: usize) -> Result<&VisionSession, RuntimeError> {
+        self.vision.get(graph).ok_or_else(|| {
+            RuntimeError::Run(format!(
+                "no vision graph {graph}: the bundle has {}",
+                self.vision.len()
+            ))
+        })
+    }
+}
+
+impl VisionSession {
+    /// `crops` (`[n, 3, side, side]`) through `session`, one of this graph's.
+    fn run(
+        &self,
+        session: &mut Session,
+        crops: &[f32],
+        n: usize,
+        side: usize,
+    ) -> Result<Vec<f32>, RuntimeError> {
+        let input = TensorRef::from_array_view(([n, 3, side, side], crops)).map_err(run_err)?;
+        let outputs = session
+            .run(vec![(self.io.0.as_str(), input)])
+            .map_err(run_err)?;
+        rows(&outputs[self.io.1.as_str()], n, "vision graph", "crops")
     }
 }
 
@@ -460,23 +499,29 @@ impl Backend for OrtBackend {
         n: usize,
         side: usize,
     ) -> Result<Vec<f32>, RuntimeError> {
-        let v = self.vision.get(graph).ok_or_else(|| {
-            RuntimeError::Run(format!(
-                "no vision graph {graph}: the bundle has {}",
-                self.vision.len()
-            ))
-        })?;
-        let input = TensorRef::from_array_view(([n, 3, side, side], crops)).map_err(run_err)?;
+        let v = self.vision_graph(graph)?;
         // A free session if there is one (each worker thread finds its own), else wait for the first.
         let mut session = v
             .sessions
             .iter()
             .find_map(|s| s.try_lock().ok())
             .unwrap_or_else(|| v.sessions[0].lock().unwrap_or_else(|p| p.into_inner()));
-        let outputs = session
-            .run(vec![(v.io.0.as_str(), input)])
-            .map_err(run_err)?;
-        rows(&outputs[v.io.1.as_str()], n, "vision graph", "crops")
+        v.run(&mut session, crops, n, side)
+    }
+
+    fn warm_vision(
+        &self,
+        graph: usize,
+        crops: &[f32],
+        n: usize,
+        side: usize,
+    ) -> Result<(), RuntimeError> {
+        let v = self.vision_graph(graph)?;
+        for s in &v.sessions {
+            let mut session = s.lock().unwrap_or_else(|p| p.into_inner());
+            v.run(&mut session, crops, n, side)?;
+        }
+        Ok(())
     }
 
     fn text(&self, ids: &[i64], lengths: &[i64]) -> Result<Vec<f32>, RuntimeError> {

@@ -45,6 +45,18 @@ pub fn padded_rows(rows: usize, max_rows: usize) -> usize {
     rows.next_power_of_two().min(max_rows).max(rows)
 }
 
+/// Every shape a padded call can take when each photo brings `per` rows and a call holds at most `max_rows`
+/// (whole photos only), smallest first: what `Pipeline::warm_shapes` runs once per session.
+pub fn padded_shapes(per: usize, max_rows: usize) -> Vec<usize> {
+    let per = per.max(1);
+    let photos = (max_rows / per).max(1);
+    let mut shapes: Vec<usize> = (1..=photos)
+        .map(|k| padded_rows(k * per, max_rows.max(per)))
+        .collect();
+    shapes.dedup();
+    shapes
+}
+
 pub struct Vision {
     batcher: Batcher<Vec<f32>>,
     max_batch_crops: usize,
@@ -147,6 +159,19 @@ impl Vision {
 #[cfg(test)]
 mod tests {
     use super::padded_rows;
+
+    #[test]
+    fn the_padded_shapes_are_each_whole_photo_count_padded() {
+        // Ten crops, 40 rows a call: 10, 20, 30, 40 rows pad to 16, 32, 32, 40.
+        assert_eq!(super::padded_shapes(10, 40), vec![16, 32, 40]);
+        // Windowed (2 a photo) up to 256: every power of two from 2.
+        assert_eq!(
+            super::padded_shapes(2, 256),
+            vec![2, 4, 8, 16, 32, 64, 128, 256]
+        );
+        // A call smaller than one photo still takes the photo.
+        assert_eq!(super::padded_shapes(10, 4), vec![10]);
+    }
 
     #[test]
     fn rows_are_padded_to_a_power_of_two_within_the_batch() {
