@@ -182,19 +182,42 @@ impl<I: Send + 'static> Batcher<I> {
                 let mut run = run;
                 let mut pending: Option<Job<I>> = None;
                 loop {
-                    let (jobs, rows) = {
-                        let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-                        let first = match pending.take() {
-                            Some(j) => j,
-                            None => match rx.recv() {
+                    let (jobs, rows) = match pending.take() {
+                        // A job left over from this worker's last batch runs now: alone if another worker
+                        // holds the queue (it may be waiting there for work that never comes).
+                        Some(first) => match rx.try_lock() {
+                            Ok(rx) => gather_batch(
+                                &rx,
+                                first,
+                                max_rows,
+                                opts.max_wait,
+                                &took,
+                                &mut pending,
+                            ),
+                            Err(std::sync::TryLockError::Poisoned(p)) => gather_batch(
+                                &p.into_inner(),
+                                first,
+                                max_rows,
+                                opts.max_wait,
+                                &took,
+                                &mut pending,
+                            ),
+                            Err(std::sync::TryLockError::WouldBlock) => {
+                                let rows = first.rows;
+                                (vec![first], rows)
+                            }
+                        },
+                        None => {
+                            let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+                            let first = match rx.recv() {
                                 Ok(j) => {
                                     took(&j);
                                     j
                                 }
                                 Err(_) => return, // every sender dropped: shut down
-                            },
-                        };
-                        gather_batch(&rx, first, max_rows, opts.max_wait, &took, &mut pending)
+                            };
+                            gather_batch(&rx, first, max_rows, opts.max_wait, &took, &mut pending)
+                        }
                     };
                     st.batch_rows.observe(rows as f64);
                     let started = Instant::now();
@@ -553,6 +576,40 @@ mod tests {
             }
             assert_eq!(most.load(Ordering::SeqCst), together, "{workers} workers");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_left_over_runs_while_another_worker_waits_on_the_queue() {
+        // Two rows a call: the two-row job does not fit beside the one-row job, so the worker that took the
+        // first keeps it for its next call, while the other worker waits on the empty queue.
+        let opts = BatchOptions {
+            max_rows: 2,
+            ..opts(16, 50)
+        };
+        let b: Batcher<f32> = Batcher::spawn_workers(
+            "t",
+            2,
+            opts,
+            1,
+            BatchStats::default(),
+            |jobs: &[Job<f32>]| {
+                Ok(jobs
+                    .iter()
+                    .flat_map(|j| std::iter::repeat_n(j.input, j.rows))
+                    .collect())
+            },
+        );
+        let (one, two) = (b.clone(), b.clone());
+        let first = tokio::spawn(async move { one.submit(1.0, 1).await });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let second = tokio::spawn(async move { two.submit(2.0, 2).await });
+        let both = tokio::time::timeout(Duration::from_secs(5), async {
+            (first.await.unwrap(), second.await.unwrap())
+        })
+        .await
+        .expect("both jobs answered, none left waiting behind the other worker");
+        assert_eq!(both.0.unwrap(), vec![1.0]);
+        assert_eq!(both.1.unwrap(), vec![2.0, 2.0]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
