@@ -44,7 +44,7 @@ impl Opts {
         );
         Ok(Opts {
             bundle: f.str("bundle", "models/flickr8k-vgg16-fne"),
-            device: Device::from_str(&f.str("device", "cpu"), true).map_err(anyhow::Error::msg)?,
+            device: f.device()?,
             rows,
             sessions: f.num("sessions", 1usize)?.max(1),
             seconds: f.num("seconds", 3.0)?,
@@ -53,10 +53,7 @@ impl Opts {
             conv_search: ConvSearch::from_str(&f.str("conv-search", "heuristic"), true)
                 .map_err(anyhow::Error::msg)?,
             threads: f.opt("threads").map(|t| t.parse()).transpose()?,
-            // As the server reads it: the flag, else ORT_DYLIB_PATH.
-            ort_dylib: f
-                .opt("ort-dylib")
-                .or_else(|| std::env::var("ORT_DYLIB_PATH").ok()),
+            ort_dylib: f.ort_dylib(),
         })
     }
 }

@@ -65,12 +65,9 @@ impl Opts {
             batch: f.num("batch", 8)?,
             concurrency: f.num("concurrency", 1usize)?.max(1),
             max_batch_crops: f.num("max-batch-crops", 32)?,
-            // As the server reads it: the flag, else ORT_DYLIB_PATH.
-            ort_dylib: f
-                .opt("ort-dylib")
-                .or_else(|| std::env::var("ORT_DYLIB_PATH").ok()),
+            ort_dylib: f.ort_dylib(),
             release_memory: f.str("release-memory", "true") == "true",
-            device: Device::from_str(&f.str("device", "cpu"), true).map_err(anyhow::Error::msg)?,
+            device: f.device()?,
             vision_sessions: f.opt("vision-sessions").map(|v| v.parse()).transpose()?,
             pad_batches: f.str("pad-batches", "off") == "on",
             tf32: f.str("tf32", "on") == "on",

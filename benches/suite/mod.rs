@@ -44,6 +44,19 @@ impl Flags {
         self.0.get(key).cloned()
     }
 
+    /// `--device` (cpu, cuda or auto; default cpu).
+    pub fn device(&self) -> anyhow::Result<jointspace_embed::runtime::Device> {
+        use clap::ValueEnum;
+        jointspace_embed::runtime::Device::from_str(&self.str("device", "cpu"), true)
+            .map_err(anyhow::Error::msg)
+    }
+
+    /// `--ort-dylib`, else ORT_DYLIB_PATH, as the server reads them.
+    pub fn ort_dylib(&self) -> Option<String> {
+        self.opt("ort-dylib")
+            .or_else(|| std::env::var("ORT_DYLIB_PATH").ok())
+    }
+
     pub fn num<T: std::str::FromStr>(&self, key: &str, default: T) -> anyhow::Result<T> {
         match self.0.get(key) {
             Some(v) => v

@@ -131,30 +131,39 @@ async fn embed_together(app: &TestApp, copies: usize) -> Vec<(String, Vec<f64>)>
         .collect()
 }
 
+/// The photos' codes and vectors from a server with the defaults (each photo once), then from one started
+/// with `flags` (`copies` requests of each photo at once), which is handed back still running.
+type Embedded = Vec<(String, Vec<f64>)>;
+async fn plain_then(
+    dir: &std::path::Path,
+    flags: &[&str],
+    copies: usize,
+) -> (Embedded, Embedded, TestApp) {
+    let plain = TestApp::start(&dir.join("a.db"), &[]).await;
+    let want = embed_together(&plain, 1).await;
+    plain.stop().await;
+    let app = TestApp::start(&dir.join("b.db"), flags).await;
+    let got = embed_together(&app, copies).await;
+    (want, got, app)
+}
+
 #[tokio::test]
 async fn padded_batches_and_two_sessions_give_each_photo_the_codes_of_one_unpadded_session() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let plain = TestApp::start(&dir.path().join("a.db"), &[]).await;
-    let want = embed_together(&plain, 1).await;
-    plain.stop().await;
     // Three requests of each photo at once, batched up to 64 crops (ten a photo, padded to a power of two:
     // 16, 32 or 64 rows of which some are black) on two sessions.
-    let app = TestApp::start(
-        &dir.path().join("b.db"),
-        &[
-            "--vision-sessions",
-            "2",
-            "--pad-batches",
-            "on",
-            "--max-batch-crops",
-            "64",
-            // Long enough for the twelve requests to meet in a batch on a loaded machine.
-            "--batch-wait-ms",
-            "200",
-        ],
-    )
-    .await;
-    let got = embed_together(&app, 3).await;
+    let flags = [
+        "--vision-sessions",
+        "2",
+        "--pad-batches",
+        "on",
+        "--max-batch-crops",
+        "64",
+        // Long enough for the twelve requests to meet in a batch on a loaded machine.
+        "--batch-wait-ms",
+        "200",
+    ];
+    let (want, got, app) = plain_then(dir.path(), &flags, 3).await;
     for (i, (code, vector)) in got.iter().enumerate() {
         let (want_code, want_vector) = &want[i / 3];
         assert_eq!(code, want_code, "photo {}: another code", i / 3);
@@ -241,22 +250,15 @@ fn warming_runs_every_padded_shape_and_nothing_unpadded() {
 #[tokio::test]
 async fn a_server_that_warms_its_shapes_serves_the_same_codes() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let plain = TestApp::start(&dir.path().join("a.db"), &[]).await;
-    let want = embed_together(&plain, 1).await;
-    plain.stop().await;
-    let app = TestApp::start(
-        &dir.path().join("b.db"),
-        &[
-            "--pad-batches",
-            "on",
-            "--warm-batch-shapes",
-            "on",
-            "--max-batch-crops",
-            "40",
-        ],
-    )
-    .await;
-    let got = embed_together(&app, 1).await;
+    let flags = [
+        "--pad-batches",
+        "on",
+        "--warm-batch-shapes",
+        "on",
+        "--max-batch-crops",
+        "40",
+    ];
+    let (want, got, app) = plain_then(dir.path(), &flags, 1).await;
     for ((code, _), (want_code, _)) in got.iter().zip(&want) {
         assert_eq!(code, want_code);
     }

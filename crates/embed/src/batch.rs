@@ -182,41 +182,34 @@ impl<I: Send + 'static> Batcher<I> {
                 let mut run = run;
                 let mut pending: Option<Job<I>> = None;
                 loop {
-                    let (jobs, rows) = match pending.take() {
-                        // A job left over from this worker's last batch runs now: alone if another worker
-                        // holds the queue (it may be waiting there for work that never comes).
+                    // A job left over from this worker's last batch runs now: alone if another worker holds
+                    // the queue (it may be waiting there for work that never comes).
+                    let (queue, first) = match pending.take() {
                         Some(first) => match rx.try_lock() {
-                            Ok(rx) => gather_batch(
-                                &rx,
-                                first,
-                                max_rows,
-                                opts.max_wait,
-                                &took,
-                                &mut pending,
-                            ),
-                            Err(std::sync::TryLockError::Poisoned(p)) => gather_batch(
-                                &p.into_inner(),
-                                first,
-                                max_rows,
-                                opts.max_wait,
-                                &took,
-                                &mut pending,
-                            ),
-                            Err(std::sync::TryLockError::WouldBlock) => {
-                                let rows = first.rows;
-                                (vec![first], rows)
+                            Ok(rx) => (Some(rx), first),
+                            Err(std::sync::TryLockError::Poisoned(p)) => {
+                                (Some(p.into_inner()), first)
                             }
+                            Err(std::sync::TryLockError::WouldBlock) => (None, first),
                         },
                         None => {
                             let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-                            let first = match rx.recv() {
+                            match rx.recv() {
                                 Ok(j) => {
                                     took(&j);
-                                    j
+                                    (Some(rx), j)
                                 }
                                 Err(_) => return, // every sender dropped: shut down
-                            };
+                            }
+                        }
+                    };
+                    let (jobs, rows) = match queue {
+                        Some(rx) => {
                             gather_batch(&rx, first, max_rows, opts.max_wait, &took, &mut pending)
+                        }
+                        None => {
+                            let rows = first.rows;
+                            (vec![first], rows)
                         }
                     };
                     st.batch_rows.observe(rows as f64);

@@ -96,10 +96,6 @@ pub struct Pipeline {
     text: TextEncoder,
     /// Bounds the decoded images held in memory at once.
     decode_permits: Arc<tokio::sync::Semaphore>,
-    /// The runtime under the workers, for `warm_shapes`; and how the workers call it.
-    backend: Arc<dyn Backend>,
-    max_batch_crops: usize,
-    vision_runs: VisionRuns,
 }
 
 impl Pipeline {
@@ -162,9 +158,6 @@ impl Pipeline {
             limits: opts.limits,
             thumbnails: opts.thumbnails,
             decode_permits: Arc::new(tokio::sync::Semaphore::new(2 * cores)),
-            max_batch_crops: opts.max_batch_crops,
-            vision_runs: opts.vision_runs,
-            backend,
             bundle,
         })
     }
@@ -173,34 +166,15 @@ impl Pipeline {
         self.provider
     }
 
-    /// Runs a black call of every shape the padded calls can take through every session of every backbone,
-    /// so no request waits for the runtime to plan one (`--warm-batch-shapes`; CUDA plans a shape per session,
-    /// 3-5 s for EfficientNet-Lite2 on an H200). Blocking: seconds to minutes on a GPU. Returns each
-    /// backbone's shapes, in code order; none when the calls are not padded (every row count is a shape).
+    /// Every backbone's `Vision::warm`, in code order: each one's shapes, or none when the calls are not padded.
     pub fn warm_shapes(&self) -> Result<Vec<Vec<usize>>, EmbedError> {
-        if !self.vision_runs.pad_rows {
-            return Ok(vec![]);
-        }
-        let mut all = Vec::with_capacity(self.cuts.len());
-        for (graph, cut) in self.cuts.iter().enumerate() {
-            let per = cut.mode.crops();
-            // The readiness probe's one black crop is a shape of its own.
-            let mut shapes = vec![1];
-            shapes.extend(crate::vision::padded_shapes(
-                per,
-                self.max_batch_crops.max(per),
-            ));
-            shapes.dedup();
-            let (side, crop_len) = (cut.spec.graph_side(), crops::crop_len(&cut.spec));
-            let most = shapes.last().copied().unwrap_or(per);
-            let black = vec![0f32; most * crop_len];
-            for &rows in &shapes {
-                self.backend
-                    .warm_vision(graph, &black[..rows * crop_len], rows, side)?;
-            }
-            all.push(shapes);
-        }
-        Ok(all)
+        let warmed: Option<Vec<Vec<usize>>> = self
+            .vision
+            .iter()
+            .zip(self.cuts.iter())
+            .map(|(v, cut)| v.warm(cut.mode.crops()))
+            .collect::<Result<_, _>>()?;
+        Ok(warmed.unwrap_or_default())
     }
 
     /// Each backbone's crop mode as it runs, in code order.

@@ -32,21 +32,13 @@ pub struct VisionRuns {
     pub pad_rows: bool,
 }
 
-impl VisionRuns {
-    /// One call at a time, unpadded: the CPU's way.
-    pub const SERIAL: VisionRuns = VisionRuns {
-        workers: 1,
-        pad_rows: false,
-    };
-}
-
 /// The rows a call of `rows` is padded to under `pad_rows`, at most `max_rows` (and never fewer than `rows`).
 pub fn padded_rows(rows: usize, max_rows: usize) -> usize {
     rows.next_power_of_two().min(max_rows).max(rows)
 }
 
 /// Every shape a padded call can take when each photo brings `per` rows and a call holds at most `max_rows`
-/// (whole photos only), smallest first: what `Pipeline::warm_shapes` runs once per session.
+/// (whole photos only), smallest first: what `Vision::warm` runs once per session.
 pub fn padded_shapes(per: usize, max_rows: usize) -> Vec<usize> {
     let per = per.max(1);
     let photos = (max_rows / per).max(1);
@@ -62,6 +54,11 @@ pub struct Vision {
     max_batch_crops: usize,
     crop_len: usize,
     raw_dim: usize,
+    /// What `warm` needs: the runtime under the worker, this backbone's graph and side, and whether calls pad.
+    backend: Arc<dyn Backend>,
+    graph: usize,
+    side: usize,
+    pad_rows: bool,
 }
 
 impl Vision {
@@ -77,6 +74,7 @@ impl Vision {
     ) -> Vision {
         let (side, crop_len, raw_dim) = (spec.graph_side(), crops::crop_len(spec), spec.raw_dim);
         let max_batch_crops = opts.max_rows.max(1);
+        let runtime = backend.clone();
         let batcher = Batcher::spawn_workers(
             &worker_name(graph),
             runs.workers,
@@ -91,13 +89,13 @@ impl Vision {
                     rows
                 };
                 if let ([one], true) = (jobs, shape == rows) {
-                    return backend.vision(graph, &one.input, rows, side);
+                    return runtime.vision(graph, &one.input, rows, side);
                 }
                 // Several requests, or padding: one contiguous input for one run.
                 let mut all = Vec::with_capacity(shape * crop_len);
                 jobs.iter().for_each(|j| all.extend_from_slice(&j.input));
                 all.resize(shape * crop_len, 0.0);
-                let mut out = backend.vision(graph, &all, shape, side)?;
+                let mut out = runtime.vision(graph, &all, shape, side)?;
                 out.truncate(rows * raw_dim);
                 Ok(out)
             },
@@ -107,7 +105,35 @@ impl Vision {
             max_batch_crops,
             crop_len,
             raw_dim,
+            backend,
+            graph,
+            side,
+            pad_rows: runs.pad_rows,
         }
+    }
+
+    /// Runs a black call of every shape the padded calls can take, `per` rows a photo, through every session,
+    /// so no request waits for the runtime to plan one (`--warm-batch-shapes`; CUDA plans a shape per session,
+    /// 3-5 s for EfficientNet-Lite2 on an H200). Blocking. Returns the shapes, the readiness probe's one crop
+    /// first; None when the calls are not padded (every row count is a shape).
+    pub fn warm(&self, per: usize) -> Result<Option<Vec<usize>>, RuntimeError> {
+        if !self.pad_rows {
+            return Ok(None);
+        }
+        let mut shapes = vec![1];
+        shapes.extend(padded_shapes(per, self.max_batch_crops));
+        shapes.dedup();
+        let most = shapes.last().copied().unwrap_or(per);
+        let black = vec![0f32; most * self.crop_len];
+        for &rows in &shapes {
+            self.backend.warm_vision(
+                self.graph,
+                &black[..rows * self.crop_len],
+                rows,
+                self.side,
+            )?;
+        }
+        Ok(Some(shapes))
     }
 
     /// Whether the worker answers (readiness): one black crop through the queue, unless a run just succeeded.
