@@ -152,7 +152,7 @@ def test_bfloat16_and_integer_features_are_cached_apart(tmp_path):
     exact = features.cache_dir(g, ["a.jpg"], "ten", tmp_path)
     approx = features.cache_dir(g, ["a.jpg"], "ten", tmp_path, tag="bf16")
     assert exact != approx and exact.name.replace("-ten-", "-ten-bf16-") == approx.name
-    # An int8 graph's features come from onnxruntime's precise path, apart from any made on the saturating one.
+    # An int8 graph's features come from a product that does not saturate, apart from any made on one that did.
     assert "-ten-precise-" in features.cache_dir(q, ["a.jpg"], "ten", tmp_path).name
 
 
@@ -193,3 +193,13 @@ def test_windowed_needs_strides_that_divide_the_crop_offsets():
         backbones.window_weights(250, 16, 224)
     with pytest.raises(ValueError, match="convolutions only"):
         vgg16.build_graph(vgg16.random_vgg(SMALL, seed=1, fc=4), "post_relu", windowed_from=256)
+
+
+def test_precise_path_only_without_vnni(monkeypatch):
+    # The server asks for onnxruntime's precise uint8 x int8 path only where the CPU has no VNNI; so does the trainer.
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    assert features.has_vnni("flags\t: fpu sse2 avx2 avx512f avx512_vnni\n")
+    assert features.has_vnni("flags\t: fpu sse2 avx2 avx_vnni\n")
+    assert not features.has_vnni("flags\t: fpu sse2 avx2 fma f16c\n")
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    assert features.has_vnni("flags\t: fp asimd\n")
