@@ -8,7 +8,7 @@
 # With TITLES=1 (flickr8k) each image also has a `title` (the first caption of the photo it mostly takes after) in a
 # collection whose `text_fields` name it, the load runs once per search channel set (the photo and keywords, the
 # words by meaning alone, and the default: all three), and keyword and hybrid quality are measured.
-# Usage: N=100000 [SET=flickr8k|clusters] [TITLES=1] [EFS="256 512"] [RATE=200] [BENCH_BINARY=path] scripts/bench-pgvector.sh
+# Usage: N=100000 [SET=flickr8k|clusters] [TITLES=1] [EFS="256 512" [EFS_LOAD=1]] [RATE=200] [BENCH_BINARY=path] scripts/bench-pgvector.sh
 #   results: one JSON line per measurement in target/bench/pgvector.jsonl; EFS: the searches again at those
 #   --ef-search values (the default: from the collection's size). Resumable: the database, the memory index's snapshot and the exact
 #   answers live in BENCH_DIR (default .cache/bench-pgvector-SET-N, ignored by git), so a rerun (or one after a crash)
@@ -119,21 +119,27 @@ pg_cpu() {
 LOADS=('{}')
 [[ $TITLES == 1 ]] && LOADS=('{"mode": "hybrid", "channels": ["vector", "keyword"]}' \
   '{"mode": "hybrid", "channels": ["text"]}' '{}')
-for p in 28601 28602; do
-  mode=database; [[ $p == 28602 ]] && mode=memory
-  for fields in "${LOADS[@]}"; do
-    pg0=$(pg_cpu)
-    out=$("$BENCH" load --url "http://127.0.0.1:$p/v1/collections/big/images/search" --query text \
-        --texts "$DATA/Flickr8k.token.txt" --rate "${RATE:-200}" --seconds 10 --server-pid "$(cat "$DIR/pid-$p")" \
-        --fields "$fields")
-    pg1=$(pg_cpu)
-    echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin); answered = d.get("statuses", {}).get("200", 0)
+# The loads on both servers; with an argument, each line also names the --ef-search they ran at.
+loads() { # [ef_search]
+  local p mode fields out pg0 pg1
+  for p in 28601 28602; do
+    mode=database; [[ $p == 28602 ]] && mode=memory
+    for fields in "${LOADS[@]}"; do
+      pg0=$(pg_cpu)
+      out=$("$BENCH" load --url "http://127.0.0.1:$p/v1/collections/big/images/search" --query text \
+          --texts "$DATA/Flickr8k.token.txt" --rate "${RATE:-200}" --seconds 10 --server-pid "$(cat "$DIR/pid-$p")" \
+          --fields "$fields")
+      pg1=$(pg_cpu)
+      echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin); answered = d.get("statuses", {}).get("200", 0)
 print(json.dumps({"bench": "pgvector-load", "n": int(sys.argv[1]), "index": sys.argv[2],
+      **({"ef_search": int(sys.argv[5])} if sys.argv[5] else {}),
       **{k: d.get(k) for k in ("fields", "rate", "throughput_ok_per_s", "latency_all", "statuses", "server_cpu_ms_per_request", "loadavg")},
       "postgres_cpu_ms_per_answer": round(1e3 * (float(sys.argv[4]) - float(sys.argv[3])) / max(answered, 1), 2)}))' \
-        "$N" "$mode" "$pg0" "$pg1" | tag | tee -a "$OUT/pgvector.jsonl"
+          "$N" "$mode" "$pg0" "$pg1" "${1:-}" | tag | tee -a "$OUT/pgvector.jsonl"
+    done
   done
-done
+}
+loads
 # With titles: keyword and hybrid quality (an image titled with the query photo's first caption found).
 if [[ $TITLES == 1 ]]; then
   "$PGBIN/psql" -qtAh 127.0.0.1 -p "$port" -U postgres -d bench -F $'\t' \
@@ -141,12 +147,14 @@ if [[ $TITLES == 1 ]]; then
   "$PY" scripts/bench_pgvector.py titled "$N" "$DIR/titles.tsv" "$DATA" database=28601 memory=28602 \
     | tag | tee -a "$OUT/pgvector.jsonl"
 fi
-# EFS="256 512": recall and latency again with a wider search (--ef-search); the memory index reloads its snapshot.
+# EFS="256 512": recall and latency again at that --ef-search (EFS_LOAD=1: the loads too); the memory index reloads
+# its snapshot.
 for ef in ${EFS:-}; do
   stop 28601; stop 28602
   start 28601 --index database --ef-search "$ef" "${EB[@]}" >/dev/null
   start 28602 --index memory --index-dir "$DIR/snapshot" --ef-search "$ef" "${EB[@]}" >/dev/null
   "$PY" scripts/bench_pgvector.py search "$N" "$DIR/truth.jsonl" database=28601 memory=28602 \
     | sed "s/^{/{\"ef_search\": $ef, /" | tag | tee -a "$OUT/pgvector.jsonl"
+  if [[ ${EFS_LOAD:-0} == 1 ]]; then loads "$ef"; fi
 done
 stop 28601; stop 28602
