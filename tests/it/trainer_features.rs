@@ -1,15 +1,16 @@
 //! Check of the image path on real photos against the trainer's raw-feature cache (JPEG decode, resize,
 //! crops, normalisation, vision graph). It needs data that CI does not have, so it is `#[ignore]`d and
 //! reported as such; run it with `cargo test --release --test it trainer_features:: -- --ignored` and:
-//!   JOINTSPACE_PARITY_BUNDLE  a bundle whose vision.onnx is the graph the cache was made with
+//!   JOINTSPACE_PARITY_BUNDLE  a bundle whose vision.onnx and crop mode the cache was made with
 //!   JOINTSPACE_FEATURES_DIR   the cache folder (features.npy, done.npy, names.json)
 //!   JOINTSPACE_IMAGES_DIR     the photos (e.g. /work/shared/data/flickr8k/images)
 
 use std::path::PathBuf;
 
-use jointspace_embed::bundle::{Bundle, CropMode};
+use jointspace_embed::bundle::Bundle;
 use jointspace_embed::crops;
 use jointspace_embed::decode::{DecodeLimits, decode};
+use jointspace_embed::prepare;
 use jointspace_embed::runtime::{Backend, OrtBackend, RuntimeOptions, locate_dylib};
 
 fn npy_rows(path: &PathBuf) -> (Vec<u8>, usize) {
@@ -57,10 +58,16 @@ fn raw_features_match_the_trainer_cache_on_real_jpegs() {
             &DecodeLimits::default(),
         )
         .expect("decodes");
-        let r = crops::resize(&img, spec.resize);
-        let mut x = vec![0f32; crops::crop_len(spec)];
-        crops::write_crops(&r, spec, CropMode::Center, &mut x);
-        let got = be.vision(0, &x, 1, spec.input_size).expect("runs");
+        let r = crops::resize(&prepare::apply(spec.prepare.as_ref(), img), spec.resize);
+        let side = spec.graph_side();
+        let n = crops::crop_origins(spec.crop_mode, spec.resize, side).len();
+        let mut x = vec![0f32; n * crops::crop_len(spec)];
+        crops::write_crops(&r, spec, spec.crop_mode, &mut x);
+        let rows = be.vision(0, &x, n, side).expect("runs");
+        // The trainer caches each photo's mean over its crops' (or windowed passes') rows.
+        let got: Vec<f32> = (0..dim)
+            .map(|j| (0..n).map(|k| rows[k * dim + j]).sum::<f32>() / n as f32)
+            .collect();
         let row = &feats[fstart + i * dim * 4..fstart + (i + 1) * dim * 4];
         for (j, c) in row.chunks_exact(4).enumerate() {
             let want = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
