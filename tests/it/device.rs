@@ -131,9 +131,10 @@ async fn embed_together(app: &TestApp, copies: usize) -> Vec<(String, Vec<f64>)>
         .collect()
 }
 
+type Embedded = Vec<(String, Vec<f64>)>;
+
 /// The photos' codes and vectors from a server with the defaults (each photo once), then from one started
 /// with `flags` (`copies` requests of each photo at once), which is handed back still running.
-type Embedded = Vec<(String, Vec<f64>)>;
 async fn plain_then(
     dir: &std::path::Path,
     flags: &[&str],
