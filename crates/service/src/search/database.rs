@@ -6,7 +6,7 @@
 
 use std::{
     collections::HashMap,
-    sync::Mutex,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -16,7 +16,7 @@ use crate::{
     index::{Hit, Score, largest_scanned, rank_candidates, walk_beats_scan},
     modality::Modality,
     search::{Matches, QueryVector, Ranked, SearchParams},
-    store::{HALF_ERROR, Nearest, Similar, VectorMetric},
+    store::{HALF_ERROR, Nearest, Similar, Store, VectorMetric},
 };
 
 /// Which of pgvector's distances finds the candidates for a score: the inner product for cosine (unit
@@ -46,13 +46,64 @@ pub(crate) const HNSW_M: usize = 16;
 /// matches was 650 ms of an 850 ms search.
 pub(crate) const MATCHES_COUNTED_TO: usize = 10_000;
 
-/// How long a collection's counted size serves the scan-or-walk choice: it needs the order of magnitude only,
-/// and a count of 1M rows costs a search's worth of time.
+/// How long a collection's counted size serves unquestioned; past it the size still serves while one count in
+/// the background replaces it. The breadth and the scan-or-walk choice need its order of magnitude only, and a
+/// count is a pass over the collection's rows: 160 ms at 100k, which a search that waited for it added to its
+/// own latency (the 200-a-second load's p99 went from 30 ms to 200 in the 10 s that held one).
 const SIZE_TTL: Duration = Duration::from_secs(60);
 
-/// Collections' sizes by modality as last counted, and when.
-#[derive(Default)]
-pub(crate) struct CollectionSizes(Mutex<HashMap<(i64, Modality), (Instant, usize)>>);
+/// Collections' sizes by modality as last counted, and when; shared with the background counts.
+#[derive(Default, Clone)]
+pub(crate) struct CollectionSizes(Arc<Mutex<HashMap<(i64, Modality), Size>>>);
+
+struct Size {
+    counted: Instant,
+    n: usize,
+    /// A background count is under way: one at a time.
+    counting: bool,
+}
+
+/// What the cache holds for a collection.
+#[derive(Debug, PartialEq, Eq)]
+enum Cached {
+    /// Nothing yet: the caller counts, and waits.
+    Missing,
+    /// A size to use; `recount` asks the caller to start the one background count that replaces it.
+    Size { n: usize, recount: bool },
+}
+
+impl CollectionSizes {
+    fn get(&self, key: (i64, Modality), now: Instant) -> Cached {
+        let mut sizes = self.0.lock().expect("sizes");
+        match sizes.get_mut(&key) {
+            None => Cached::Missing,
+            Some(s) => {
+                let recount = !s.counting && now.saturating_duration_since(s.counted) >= SIZE_TTL;
+                s.counting |= recount;
+                Cached::Size { n: s.n, recount }
+            }
+        }
+    }
+
+    /// A count's result (None: it failed, and the old size serves until the next one).
+    fn counted(&self, key: (i64, Modality), at: Instant, n: Option<usize>) {
+        let mut sizes = self.0.lock().expect("sizes");
+        match (n, sizes.get_mut(&key)) {
+            (Some(n), _) => {
+                sizes.insert(
+                    key,
+                    Size {
+                        counted: at,
+                        n,
+                        counting: false,
+                    },
+                );
+            }
+            (None, Some(s)) => s.counting = false,
+            (None, None) => {}
+        }
+    }
+}
 
 /// The one query, its settings and what to ask for.
 pub(crate) struct DbQuery<'a> {
@@ -145,39 +196,43 @@ impl Service {
     }
 
     /// How many rows one modality's index of a collection holds (images, or sentences: written captions and
-    /// text-field sentences), counted at most once a `SIZE_TTL`: it sets the walk's breadth and chooses between
-    /// scan and walk.
+    /// text-field sentences): it sets the walk's breadth and chooses between scan and walk. Counted when first
+    /// asked; then counted again in the background once `SIZE_TTL` has passed, the last count serving meanwhile.
     pub(crate) async fn collection_size(
         &self,
         collection_id: i64,
         modality: Modality,
     ) -> Result<usize> {
         let key = (collection_id, modality);
-        if let Some((at, n)) = self.sizes.0.lock().expect("sizes").get(&key) {
-            if at.elapsed() < SIZE_TTL {
-                return Ok(*n);
+        match self.sizes.get(key, Instant::now()) {
+            Cached::Size { n, recount } => {
+                if recount {
+                    let (store, metrics, sizes) =
+                        (self.store.clone(), self.metrics.clone(), self.sizes.clone());
+                    tokio::spawn(async move {
+                        let at = Instant::now();
+                        let n = count_rows(&store, collection_id, modality).await;
+                        metrics.observe_db(count_op(modality), at.elapsed());
+                        if let Err(e) = &n {
+                            tracing::warn!(collection_id, error = %e, "counting a collection's rows failed; the last count serves");
+                        }
+                        sizes.counted(key, at, n.ok());
+                    });
+                }
+                Ok(n)
+            }
+            Cached::Missing => {
+                let at = Instant::now();
+                let n = self
+                    .timed_db(
+                        count_op(modality),
+                        count_rows(&self.store, collection_id, modality),
+                    )
+                    .await?;
+                self.sizes.counted(key, at, Some(n));
+                Ok(n)
             }
         }
-        let n = match modality {
-            Modality::Images => {
-                self.timed_db(
-                    "count_images",
-                    self.store.count_images(collection_id, &Filter::all()),
-                )
-                .await?
-            }
-            Modality::Captions => {
-                self.timed_db("count_sentences", self.store.count_sentences(collection_id))
-                    .await?
-            }
-        }
-        .max(0) as usize;
-        self.sizes
-            .0
-            .lock()
-            .expect("sizes")
-            .insert(key, (Instant::now(), n));
-        Ok(n)
     }
 
     /// Whether a filter admitting `matches` rows is scanned exactly rather than walked: at most
@@ -262,6 +317,23 @@ impl Service {
     }
 }
 
+/// The metric name of a size count.
+fn count_op(modality: Modality) -> &'static str {
+    match modality {
+        Modality::Images => "count_images",
+        Modality::Captions => "count_sentences",
+    }
+}
+
+/// The rows of one modality's index of a collection.
+async fn count_rows(store: &Store, collection_id: i64, modality: Modality) -> Result<usize> {
+    let n = match modality {
+        Modality::Images => store.count_images(collection_id, &Filter::all()).await?,
+        Modality::Captions => store.count_sentences(collection_id).await?,
+    };
+    Ok(n.max(0) as usize)
+}
+
 /// Whether a walk found fewer rows than it asked for while the filter admits more: pgvector's iterative scan
 /// gave up (`hnsw.max_scan_tuples`), and the exact scan must give the page.
 fn walked_short(n: &Nearest<'_>, found: usize, matches: Option<Matches>) -> bool {
@@ -289,7 +361,56 @@ fn within_reach(similar: &[Similar], offsets: bool, want: usize) -> Vec<i64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{HALF_ERROR, Similar, WALK_COST, largest_scanned, walk_beats_scan, within_reach};
+    use std::time::{Duration, Instant};
+
+    use super::{
+        Cached, CollectionSizes, HALF_ERROR, SIZE_TTL, Similar, WALK_COST, largest_scanned,
+        walk_beats_scan, within_reach,
+    };
+    use crate::modality::Modality;
+
+    #[test]
+    fn a_stale_size_serves_while_one_count_replaces_it() {
+        let sizes = CollectionSizes::default();
+        let key = (7, Modality::Images);
+        let t0 = Instant::now();
+        assert_eq!(sizes.get(key, t0), Cached::Missing);
+        sizes.counted(key, t0, Some(100));
+        let fresh = Cached::Size {
+            n: 100,
+            recount: false,
+        };
+        assert_eq!(sizes.get(key, t0 + Duration::from_secs(1)), fresh);
+        // Past the TTL the old size serves, and only the first caller is asked to count.
+        let late = t0 + SIZE_TTL + Duration::from_secs(1);
+        assert_eq!(
+            sizes.get(key, late),
+            Cached::Size {
+                n: 100,
+                recount: true
+            }
+        );
+        assert_eq!(sizes.get(key, late), fresh);
+        // A failed count keeps the old size and lets the next caller try again.
+        sizes.counted(key, late, None);
+        assert_eq!(
+            sizes.get(key, late),
+            Cached::Size {
+                n: 100,
+                recount: true
+            }
+        );
+        sizes.counted(key, late, Some(250));
+        assert_eq!(
+            sizes.get(key, late + Duration::from_secs(1)),
+            Cached::Size {
+                n: 250,
+                recount: false
+            }
+        );
+        // Other collections and modalities are their own entries.
+        assert_eq!(sizes.get((7, Modality::Captions), late), Cached::Missing);
+    }
 
     #[test]
     fn rows_that_may_make_the_page_are_kept_and_the_rest_left() {
