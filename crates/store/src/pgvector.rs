@@ -269,12 +269,8 @@ impl Store {
                 "similarities come from the inner-product index only".into(),
             ));
         }
-        // $2 is the query vector, as in the ORDER BY.
         let rows = self
-            .nearest_rows(
-                q,
-                "id, -(embedding <#> $2::halfvec) AS similarity, hub_offset",
-            )
+            .nearest_rows(q, "id, -(embedding <#> {q}) AS similarity, hub_offset")
             .await?;
         Ok(rows
             .iter()
@@ -286,8 +282,18 @@ impl Store {
             .collect())
     }
 
-    /// The walk (or scan) itself, returning `columns` of the rows found. One transaction so that `SET LOCAL`
-    /// scopes the scan settings to this query (and, on Citus, carries them to the workers).
+    /// The walk (or scan) itself, returning `columns` of the rows found (`{q}` in them stands for the query
+    /// vector). The scan settings are `SET LOCAL`, scoped to this query's transaction (and, on Citus, carried to
+    /// the workers):
+    /// - relaxed_order: the scan goes on past ef_search until LIMIT rows passed the filter (or
+    ///   hnsw.max_scan_tuples were visited); its slight disorder is undone by the caller's exact re-rank;
+    /// - the caller chose walk or scan, and the planner must not overrule it on stale row estimates (right after
+    ///   a bulk import it took a 4,000-row collection for 20 rows and sorted them all): the walk turns sorting
+    ///   off, which leaves only the HNSW index to give the order; the scan turns index scans off.
+    ///
+    /// Without a filter's values to bind, the settings and the query go in one message (the simple protocol, one
+    /// implicit transaction), the vector written into the SQL: one round trip where BEGIN, the query and COMMIT
+    /// took three. The values are the server's own (numbers, ids), none the caller's.
     async fn nearest_rows(
         &self,
         q: &Nearest<'_>,
@@ -302,35 +308,42 @@ impl Store {
             .exclude
             .map(|x| format!(" AND id <> {x}"))
             .unwrap_or_default();
-        let sql = format!(
-            "SELECT {columns} FROM {t} WHERE collection_id = $1 AND embedding IS NOT NULL{excl}{} \
-             ORDER BY embedding {} $2::halfvec LIMIT {}",
-            f.clause,
-            q.metric.operator(),
-            q.limit.max(1)
-        );
-        // relaxed_order: the scan goes on past ef_search until LIMIT rows passed the filter (or
-        // hnsw.max_scan_tuples were visited); its slight disorder is undone by the caller's exact re-rank.
-        // enable_indexscan off makes the planner scan the rows instead (the exact path).
-        // The caller chose walk or scan; the planner must not overrule it on stale row estimates (right after
-        // a bulk import it took a 4,000-row collection for 20 rows and sorted them all): the walk turns sorting
-        // off, which leaves only the HNSW index to give the order, the scan turns index scans off.
-        // A custom plan each time: after five runs of the prepared statement Postgres would switch to a generic
-        // plan, whose walk returns the same rows 4x slower (the query vector is a parameter cast from text
-        // there, a constant in a custom plan; 7.7 against 1.8 ms for 100 rows of 3,000).
-        // The settings travel with BEGIN in one round trip (every value is the server's own, none the caller's).
         let (index_scan, sort) = if q.exact {
             ("off", "on")
         } else {
             ("on", "off")
         };
+        let settings = format!(
+            "SET LOCAL hnsw.ef_search = {}; SET LOCAL hnsw.iterative_scan = relaxed_order; \
+             SET LOCAL enable_indexscan = {index_scan}; SET LOCAL enable_sort = {sort}",
+            q.ef_search.clamp(1, 1000)
+        );
+        let select = |collection: &str, vector: &str| {
+            format!(
+                "SELECT {} FROM {t} WHERE collection_id = {collection} AND embedding IS NOT NULL{excl}{} \
+                 ORDER BY embedding {} {vector} LIMIT {}",
+                columns.replace("{q}", vector),
+                f.clause,
+                q.metric.operator(),
+                q.limit.max(1)
+            )
+        };
+        if f.binds.is_empty() {
+            let vector = format!("'{}'::halfvec", literal(q.query));
+            let sql = format!(
+                "{settings}; {}",
+                select(&q.collection_id.to_string(), &vector)
+            );
+            return Ok(sqlx::raw_sql(&sql).fetch_all(&self.pool).await?);
+        }
+        // A custom plan each time: after five runs of the prepared statement Postgres would switch to a generic
+        // plan, whose walk returns the same rows 4x slower (the query vector is a parameter cast from text
+        // there, a constant in a custom plan; 7.7 against 1.8 ms for 100 rows of 3,000).
+        let sql = select("$1", "$2::halfvec");
         let mut tx = self
             .pool
             .begin_with(format!(
-                "BEGIN; SET LOCAL hnsw.ef_search = {}; SET LOCAL hnsw.iterative_scan = relaxed_order; \
-                 SET LOCAL enable_indexscan = {index_scan}; SET LOCAL enable_sort = {sort}; \
-                 SET LOCAL plan_cache_mode = force_custom_plan",
-                q.ef_search.clamp(1, 1000)
+                "BEGIN; {settings}; SET LOCAL plan_cache_mode = force_custom_plan"
             ))
             .await?;
         let rows = f
