@@ -127,6 +127,8 @@ struct CollectionRef {
     text_fields: Option<Vec<TextField>>,
     /// The product key: images sharing its value are one product's photos (`search::groups`).
     group_by: Option<FieldPath>,
+    /// Whether it held any caption when resolved (a sentence search's default mode).
+    has_captions: bool,
 }
 
 pub struct Service {
@@ -386,16 +388,18 @@ impl Service {
     /// The collection's id by name, without `collection`'s row counts: every request resolves its collection,
     /// and counting 100k rows twice per search cost more than the search (docs/benchmarks.md).
     async fn collection_ref(&self, name: &CollectionName) -> Result<CollectionRef> {
-        let (id, settings) = self.store.collection_key(name.as_str()).await?;
+        let key = self.store.collection_key(name.as_str()).await?;
         // Checked when the collection was created.
-        let group_by = settings
+        let group_by = key
+            .settings
             .group_by
             .as_deref()
             .and_then(|g| FieldPath::parse(g).ok());
         Ok(CollectionRef {
-            id,
-            text_fields: settings.text_fields,
+            id: key.id,
+            text_fields: key.settings.text_fields,
             group_by,
+            has_captions: key.has_captions,
         })
     }
 

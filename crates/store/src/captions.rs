@@ -203,16 +203,6 @@ impl Store {
     }
 
     /// How many captions the collection (or one of its images) has.
-    /// Whether the collection holds any caption (an index lookup, not a count).
-    pub async fn has_captions(&self, collection_id: i64) -> Result<bool, StoreError> {
-        let any: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM captions WHERE collection_id = $1 LIMIT 1")
-                .bind(collection_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(any.is_some())
-    }
-
     pub async fn count_captions(
         &self,
         collection_id: i64,

@@ -31,6 +31,15 @@ pub struct CollectionSettings {
     pub group_by: Option<String>,
 }
 
+/// A collection as a request resolves it (`collection_key`).
+#[derive(Debug, Clone)]
+pub struct CollectionKey {
+    pub id: i64,
+    pub settings: CollectionSettings,
+    /// Whether it holds any caption (written, or a text field's sentence) when resolved.
+    pub has_captions: bool,
+}
+
 const COLLECTION_SELECT: &str = "SELECT c.id, c.name, c.description, c.created_at, c.generation, c.text_fields, c.group_by, \
     (SELECT COUNT(*) FROM images i WHERE i.collection_id = c.id) AS images, \
     (SELECT COUNT(*) FROM captions p WHERE p.collection_id = c.id AND p.field IS NULL) AS captions FROM collections c";
@@ -121,23 +130,26 @@ impl Store {
             .ok_or_else(|| StoreError::NoCollection(name.into()))
     }
 
-    /// A collection's id and settings by name (no counts: every request resolves its collection).
-    pub async fn collection_key(
-        &self,
-        name: &str,
-    ) -> Result<(i64, CollectionSettings), StoreError> {
-        let r = sqlx::query("SELECT id, text_fields, group_by FROM collections WHERE name = $1")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or_else(|| StoreError::NoCollection(name.into()))?;
-        Ok((
-            r.get("id"),
-            CollectionSettings {
+    /// A collection's id and settings by name, and whether it holds any caption (an index probe, no counts:
+    /// every request resolves its collection, and a sentence search's default mode needs the probe).
+    pub async fn collection_key(&self, name: &str) -> Result<CollectionKey, StoreError> {
+        let r = sqlx::query(
+            "SELECT id, text_fields, group_by, \
+             CAST(CASE WHEN EXISTS (SELECT 1 FROM captions p WHERE p.collection_id = c.id) THEN 1 ELSE 0 END \
+             AS BIGINT) AS has_captions FROM collections c WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| StoreError::NoCollection(name.into()))?;
+        Ok(CollectionKey {
+            id: r.get("id"),
+            settings: CollectionSettings {
                 text_fields: super::keywords::parse_fields(r.get("text_fields")),
                 group_by: r.get("group_by"),
             },
-        ))
+            has_captions: r.get::<i64, _>("has_captions") != 0,
+        })
     }
 
     pub async fn collection_id(&self, name: &str) -> Result<i64, StoreError> {

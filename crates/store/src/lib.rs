@@ -36,7 +36,7 @@ use sqlx::{
 pub use self::{
     captions::{CaptionRow, EmbeddedCaption, NewCaption},
     changes::{Change, ChangeKind, Cursor},
-    collections::{CollectionRow, CollectionSettings},
+    collections::{CollectionKey, CollectionRow, CollectionSettings},
     idempotency::{Claim, IDEMPOTENCY_HEARTBEAT, IDEMPOTENCY_RETENTION, IdempotencyKey},
     images::{ImageRow, NewImage, Provenance, StoredCode},
     jobs::{ClaimedJob, JOB_RETENTION, JobRow, JobState},

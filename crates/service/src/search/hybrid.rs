@@ -147,20 +147,19 @@ impl Service {
                 "mode \"{}\" needs a `text` query: keyword search ranks images by the words of a sentence",
                 m.as_str()
             ))),
-            (None, Query::Text(_))
-                if c.text_fields.is_some() || self.has_captions(c.id).await? =>
-            {
+            (None, Query::Text(_)) if c.text_fields.is_some() || self.has_captions(c)? => {
                 Ok(SearchMode::Hybrid)
             }
             (None, _) => Ok(SearchMode::Vector),
         }
     }
 
-    /// Whether the collection holds captions: from the caption index where it is in memory, else the store.
-    async fn has_captions(&self, collection_id: i64) -> Result<bool> {
-        Ok(match self.memory_indexes(collection_id)? {
+    /// Whether the collection holds captions: from the caption index where it is in memory, else as the
+    /// database said when the request resolved the collection.
+    fn has_captions(&self, c: &CollectionRef) -> Result<bool> {
+        Ok(match self.memory_indexes(c.id)? {
             Some(idx) => !idx.captions.is_empty(),
-            None => self.store.has_captions(collection_id).await?,
+            None => c.has_captions,
         })
     }
 
