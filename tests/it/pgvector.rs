@@ -297,6 +297,41 @@ async fn a_database_index_server_holds_no_graph() {
     app.stop().await;
 }
 
+/// The first start in database mode fills and indexes, later ones find both; each reports whether Postgres'
+/// shared buffers are on huge pages (Postgres 18 says, "on" or "off"), which the server logs and warns about.
+#[tokio::test]
+async fn enabling_the_database_index_reports_its_work_and_the_page_size() {
+    use jointspace_store::{HnswBuild, Store, VectorMetric};
+    let pg = PgCluster::start_pgvector();
+    let url = pg.create_db("report").await;
+    let store = Store::connect(&url).await.expect("db");
+    let build = HnswBuild {
+        m: 16,
+        ef_construction: 64,
+    };
+    let first = store
+        .enable_vector_index(8, &[VectorMetric::InnerProduct], build)
+        .await
+        .expect("enable");
+    assert_eq!(
+        first.built,
+        vec!["images_embedding_ip", "captions_embedding_ip"]
+    );
+    assert!(
+        matches!(first.huge_pages.as_deref(), Some("on" | "off")),
+        "{:?}",
+        first.huge_pages
+    );
+    let again = store
+        .enable_vector_index(8, &[VectorMetric::InnerProduct], build)
+        .await
+        .expect("enable again");
+    assert!(again.built.is_empty(), "{:?}", again.built);
+    assert_eq!(again.filled, 0);
+    assert_eq!(again.huge_pages, first.huge_pages);
+    store.close().await;
+}
+
 /// `jointspace serve --index database` on `url`, which must refuse to start: (success, its output).
 fn serve_with_database_index(url: &str) -> (bool, String) {
     common::outcome(

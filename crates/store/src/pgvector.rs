@@ -75,6 +75,9 @@ pub struct VectorIndexReport {
     /// Pages of the HNSW indexes read into the operating system's cache at this start (`pg_prewarm`); None
     /// when the extension cannot be had (the role may not create it, or the server lacks it).
     pub prewarmed: Option<i64>,
+    /// Whether Postgres' shared buffers are on huge pages (`huge_pages_status`: "on" or "off"); None before
+    /// Postgres 17, which does not say.
+    pub huge_pages: Option<String>,
 }
 
 /// One nearest-neighbour query.
@@ -211,6 +214,10 @@ impl Store {
         }
         report.built = build_hnsw_indexes(conn, metrics, build, &partitioned).await?;
         report.prewarmed = prewarm_hnsw_indexes(conn).await;
+        report.huge_pages = sqlx::query_scalar("SHOW huge_pages_status")
+            .fetch_one(&mut *conn)
+            .await
+            .ok();
         if report.filled > 0 || !report.built.is_empty() {
             // Fresh row estimates for the planner after a bulk fill (autovacuum would get there later).
             sqlx::query("ANALYZE images, captions")
