@@ -259,6 +259,11 @@ mkdir -p "$BUILD/bin"
 strip -o "$BUILD/bin/jointspace" "$server"
 strip -o "$BUILD/bin/bench" "$bench"
 say "binaries: jointspace $(stat -c %s "$BUILD/bin/jointspace") bytes, bench $(stat -c %s "$BUILD/bin/bench") bytes (stripped)"
+# Binaries carried beside an earlier payload (.cache/gpu/bin) would replace these in the check: drop them.
+if [[ -d "$STAGE/bin" ]]; then
+  rm -rf "$STAGE/bin"
+  say "removed the binaries of $STAGE/bin: the payload holds this checkout's build"
+fi
 
 # 6. What the payload is: versions, sources, and a sha256 of every file (checked after extraction there).
 "$PY" - "$BUILD" "$ORT_WHEEL" "$ORT_WHEEL_SHA256" "$(git rev-parse HEAD)" "$PHOTOS" \
