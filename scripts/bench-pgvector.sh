@@ -40,8 +40,9 @@ port=${BENCH_PG_PORT:-56432}
 SHARED_BUFFERS=${PG_SHARED_BUFFERS:-1GB}
 hugepages_before=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
 hugepages_want=$(( $(numfmt --from=iec "${SHARED_BUFFERS%B}") / 2097152 + 64 ))
+hugepages_raised=0
 if [[ -w /proc/sys/vm/nr_hugepages ]] && (( hugepages_before < hugepages_want )); then
-  echo "$hugepages_want" >/proc/sys/vm/nr_hugepages || true
+  echo "$hugepages_want" >/proc/sys/vm/nr_hugepages && hugepages_raised=1
 fi
 # The HNSW build fits in maintenance_work_mem at 1M (about 3 GB of graph); beyond it pgvector builds on disk, slowly.
 "${as_pg[@]}" "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/pg.log" -w \
@@ -50,9 +51,7 @@ fi
 cleanup() {
   for f in "$DIR"/pid-*; do [[ -f $f ]] && { kill "$(cat "$f")" 2>/dev/null || true; rm -f "$f"; }; done
   "${as_pg[@]}" "$PGBIN/pg_ctl" -D "$DIR/data" -m fast stop >/dev/null 2>&1 || true
-  if [[ -w /proc/sys/vm/nr_hugepages ]] && (( hugepages_before < hugepages_want )); then
-    echo "$hugepages_before" >/proc/sys/vm/nr_hugepages || true
-  fi
+  if (( hugepages_raised )); then echo "$hugepages_before" >/proc/sys/vm/nr_hugepages || true; fi
 }
 trap cleanup EXIT
 URL="postgres://postgres@127.0.0.1:$port/bench"
@@ -142,6 +141,12 @@ pg_cpu() {
 LOADS=('{}')
 [[ $TITLES == 1 ]] && LOADS=('{"mode": "hybrid", "channels": ["vector", "keyword"]}' \
   '{"mode": "hybrid", "channels": ["text"]}' '{}')
+# One open-loop load of sentence searches on the server at PORT, its JSON summary on stdout.
+load() { # port fields seconds
+  "$BENCH" load --url "http://127.0.0.1:$1/v1/collections/big/images/search" --query text \
+    --texts "$DATA/Flickr8k.token.txt" --rate "${RATE:-200}" --seconds "$3" --server-pid "$(cat "$DIR/pid-$1")" \
+    --fields "$2"
+}
 # The loads on both servers; with an argument, each line also names the --ef-search they ran at.
 loads() { # [ef_search]
   local p mode fields out pg0 pg1
@@ -150,13 +155,9 @@ loads() { # [ef_search]
     for fields in "${LOADS[@]}"; do
       # 3 s at the same rate first, not counted: the heap pages the walks read come into the shared buffers
       # (a start prewarms the index alone), as they are in a server that has been serving.
-      "$BENCH" load --url "http://127.0.0.1:$p/v1/collections/big/images/search" --query text \
-          --texts "$DATA/Flickr8k.token.txt" --rate "${RATE:-200}" --seconds 3 --server-pid "$(cat "$DIR/pid-$p")" \
-          --fields "$fields" >/dev/null
+      load "$p" "$fields" 3 >/dev/null
       pg0=$(pg_cpu)
-      out=$("$BENCH" load --url "http://127.0.0.1:$p/v1/collections/big/images/search" --query text \
-          --texts "$DATA/Flickr8k.token.txt" --rate "${RATE:-200}" --seconds 10 --server-pid "$(cat "$DIR/pid-$p")" \
-          --fields "$fields")
+      out=$(load "$p" "$fields" 10)
       pg1=$(pg_cpu)
       echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin); answered = d.get("statuses", {}).get("200", 0)
 print(json.dumps({"bench": "pgvector-load", "n": int(sys.argv[1]), "index": sys.argv[2],

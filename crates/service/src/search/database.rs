@@ -88,19 +88,20 @@ impl CollectionSizes {
     /// A count's result (None: it failed, and the old size serves until the next one).
     fn counted(&self, key: (i64, Modality), at: Instant, n: Option<usize>) {
         let mut sizes = self.0.lock().expect("sizes");
-        match (n, sizes.get_mut(&key)) {
-            (Some(n), _) => {
-                sizes.insert(
-                    key,
-                    Size {
-                        counted: at,
-                        n,
-                        counting: false,
-                    },
-                );
+        match n {
+            Some(n) => {
+                let size = Size {
+                    counted: at,
+                    n,
+                    counting: false,
+                };
+                sizes.insert(key, size);
             }
-            (None, Some(s)) => s.counting = false,
-            (None, None) => {}
+            None => {
+                if let Some(s) = sizes.get_mut(&key) {
+                    s.counting = false;
+                }
+            }
         }
     }
 }
