@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Memory index against database index (docs/benchmarks.md "The index in the database"), side by side on
-# one PostgreSQL 18 + pgvector 0.8.6 (scripts/setup-pgvector.sh) and the default bundle: N synthetic clustered images
+# one PostgreSQL 18 + pgvector 0.8.6 (scripts/setup-pgvector.sh) and the VGG16 bundle (BENCH_BUNDLE: the figures in
+# docs/benchmarks.md and the cached databases are its; a sentence's encoder costs the same in every GloVe bundle):
+# N synthetic clustered images
 # (ternary codes imported with `jointspace import`, no CNN), then for each mode the time to ready and the RSS of
 # `jointspace serve`, and for sentence searches recall@10 against an exact scan (unfiltered, 1% and 50% filters),
 # sequential latency p50/p99 and an open-loop load; plus the first database-mode start (column fill + HNSW build),
@@ -8,7 +10,7 @@
 # With TITLES=1 (flickr8k) each image also has a `title` (the first caption of the photo it mostly takes after) in a
 # collection whose `text_fields` name it, the load runs once per search channel set (the photo and keywords, the
 # words by meaning alone, and the default: all three), and keyword and hybrid quality are measured.
-# Usage: N=100000 [SET=flickr8k|clusters] [TITLES=1] [EFS="256 512" [EFS_LOAD=1]] [RATE=200] [BENCH_BINARY=path] scripts/bench-pgvector.sh
+# Usage: N=100000 [SET=flickr8k|clusters] [TITLES=1] [PREPARE_ONLY=1] [EFS="256 512" [EFS_LOAD=1]] [RATE=200] [BENCH_BINARY=path] scripts/bench-pgvector.sh
 #   results: one JSON line per measurement in target/bench/pgvector.jsonl; EFS: the searches again at those
 #   --ef-search values (the default: from the collection's size). Resumable: the database, the memory index's snapshot and the exact
 #   answers live in BENCH_DIR (default .cache/bench-pgvector-SET-N, ignored by git), so a rerun (or one after a crash)
@@ -118,6 +120,8 @@ once ingest import
 once first-database-start first_database_start
 once vacuum vacuum
 once memory-first-build exact_answers
+# PREPARE_ONLY=1: the steps above alone (hours at 1M, fine at low priority), the measurements in a later, quiet run.
+[[ ${PREPARE_ONLY:-0} == 1 ]] && exit 0
 EB=(); [[ -n ${EXACT_BELOW:-} ]] && EB=(--exact-below "$EXACT_BELOW")
 read -r db_ready db_rss < <(start 28601 --index database "${EB[@]}")
 read -r mem_ready mem_rss < <(start 28602 --index memory --index-dir "$DIR/snapshot" "${EB[@]}")
