@@ -7,7 +7,7 @@
 #   podman build --format docker --target cuda -t jointspace:cuda .
 #   docker run --gpus all -p 8080:8080 jointspace:cuda               # needs the NVIDIA container toolkit
 #
-# The default bundle goes into the image, including its vision.onnx (rebuilt on the host by
+# The default bundle goes into the image, including its two vision graphs and GloVe text graph (rebuilt on the host by
 # scripts/setup-python.sh and checked against the sha256 in bundle.json when the server loads it).
 # `--format docker` keeps the HEALTHCHECK with podman/buildah (OCI images have no health check field).
 # Plain RUN lines, no heredocs or COPY --link: buildah 1.28 (Debian 12) must build this too.
@@ -105,7 +105,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates
 COPY --from=ort-cuda /opt/onnxruntime /opt/onnxruntime
 COPY --from=cuda-libs /opt/cuda /opt/cuda
 COPY --from=build /usr/local/bin/jointspace /usr/local/bin/jointspace
-COPY models/flickr8k-vgg16-fne /opt/jointspace/models/flickr8k-vgg16-fne
+COPY models/flickr8k-vgg16-effnetl2-fne /opt/jointspace/models/flickr8k-vgg16-effnetl2-fne
 ENV ORT_DYLIB_PATH=/opt/onnxruntime/lib/libonnxruntime.so \
     LD_LIBRARY_PATH=/opt/onnxruntime/lib:/opt/cuda/lib \
     NVIDIA_VISIBLE_DEVICES=all \
@@ -113,7 +113,7 @@ ENV ORT_DYLIB_PATH=/opt/onnxruntime/lib/libonnxruntime.so \
     JOINTSPACE_DEVICE=cuda \
     JOINTSPACE_ADDR=0.0.0.0:8080 \
     GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304 \
-    JOINTSPACE_BUNDLE=/opt/jointspace/models/flickr8k-vgg16-fne \
+    JOINTSPACE_BUNDLE=/opt/jointspace/models/flickr8k-vgg16-effnetl2-fne \
     JOINTSPACE_DATABASE_URL=sqlite:///var/lib/jointspace/jointspace.db \
     JOINTSPACE_LOG_JSON=1
 USER 10001:10001
@@ -132,12 +132,12 @@ RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/jointspace --create-home jointspace
 COPY --from=ort-cpu /opt/onnxruntime /opt/onnxruntime
 COPY --from=build /usr/local/bin/jointspace /usr/local/bin/jointspace
-COPY models/flickr8k-vgg16-fne /opt/jointspace/models/flickr8k-vgg16-fne
+COPY models/flickr8k-vgg16-effnetl2-fne /opt/jointspace/models/flickr8k-vgg16-effnetl2-fne
 ENV ORT_DYLIB_PATH=/opt/onnxruntime/lib/libonnxruntime.so \
     JOINTSPACE_DEVICE=cpu \
     JOINTSPACE_ADDR=0.0.0.0:8080 \
     GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304 \
-    JOINTSPACE_BUNDLE=/opt/jointspace/models/flickr8k-vgg16-fne \
+    JOINTSPACE_BUNDLE=/opt/jointspace/models/flickr8k-vgg16-effnetl2-fne \
     JOINTSPACE_DATABASE_URL=sqlite:///var/lib/jointspace/jointspace.db \
     JOINTSPACE_LOG_JSON=1
 USER 10001:10001

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two builds of the server side by side, interleaved so that a change in the machine's load hits both alike:
-# ingest (`jointspace ingest` of N Flickr8k test photos, default bundle) and sentence search (`bench load`,
+# ingest (`jointspace ingest` of N Flickr8k test photos, the VGG16 bundle unless BENCH_BUNDLE) and sentence search (`bench load`,
 # 8 clients for 10 s, on a 10,000-image collection seeded with synthetic codes). One JSON line per run.
 #
 #   scripts/ab-bench.sh OLD_BINARY NEW_BINARY [REPS]      # e.g. a worktree of the old commit's target/release/jointspace

@@ -2,8 +2,10 @@
 # The benchmarks of docs/benchmarks.md. Usage: scripts/bench.sh [section...]
 #   sections: machine ingest projection index query overload (default: all of them, in that order)
 # Results: one JSON object per line in target/bench/results.jsonl (each with the load average at the time:
-# this machine may be shared), and the server's logs in target/bench/*.log. Needs the default bundle set up
-# (scripts/setup-python.sh), the Flickr8k images (BENCH_DATA) and, for the wrk cross-check, wrk.
+# this machine may be shared), and the server's logs in target/bench/*.log. Measures the VGG16 bundle
+# (models/flickr8k-vgg16-fne: the figures in docs/benchmarks.md are its, and torch's side of the comparison runs
+# VGG16) unless BENCH_BUNDLE names another. Needs it set up (scripts/setup-python.sh), the Flickr8k images
+# (BENCH_DATA) and, for the wrk cross-check, wrk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=target/bench

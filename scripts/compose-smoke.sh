@@ -44,7 +44,7 @@ if [[ -z "${POSTGRES_IMAGE:-}" ]]; then
   fi
 fi
 echo "compose-smoke: Postgres image $POSTGRES_IMAGE"
-[[ -f models/flickr8k-vgg16-fne/vision.onnx ]] || scripts/setup-python.sh
+default_bundle_built || scripts/setup-python.sh
 if [[ -z "${SKIP_BUILD:-}" ]]; then
   t=$SECONDS
   podman build --format docker --target cpu -t jointspace:cpu . >/dev/null

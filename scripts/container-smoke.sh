@@ -20,8 +20,8 @@ fail() { echo "container-smoke: FAIL: $*" >&2; "$ENGINE" logs "$NAME" 2>&1 | tai
 cleanup() { "$ENGINE" rm -f "$NAME" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-# The default bundle's vision graph is built on the host (and copied into the image).
-[[ -f models/flickr8k-vgg16-fne/vision.onnx ]] || scripts/setup-python.sh
+# The default bundle's generated files are built on the host (and copied into the image).
+default_bundle_built || scripts/setup-python.sh
 if [[ -z "${SKIP_BUILD:-}" ]]; then
   fmt=(); [[ "$ENGINE" == podman ]] && fmt=(--format docker)   # keeps HEALTHCHECK (OCI has none)
   t=$SECONDS

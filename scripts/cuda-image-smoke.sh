@@ -23,7 +23,7 @@ fail() { echo "cuda-image-smoke: FAIL: $*" >&2; "$ENGINE" logs "$NAME" 2>&1 | ta
 cleanup() { "$ENGINE" rm -f "$NAME" "$NAME-cuda" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-[[ -f models/flickr8k-vgg16-fne/vision.onnx ]] || scripts/setup-python.sh
+default_bundle_built || scripts/setup-python.sh
 if [[ -z "${SKIP_BUILD:-}" ]]; then
   fmt=(); [[ "$ENGINE" == podman ]] && fmt=(--format docker)   # keeps HEALTHCHECK (OCI has none)
   t=$SECONDS

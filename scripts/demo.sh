@@ -11,7 +11,7 @@
 #
 # Environment: DEMO_STAMPS (how many stamps, spread over the categories; default all), JOINTSPACE_ADDR
 # (127.0.0.1:8080), DEMO_DATABASE_URL (sqlite://data/demo.db; with --check a scratch one), JOINTSPACE_BUNDLE
-# (models/flickr8k-vgg16-fne), JOINTSPACE_BIN (a built binary: set-up and the build are skipped).
+# (the default, scripts/lib.sh), JOINTSPACE_BIN (a built binary: set-up and the build are skipped).
 # A rerun is quick: the sync finds every stamp already in step and embeds nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +33,7 @@ PY=$PWD/.venv/bin/python
 [[ -x "$PY" ]] || PY=python3
 
 export JOINTSPACE_ADDR=${JOINTSPACE_ADDR:-127.0.0.1:8080}
-export JOINTSPACE_BUNDLE=${JOINTSPACE_BUNDLE:-models/flickr8k-vgg16-fne}
+export JOINTSPACE_BUNDLE=${JOINTSPACE_BUNDLE:-$DEFAULT_BUNDLE}
 # glibc unmaps buffers of 4 MiB and more when freed (docs/operations.md, "Memory").
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=4194304}
 scratch=

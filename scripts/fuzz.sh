@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-300}
 targets=("$@"); [[ ${#targets[@]} -gt 0 ]] || targets=(decode tokenize)
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
-# The tokenisation target reads the default bundle's tokenizer.json (committed); decode needs nothing else.
+# The tokenisation target reads the VGG16 bundle's tokenizer.json (committed); decode needs nothing else.
 mkdir -p fuzz/corpus/decode fuzz/corpus/tokenize
 cp -n tests/fixtures/images/* tests/fixtures/jpeg/* fuzz/corpus/decode/ 2>/dev/null || true
 i=0

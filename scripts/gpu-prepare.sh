@@ -6,9 +6,9 @@
 # travels (the main worktree, also when this runs in another worktree):
 #   - onnxruntime-gpu 1.31.1's shared libraries (the cp312 manylinux wheel, fetched by version, sha256 pinned);
 #   - the release server and the bench binary (its `seed` and `load`), stripped;
-#   - copies of the default bundle for a GPU in both crop modes (windowed, ten) and of EfficientNet-Lite2
-#     windowed (`jointspace_train gpu-copy`: float32 convolutions, the default's int8 dropped, which CUDA has
-#     no fast kernels for), each with the training vocabulary's text graph in place of the whole-GloVe one
+#   - copies of the VGG16 bundle for a GPU in both crop modes (windowed, ten) and of EfficientNet-Lite2
+#     windowed, the default bundle's two networks (`jointspace_train gpu-copy`: float32 convolutions, VGG16's
+#     int8 dropped, which CUDA has no fast kernels for), each with the training vocabulary's text graph in place of the whole-GloVe one
 #     (47 MB less a bundle; the check measures the image path); their float16 forms are made there, in seconds,
 #     by the same command (the committed bundles are moved aside for the calls);
 #   - the first GPU_PHOTOS photos of the Flickr8k test split, their captions and the split's 5,000 captions;

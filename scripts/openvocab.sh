@@ -3,7 +3,7 @@
 # by exact version and checked by its sha256 (GPL-2 pictures: kept under .cache/openvocab, never committed;
 # scripts/stamps.sh), as a gallery searched through the real server by the first sentence of each stamp's
 # description. Usage: scripts/openvocab.sh [bundle...]
-#   bundles: default models/flickr8k-vgg16-fne models/flickr8k-effnetl2-fne
+#   bundles: default the default bundle (scripts/lib.sh) and models/flickr8k-effnetl2-fne
 # For each bundle: a server on a fresh SQLite database; the pictures added through the HTTP API in batches to
 # a collection without text fields (searched in vector mode); that collection exported and imported (no CNN:
 # the stored codes are projected again) into one with text_fields ["name"] (keyword and hybrid modes); every
@@ -48,7 +48,7 @@ stop_server() { # graceful, and only the server this script started
 trap stop_server EXIT
 
 bundles=("$@")
-[[ ${#bundles[@]} -eq 0 ]] && bundles=(models/flickr8k-vgg16-fne models/flickr8k-effnetl2-fne)
+[[ ${#bundles[@]} -eq 0 ]] && bundles=("$DEFAULT_BUNDLE" models/flickr8k-effnetl2-fne)
 for bundle in "${bundles[@]}"; do
   name=$(basename "$bundle")${OPENVOCAB_CROP_MODE:+-$OPENVOCAB_CROP_MODE}
   work=$(mktemp -d "${TMPDIR:-/tmp}/openvocab-$name.XXXXXX")

@@ -13,6 +13,6 @@ export JOINTSPACE_ADDR=${JOINTSPACE_ADDR:-127.0.0.1:8080}
 # glibc unmaps buffers of 4 MiB and more when freed: an idle server returns to ~210 MB (docs/operations.md, "Memory")
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=4194304}
 export JOINTSPACE_DATABASE_URL=${JOINTSPACE_DATABASE_URL:-sqlite://data/jointspace.db}
-export JOINTSPACE_BUNDLE=${JOINTSPACE_BUNDLE:-models/flickr8k-vgg16-fne}
+export JOINTSPACE_BUNDLE=${JOINTSPACE_BUNDLE:-$DEFAULT_BUNDLE}
 echo "serving $JOINTSPACE_BUNDLE on http://$JOINTSPACE_ADDR (database $JOINTSPACE_DATABASE_URL)" >&2
 exec "${CARGO_TARGET_DIR:-target}/release/jointspace" serve "$@"

@@ -31,7 +31,7 @@ if [[ -z ${SOAK_DATA:-} ]]; then
   flickr8k_present || SOAK_DATA=tests/fixtures/images
 fi
 export SOAK_DATA SOAK_OUT=${SOAK_OUT:-target/soak/$SOAK_MODE}
-bundle=${SOAK_BUNDLE:-${JOINTSPACE_BUNDLE:-models/flickr8k-vgg16-fne}}
+bundle=${SOAK_BUNDLE:-${JOINTSPACE_BUNDLE:-$DEFAULT_BUNDLE}}
 scripts/setup-python.sh
 echo "soak: mode $SOAK_MODE, bundle $bundle, photos from $SOAK_DATA, $SOAK_SECONDS s"
 

@@ -1,7 +1,7 @@
 """The soak's verdicts (scripts/soak.py), as pure functions: is memory or latency climbing over the run?
 
 A server's resident memory swings with every inference (ONNX Runtime's buffers taken and given back: 500 to 1,100 MB
-every few seconds with the default bundle), so one sample against another says more about the phase of the swing
+every few seconds with the VGG16 bundle), so one sample against another says more about the phase of the swing
 than about a leak. Instead the samples after warm-up are cut into windows (a minute in a long run), and the lower
 envelope (each window's minimum) and the upper envelope (each window's maximum) are each fitted against time with
 Theil-Sen (the median of the slopes between all pairs of windows: one odd window cannot tilt it). A series

@@ -25,7 +25,7 @@ def defaults(seconds):
 def saw(seconds, phase=0.0, leak_mb_per_h=0.0, seed=0, dt=1.0, irregular=True):
     """RSS samples every dt seconds of a server whose inference buffers are taken and given back: teeth of 3-12 s
     (7 s when not irregular), each rising from a low of 490-630 MB to a high of 1,050-1,100 MB and falling back
-    (the swing measured on the default bundle), shifted by `phase` seconds, plus a steady climb."""
+    (the swing measured on the VGG16 bundle), shifted by `phase` seconds, plus a steady climb."""
     r = random.Random(seed)
     teeth, t = [], -phase
     while t < seconds + 20:
@@ -97,7 +97,7 @@ class MemoryVerdict(unittest.TestCase):
         self.assertEqual(outcomes, {True, False})
 
     def test_the_reported_series_passes(self):
-        # Lows and highs per 100 s window of the 10-minute run on the default bundle that the old check failed.
+        # Lows and highs per 100 s window of the 10-minute run on the VGG16 bundle that the old check failed.
         ts = [50 + 100 * i for i in range(6)]
         lows = [498, 590, 552, 625, 574, 571]
         highs = [1056, 1061, 1063, 1081, 1101, 1069]

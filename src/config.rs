@@ -145,7 +145,7 @@ pub struct ModelArgs {
     #[arg(
         long,
         env = "JOINTSPACE_BUNDLE",
-        default_value = "models/flickr8k-vgg16-fne"
+        default_value = "models/flickr8k-vgg16-effnetl2-fne"
     )]
     pub bundle: PathBuf,
     #[command(flatten)]

@@ -193,3 +193,28 @@ fn eval_asks_for_its_dataset_instead_of_guessing_a_path() {
         "{stderr}"
     );
 }
+
+/// The scripts' default bundle (scripts/lib.sh, what `scripts/serve.sh` serves and the image carries) is the
+/// server's own `--bundle` default, so that one switch of the default cannot leave the other behind.
+#[test]
+fn the_scripts_serve_the_servers_default_bundle() {
+    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/lib.sh"))
+        .expect("scripts/lib.sh");
+    let scripts = lib
+        .lines()
+        .find_map(|l| l.strip_prefix("DEFAULT_BUNDLE="))
+        .expect("scripts/lib.sh sets DEFAULT_BUNDLE");
+    let help = run(jointspace()
+        .env_remove("JOINTSPACE_BUNDLE")
+        .args(["serve", "--help"]));
+    assert!(
+        help.contains(&format!("[default: {scripts}]")),
+        "serve --help does not give {scripts} as --bundle's default:\n{help}"
+    );
+    let dockerfile = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Dockerfile"))
+        .expect("Dockerfile");
+    assert!(
+        dockerfile.contains(&format!("JOINTSPACE_BUNDLE=/opt/jointspace/{scripts} ")),
+        "the image serves another bundle than {scripts}"
+    );
+}

@@ -35,13 +35,30 @@ async fn sentence_and_photo(p: &Pipeline) -> (Vec<f32>, ImageEmbedding) {
     (v, img)
 }
 
+/// The default bundle (the server's `--bundle` default): VGG16 and EfficientNet-Lite2 in one FNE.
+const DEFAULT: &str = "flickr8k-vgg16-effnetl2-fne";
+
 #[tokio::test]
 async fn default_bundle_loads_and_embeds() {
-    let Some(p) = shipped("flickr8k-vgg16-fne") else {
+    let Some(p) = shipped(DEFAULT) else {
         return;
     };
+    let defaults = ServeArgs::try_from_flags(std::iter::empty::<&str>()).expect("flags");
+    if std::env::var_os("JOINTSPACE_BUNDLE").is_none() {
+        assert!(defaults.model.bundle.ends_with(DEFAULT), "{defaults:?}");
+    }
+    // Two networks, each in its windowed form, their codes concatenated in the declared order; the second's
+    // ImageNet head names objects.
+    let m = &p.bundle.manifest;
+    let nets: Vec<(&str, usize)> = m
+        .backbones()
+        .map(|b| (b.vision.backbone.as_str(), b.fne.dim))
+        .collect();
+    assert_eq!(nets, [("vgg16", 4224), ("efficientnet-lite2", 3768)]);
+    assert!(m.labels.is_some(), "the default names objects");
     let (v, img) = sentence_and_photo(&p).await;
-    assert_eq!(img.code.dim(), p.bundle.manifest.code_dim());
+    assert_eq!(img.code.dim(), 4224 + 3768);
+    assert_eq!(img.code.dim(), m.code_dim());
     // The default ships the hubness bank (its search R@1 meets the bar only with it): a real image sits near
     // some of the bank's captions, so its offset, -alpha times a mean of positive cosines, is negative.
     assert!(
@@ -112,7 +129,7 @@ async fn default_bundle_loads_and_embeds() {
 /// trained graph it extends, and a new word lands near its GloVe neighbours that the model was trained on.
 #[tokio::test]
 async fn the_default_reads_every_word_glove_knows() {
-    let Some(p) = shipped("flickr8k-vgg16-fne") else {
+    let Some(p) = shipped(DEFAULT) else {
         return;
     };
     let vocabulary = p

@@ -50,9 +50,9 @@ def has_vnni(cpuinfo: str | None = None) -> bool:
 
 def options(threads: int = 0):
     """ONNX Runtime's session options as the server sets them. On an x86 CPU without VNNI, onnxruntime's
-    uint8 x int8 product sums pairs in int16 and saturates, which moved a fifth of the default bundle's ternary
+    uint8 x int8 product sums pairs in int16 and saturates, which moved a fifth of the VGG16 bundle's ternary
     codes; its precise path does not. With VNNI, which never saturates, both paths give the same features and the
-    precise one takes twice as long (0.20 against 0.10 s a photo through the default's int8 graph), so it is
+    precise one takes twice as long (0.20 against 0.10 s a photo through the VGG16 bundle's int8 graph), so it is
     asked for only without."""
     import onnxruntime as ort
 
