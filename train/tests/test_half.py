@@ -53,7 +53,30 @@ def test_gpu_copy_keeps_the_bundle_but_the_graph(repo, tmp_path):
     assert any(t.data_type == TensorProto.FLOAT16 for t in graph.graph.initializer)
 
 
-def test_gpu_copy_refuses_a_bundle_of_several_backbones(repo, tmp_path):
-    with pytest.raises(SystemExit, match="several backbones"):
-        gpu_copy(GpuCopy(cache=str(tmp_path), wheel=None, bundle=str(repo / "models" / "fixture-tiny-two"),
-                         out=str(tmp_path / "x"), crop_mode=None, half=True))
+def test_gpu_copy_copies_every_backbone(repo, tmp_path):
+    """A bundle of several backbones: each graph in float16, each in its own crop mode, the rest the source's."""
+    src = repo / "models" / "fixture-tiny-two"
+    out = tmp_path / "half"
+    gpu_copy(GpuCopy(cache=str(tmp_path / "cache"), wheel=None, bundle=str(src), out=str(out), crop_mode=None,
+                     half=True))
+    m = json.loads((out / "bundle.json").read_text())
+    s = json.loads((src / "bundle.json").read_text())
+    graphs = [v["onnx"] for v, _ in contract.backbones(s)]
+    assert graphs == ["vision.onnx", "vision-effnet.onnx"]
+    assert m["name"] == f"{s['name']}-ten+windowed-float16"
+    assert [v["crop_mode"] for v, _ in contract.backbones(m)] == ["ten", "windowed"]
+    assert [f for _, f in contract.backbones(m)] == [f for _, f in contract.backbones(s)]
+    assert m["projection"] == s["projection"] and m["text"] == s["text"]
+    for g in graphs:
+        assert m["files"][g] != s["files"][g], g
+        assert any(t.data_type == TensorProto.FLOAT16 for t in onnx.load(out / g).graph.initializer), g
+    assert {k: v for k, v in m["files"].items() if k not in graphs} == \
+        {k: v for k, v in s["files"].items() if k not in graphs}
+    contract.read(out)  # every checksum holds
+    # A float16 copy of a float32 copy names its own form once.
+    full, again = tmp_path / "full", tmp_path / "again"
+    for source, target, half in ((src, full, False), (full, again, True)):
+        gpu_copy(GpuCopy(cache=str(tmp_path / "cache"), wheel=None, bundle=str(source), out=str(target),
+                         crop_mode=None, half=half))
+    assert json.loads((full / "bundle.json").read_text())["name"] == f"{s['name']}-ten+windowed-float32"
+    assert json.loads((again / "bundle.json").read_text())["name"] == f"{s['name']}-ten+windowed-float16"

@@ -47,14 +47,16 @@ def write_projection(path, weight: np.ndarray, dtype=np.float16, bias: np.ndarra
     shareable(path)
 
 
-def copy_except_vision(src: str | Path, out: str | Path, manifest: dict) -> dict:
-    """Copies every file `manifest` (bundle `src`'s) names but the vision graph into `out`; returns the manifest
-    without `files`, for the caller to change, write the new graph beside and `finish`."""
+def copy_except_vision(src: str | Path, out: str | Path, manifest: dict, every_backbone: bool = False) -> dict:
+    """Copies every file `manifest` (bundle `src`'s) names but the vision graph (with `every_backbone`, every
+    backbone's) into `out`; returns the manifest without `files`, for the caller to change, write the new graphs
+    beside and `finish`."""
     src, out = Path(src), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     m = {k: v for k, v in manifest.items() if k != "files"}
+    graphs = {v["onnx"] for v, _ in backbones(m)} if every_backbone else {m["vision"]["onnx"]}
     for name in manifest["files"]:
-        if name != m["vision"]["onnx"]:
+        if name not in graphs:
             shutil.copyfile(src / name, out / name)
     return m
 

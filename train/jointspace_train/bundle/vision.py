@@ -123,37 +123,37 @@ class GpuCopy:
 
 
 def gpu_copy(s: GpuCopy) -> None:
-    """A copy of a single-backbone bundle for a GPU, where int8 convolutions have no fast kernels: its backbone's
-    float graph (rebuilt from the recorded weights when the source is int8 or the crop mode changes, else the
-    source's own), with `half` in float16 up to the taps' means (`vision.half`). The FNE statistics, projection
-    and text side are the source's. Its vision id differs: images stored under the source are re-embedded."""
+    """A copy of a bundle for a GPU, where int8 convolutions have no fast kernels: each backbone's float graph
+    (rebuilt from the recorded weights when the source's is int8 or the crop mode changes, else the source's own),
+    with `half` in float16 up to the taps' means (`vision.half`). A crop mode asked applies to every backbone. The
+    FNE statistics, projection, labels and text side are the source's. Its vision id differs: images stored under
+    the source are re-embedded."""
     from ..vision.half import half_graph
 
     src, out = Path(s.bundle), Path(s.out)
     m = json.loads((src / "bundle.json").read_text())
-    if m.get("extra_backbones"):
-        sys.exit(f"{src}: a bundle of several backbones; gpu-copy takes one backbone")
-    v = m["vision"]
-    mode = s.crop_mode or v["crop_mode"]
-    if {mode, v["crop_mode"]} - {"ten", "center", "windowed"}:
-        sys.exit(f"{src}: crop mode {v['crop_mode']!r} to {mode!r}: only ten, center and windowed")
-    windowed_changes = (mode == "windowed") != (v["crop_mode"] == "windowed")
-    quantization = v.get("quantization")
-    if quantization or windowed_changes:
-        graph = vision_graph(load_weights(recorded_weights(src, v, s.cache, s.wheel)), {**v, "crop_mode": mode})
-    else:
-        graph = onnx.load(src / v["onnx"])
-    m = contract.copy_except_vision(src, out, m)
-    v = m["vision"]
-    if quantization:
-        del v["quantization"]
-        (out / quantization["ranges"]).unlink(missing_ok=True)
-    v["crop_mode"] = mode
-    if s.half:
-        graph = half_graph(graph)
-    # A copy of a copy names its own form, not both.
-    base = re.sub(r"-(ten|center|windowed)-float(16|32)$", "", m["name"])
-    m["name"] = f"{base}-{mode}-{'float16' if s.half else 'float32'}"
-    backbones.save(graph, out / v["onnx"])
+    graphs = []
+    for v, _ in contract.backbones(m):
+        mode = s.crop_mode or v["crop_mode"]
+        if {mode, v["crop_mode"]} - {"ten", "center", "windowed"}:
+            sys.exit(f"{src}: {v['onnx']}: crop mode {v['crop_mode']!r} to {mode!r}: only ten, center and windowed")
+        windowed_changes = (mode == "windowed") != (v["crop_mode"] == "windowed")
+        if v.get("quantization") or windowed_changes:
+            graph = vision_graph(load_weights(recorded_weights(src, v, s.cache, s.wheel)), {**v, "crop_mode": mode})
+        else:
+            graph = onnx.load(src / v["onnx"])
+        graphs.append((mode, half_graph(graph) if s.half else graph))
+    m = contract.copy_except_vision(src, out, m, every_backbone=True)
+    for (v, _), (mode, graph) in zip(contract.backbones(m), graphs, strict=True):
+        quantization = v.pop("quantization", None)
+        if quantization:
+            (out / quantization["ranges"]).unlink(missing_ok=True)
+        v["crop_mode"] = mode
+        backbones.save(graph, out / v["onnx"])
+    # A copy of a copy names its own form, not both; backbones in several modes name each (windowed+ten).
+    modes = list(dict.fromkeys(mode for mode, _ in graphs))
+    base = re.sub(r"-(ten|center|windowed)(\+(ten|center|windowed))*-float(16|32)$", "", m["name"])
+    m["name"] = f"{base}-{'+'.join(modes)}-{'float16' if s.half else 'float32'}"
     contract.finish(out, m)
-    print(f"{out}: {m['name']}, vision.onnx sha256 {features.sha256_file(out / v['onnx'])}")
+    sums = ", ".join(f"{v['onnx']} sha256 {features.sha256_file(out / v['onnx'])}" for v, _ in contract.backbones(m))
+    print(f"{out}: {m['name']}, {sums}")

@@ -67,7 +67,8 @@ def add_gpu_copy(sub) -> None:
     add_wheel(p)
     p.add_argument("bundle")
     p.add_argument("--out", required=True)
-    p.add_argument("--crop-mode", choices=("ten", "center", "windowed"), help="default: the bundle's")
+    p.add_argument("--crop-mode", choices=("ten", "center", "windowed"),
+                   help="for every backbone (default: each backbone's own)")
     p.add_argument("--half", action="store_true", help="float16 convolutions (float32 input and output)")
     p.set_defaults(fn=lambda ns, argv: gpu_copy(GpuCopy(ns.cache, ns.wheel, ns.bundle, ns.out, ns.crop_mode,
                                                         ns.half)))
