@@ -10,14 +10,17 @@
 # With TITLES=1 (flickr8k) each image also has a `title` (the first caption of the photo it mostly takes after) in a
 # collection whose `text_fields` name it, the load runs once per search channel set (the photo and keywords, the
 # words by meaning alone, and the default: all three), and keyword and hybrid quality are measured.
-# Usage: N=100000 [SET=flickr8k|clusters] [TITLES=1] [PREPARE_ONLY=1] [EFS="256 512" [EFS_LOAD=1]] [RATE=200] [BENCH_BINARY=path] scripts/bench-pgvector.sh
+# Usage: N=100000 [SET=flickr8k|clusters] [TITLES=1] [MEMORY=0] [PREPARE_ONLY=1] [EFS="256 512" [EFS_LOAD=1]] [RATE=200] [BENCH_BINARY=path] scripts/bench-pgvector.sh
 #   results: one JSON line per measurement in target/bench/pgvector.jsonl; EFS: the searches again at those
 #   --ef-search values (the default: from the collection's size). Resumable: the database, the memory index's snapshot and the exact
 #   answers live in BENCH_DIR (default .cache/bench-pgvector-SET-N, ignored by git), so a rerun (or one after a crash)
 #   skips the import and the builds it already made; their times are kept there and printed again.
+#   MEMORY=0: the database index alone, no memory index to compare (at 1M its build is 45 minutes of 2 cores); the
+#   exact answers then come from a memory server whose graph is built at its cheapest (it never walks it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-100000}
+MEMORY=${MEMORY:-1}
 BUNDLE=${BENCH_BUNDLE:-models/flickr8k-vgg16-fne}
 SET=${SET:-flickr8k}
 DATA=${BENCH_DATA:-$PWD/../shared/data/flickr8k}
@@ -102,11 +105,15 @@ first_database_start() {
   echo "{\"bench\": \"pgvector-first-database-start\", \"n\": $N, \"fill_and_build_s\": $first}"
 }
 # The memory index built from the rows (no snapshot yet), the exact server of the answers; its snapshot is kept.
+# With MEMORY=0 the server only answers exactly: its graph is the cheapest there is, and thrown away.
 exact_answers() {
-  local ready rss; read -r ready rss < <(start 28603 --index memory --index-dir "$DIR/snapshot" --exact-below 1000000000)
+  local ready rss graph=(--index-dir "$DIR/snapshot") name=memory-first-build
+  (( MEMORY )) || { graph=(--index-dir "$DIR/exact-index" --hnsw-m 2 --hnsw-ef-construction 4); name=exact-answers; }
+  read -r ready rss < <(start 28603 --index memory "${graph[@]}" --exact-below 1000000000)
   "$PY" scripts/bench_pgvector.py truth 28603 "$DIR/truth.jsonl"
   stop 28603
-  echo "{\"bench\": \"pgvector-memory-first-build\", \"n\": $N, \"ready_s\": $ready, \"rss_kb\": $rss}"
+  (( MEMORY )) || rm -rf "$DIR/exact-index"
+  echo "{\"bench\": \"pgvector-$name\", \"n\": $N, \"ready_s\": $ready, \"rss_kb\": $rss}"
 }
 # After the fill's UPDATE of every row: what autovacuum would get to later (the visibility map that lets a count
 # read the index alone, fresh statistics), done now so that the measurements do not depend on when it runs.
@@ -119,16 +126,22 @@ vacuum() {
 once ingest import
 once first-database-start first_database_start
 once vacuum vacuum
-once memory-first-build exact_answers
+if (( MEMORY )); then once memory-first-build exact_answers; else once exact-answers exact_answers; fi
 # PREPARE_ONLY=1: the steps above alone (hours at 1M, fine at low priority), the measurements in a later, quiet run.
 [[ ${PREPARE_ONLY:-0} == 1 ]] && exit 0
 EB=(); [[ -n ${EXACT_BELOW:-} ]] && EB=(--exact-below "$EXACT_BELOW")
 read -r db_ready db_rss < <(start 28601 --index database "${EB[@]}")
-read -r mem_ready mem_rss < <(start 28602 --index memory --index-dir "$DIR/snapshot" "${EB[@]}")
+# The servers measured, as bench_pgvector.py takes them (MODE=PORT).
+SERVERS=(database=28601)
+mem_ready=null mem_rss=null
+if (( MEMORY )); then
+  read -r mem_ready mem_rss < <(start 28602 --index memory --index-dir "$DIR/snapshot" "${EB[@]}")
+  SERVERS+=(memory=28602)
+fi
 size=$("$PGBIN/psql" -qtAh 127.0.0.1 -p "$port" -U postgres -d bench -c "SELECT pg_database_size('bench')")
 huge=$("$PGBIN/psql" -qtAh 127.0.0.1 -p "$port" -U postgres -d bench -c "SHOW huge_pages_status")
 emit "{\"bench\": \"pgvector-start\", \"n\": $N, \"database_ready_s\": $db_ready, \"database_rss_kb\": $db_rss, \"memory_ready_from_snapshot_s\": $mem_ready, \"memory_rss_kb\": $mem_rss, \"database_bytes\": $size, \"huge_pages\": \"$huge\"}"
-"$PY" scripts/bench_pgvector.py search "$N" "$DIR/truth.jsonl" database=28601 memory=28602 | tag | tee -a "$OUT/pgvector.jsonl"
+"$PY" scripts/bench_pgvector.py search "$N" "$DIR/truth.jsonl" "${SERVERS[@]}" | tag | tee -a "$OUT/pgvector.jsonl"
 # Open-loop load at RATE req/s (200) on each server: the bench's `load` with Flickr8k's captions, latency counted
 # from each request's scheduled start.
 BENCH=$(bench_binary)
@@ -153,9 +166,9 @@ load() { # port fields seconds
 }
 # The loads on both servers; with an argument, each line also names the --ef-search they ran at.
 loads() { # [ef_search]
-  local p mode fields out pg0 pg1
-  for p in 28601 28602; do
-    mode=database; [[ $p == 28602 ]] && mode=memory
+  local server p mode fields out pg0 pg1
+  for server in "${SERVERS[@]}"; do
+    mode=${server%=*} p=${server#*=}
     for fields in "${LOADS[@]}"; do
       # 3 s at the same rate first, not counted: the heap pages the walks read come into the shared buffers
       # (a start prewarms the index alone), as they are in a server that has been serving.
@@ -177,17 +190,20 @@ loads
 if [[ $TITLES == 1 ]]; then
   "$PGBIN/psql" -qtAh 127.0.0.1 -p "$port" -U postgres -d bench -F $'\t' \
     -c "SELECT id, metadata->>'title' FROM images" >"$DIR/titles.tsv"
-  "$PY" scripts/bench_pgvector.py titled "$N" "$DIR/titles.tsv" "$DATA" database=28601 memory=28602 \
+  "$PY" scripts/bench_pgvector.py titled "$N" "$DIR/titles.tsv" "$DATA" "${SERVERS[@]}" \
     | tag | tee -a "$OUT/pgvector.jsonl"
 fi
 # EFS="256 512": recall and latency again at that --ef-search (EFS_LOAD=1: the loads too); the memory index reloads
 # its snapshot.
 for ef in ${EFS:-}; do
-  stop 28601; stop 28602
+  stop 28601
   start 28601 --index database --ef-search "$ef" "${EB[@]}" >/dev/null
-  start 28602 --index memory --index-dir "$DIR/snapshot" --ef-search "$ef" "${EB[@]}" >/dev/null
-  "$PY" scripts/bench_pgvector.py search "$N" "$DIR/truth.jsonl" database=28601 memory=28602 \
+  if (( MEMORY )); then
+    stop 28602
+    start 28602 --index memory --index-dir "$DIR/snapshot" --ef-search "$ef" "${EB[@]}" >/dev/null
+  fi
+  "$PY" scripts/bench_pgvector.py search "$N" "$DIR/truth.jsonl" "${SERVERS[@]}" \
     | sed "s/^{/{\"ef_search\": $ef, /" | tag | tee -a "$OUT/pgvector.jsonl"
   if [[ ${EFS_LOAD:-0} == 1 ]]; then loads "$ef"; fi
 done
-stop 28601; stop 28602
+stop 28601; if (( MEMORY )); then stop 28602; fi

@@ -133,17 +133,24 @@ pub async fn open_service(
             IndexMode::Memory => IndexBackend::Memory,
             IndexMode::Database => IndexBackend::Database,
         },
-        index: IndexParams {
-            ef_search: store_args.ef_search.map(|v| v as usize),
-            exact_below: store_args.exact_below,
-            ..IndexParams::default()
-        },
+        index: index_params(store_args),
         snapshot_dir,
         max_k: store_args.max_k,
         max_batch: store_args.max_batch,
         url_fetcher,
     };
     Ok(Arc::new(Service::open(pipeline, db, metrics, opts).await?))
+}
+
+/// The index's settings from the operator's flags.
+pub fn index_params(store_args: &StoreArgs) -> IndexParams {
+    IndexParams {
+        ef_search: store_args.ef_search.map(|v| v as usize),
+        exact_below: store_args.exact_below,
+        max_connections: store_args.hnsw_m as usize,
+        ef_construction: store_args.hnsw_ef_construction as usize,
+        ..IndexParams::default()
+    }
 }
 
 /// URL ingest's fetcher, when it is on (the server's, and `import`'s for a catalogue's URLs).

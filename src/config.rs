@@ -250,9 +250,18 @@ pub struct StoreArgs {
     #[arg(long, env = "JOINTSPACE_EXACT_BELOW", default_value_t = 2000)]
     pub exact_below: usize,
     /// HNSW search breadth (higher: better recall, slower). Unset: from each collection's size, 128 up to
-    /// 10,000 images rising to 1000 at 1M, which keeps recall@10 near 0.95 (docs/storage.md).
+    /// 100,000 images rising to 1000 at 1M, which keeps recall@10 near 0.95 (docs/storage.md).
     #[arg(long, env = "JOINTSPACE_EF_SEARCH", value_parser = clap::value_parser!(u32).range(1..))]
     pub ef_search: Option<u32>,
+    /// Links per point in the memory index's graphs (more: better recall at a given breadth, more memory and
+    /// a slower build). A graph loaded from a snapshot keeps its own; the next build takes this.
+    #[arg(long, env = "JOINTSPACE_HNSW_M", value_parser = clap::value_parser!(u32).range(2..=128),
+          default_value_t = jointspace_service::DEFAULT_MAX_CONNECTIONS as u32)]
+    pub hnsw_m: u32,
+    /// The memory index's search breadth while it builds a graph (more: a better graph, a slower build).
+    #[arg(long, env = "JOINTSPACE_HNSW_EF_CONSTRUCTION", value_parser = clap::value_parser!(u32).range(4..=2000),
+          default_value_t = jointspace_service::DEFAULT_EF_CONSTRUCTION as u32)]
+    pub hnsw_ef_construction: u32,
     /// Largest `k` a search may ask for.
     #[arg(long, env = "JOINTSPACE_MAX_K", default_value_t = 1000)]
     pub max_k: usize,

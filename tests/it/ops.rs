@@ -632,3 +632,27 @@ async fn the_text_graph_is_warm_before_the_first_request() {
     );
     app.stop().await;
 }
+
+/// The memory index's graph settings are the operator's (`--hnsw-m`, `--hnsw-ef-construction`), the index's own
+/// defaults otherwise, and a value out of range is refused at start, naming the range.
+#[test]
+fn the_graph_settings_are_the_operators() {
+    use jointspace::{app::index_params, config::ServeArgs};
+    let default = ServeArgs::try_from_flags(std::iter::empty::<&str>()).expect("flags");
+    let p = index_params(&default.store);
+    assert_eq!(
+        (p.max_connections, p.ef_construction),
+        (
+            jointspace_service::DEFAULT_MAX_CONNECTIONS,
+            jointspace_service::DEFAULT_EF_CONSTRUCTION
+        )
+    );
+    let set = ServeArgs::try_from_flags(["--hnsw-m", "8", "--hnsw-ef-construction", "40"])
+        .expect("flags");
+    let p = index_params(&set.store);
+    assert_eq!((p.max_connections, p.ef_construction), (8, 40));
+    let err = ServeArgs::try_from_flags(["--hnsw-m", "1"])
+        .expect_err("one link a point is refused")
+        .to_string();
+    assert!(err.contains("--hnsw-m") && err.contains("2..=128"), "{err}");
+}

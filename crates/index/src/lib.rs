@@ -57,11 +57,16 @@ pub struct IndexParams {
     pub build_threads: usize,
 }
 
+/// Links per point of a graph, unless the operator sets them (`--hnsw-m`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 24;
+/// The build's search breadth, unless the operator sets it (`--hnsw-ef-construction`).
+pub const DEFAULT_EF_CONSTRUCTION: usize = 200;
+
 impl Default for IndexParams {
     fn default() -> Self {
         IndexParams {
-            max_connections: 24,
-            ef_construction: 200,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            ef_construction: DEFAULT_EF_CONSTRUCTION,
             ef_search: None,
             exact_below: 2000,
             rebuild_fraction: 0.2,

@@ -36,8 +36,8 @@ use jointspace_embed::{batch, decode, fne, pipeline, runtime, text};
 use jointspace_index as index;
 use jointspace_store as store;
 
-/// The index's settings, given at open.
-pub use crate::index::IndexParams;
+/// The index's settings, given at open, and the graph's defaults.
+pub use crate::index::{DEFAULT_EF_CONSTRUCTION, DEFAULT_MAX_CONNECTIONS, IndexParams};
 /// The rows the service answers with and the values it takes (the store's, handed up as they are).
 pub use crate::store::{
     CaptionRow, Claim, CollectionRow, CollectionSettings, IDEMPOTENCY_HEARTBEAT, IdempotencyKey,

@@ -126,6 +126,8 @@ async fn eval_service(args: &EvalArgs, pipeline: Arc<Pipeline>) -> anyhow::Resul
         // Through the HNSW graphs, as a large collection is searched (full rankings are exact either way).
         exact_below: 0,
         ef_search: None,
+        hnsw_m: jointspace_service::DEFAULT_MAX_CONNECTIONS as u32,
+        hnsw_ef_construction: jointspace_service::DEFAULT_EF_CONSTRUCTION as u32,
         max_k: 1000,
         max_batch: 64,
     };
