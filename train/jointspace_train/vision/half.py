@@ -15,7 +15,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 def half_graph(model: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` (an FNE graph of `backbones.build`) with float16 arithmetic up to each tap's mean."""
+    """`model` (an FNE graph of `backbones.build`) with float16 arithmetic up to each tap's mean; a graph already in
+    float16 is returned as it is."""
+    if any(t.data_type == TensorProto.FLOAT16 for t in model.graph.initializer):
+        return model
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph
