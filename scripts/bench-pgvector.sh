@@ -21,6 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-100000}
 MEMORY=${MEMORY:-1}
+# The step that writes the exact answers: with the memory index, its first build; without, a server built to answer.
+EXACT_STEP=memory-first-build; (( MEMORY )) || EXACT_STEP=exact-answers
 BUNDLE=${BENCH_BUNDLE:-models/flickr8k-vgg16-fne}
 SET=${SET:-flickr8k}
 DATA=${BENCH_DATA:-$PWD/../shared/data/flickr8k}
@@ -107,13 +109,13 @@ first_database_start() {
 # The memory index built from the rows (no snapshot yet), the exact server of the answers; its snapshot is kept.
 # With MEMORY=0 the server only answers exactly: its graph is the cheapest there is, and thrown away.
 exact_answers() {
-  local ready rss graph=(--index-dir "$DIR/snapshot") name=memory-first-build
-  (( MEMORY )) || { graph=(--index-dir "$DIR/exact-index" --hnsw-m 2 --hnsw-ef-construction 4); name=exact-answers; }
+  local ready rss graph=(--index-dir "$DIR/snapshot")
+  (( MEMORY )) || graph=(--index-dir "$DIR/exact-index" --hnsw-m 2 --hnsw-ef-construction 4)
   read -r ready rss < <(start 28603 --index memory "${graph[@]}" --exact-below 1000000000)
   "$PY" scripts/bench_pgvector.py truth 28603 "$DIR/truth.jsonl"
   stop 28603
   (( MEMORY )) || rm -rf "$DIR/exact-index"
-  echo "{\"bench\": \"pgvector-$name\", \"n\": $N, \"ready_s\": $ready, \"rss_kb\": $rss}"
+  echo "{\"bench\": \"pgvector-$EXACT_STEP\", \"n\": $N, \"ready_s\": $ready, \"rss_kb\": $rss}"
 }
 # After the fill's UPDATE of every row: what autovacuum would get to later (the visibility map that lets a count
 # read the index alone, fresh statistics), done now so that the measurements do not depend on when it runs.
@@ -126,7 +128,7 @@ vacuum() {
 once ingest import
 once first-database-start first_database_start
 once vacuum vacuum
-if (( MEMORY )); then once memory-first-build exact_answers; else once exact-answers exact_answers; fi
+once "$EXACT_STEP" exact_answers
 # PREPARE_ONLY=1: the steps above alone (hours at 1M, fine at low priority), the measurements in a later, quiet run.
 [[ ${PREPARE_ONLY:-0} == 1 ]] && exit 0
 EB=(); [[ -n ${EXACT_BELOW:-} ]] && EB=(--exact-below "$EXACT_BELOW")

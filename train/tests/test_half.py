@@ -38,13 +38,17 @@ def test_the_float16_graph_gives_the_float32_features_to_float16_rounding(repo, 
     assert (np.linalg.norm(want - got, axis=1) / np.linalg.norm(want, axis=1)).max() < 0.01
 
 
+def copied(src, out, half=True):
+    """`gpu-copy` of bundle `src` into `out` (weights fetched under out's folder); the copy's and the source's
+    manifests."""
+    gpu_copy(GpuCopy(cache=str(out.parent / "cache"), wheel=None, bundle=str(src), out=str(out), crop_mode=None,
+                     half=half))
+    return json.loads((out / "bundle.json").read_text()), json.loads((src / "bundle.json").read_text())
+
+
 def test_gpu_copy_keeps_the_bundle_but_the_graph(repo, tmp_path):
-    src = repo / "models" / "fixture-tiny-windowed"
     out = tmp_path / "half"
-    gpu_copy(GpuCopy(cache=str(tmp_path / "cache"), wheel=None, bundle=str(src), out=str(out), crop_mode=None,
-                     half=True))
-    m = json.loads((out / "bundle.json").read_text())
-    s = json.loads((src / "bundle.json").read_text())
+    m, s = copied(repo / "models" / "fixture-tiny-windowed", out)
     assert m["name"] == f"{s['name']}-windowed-float16"
     assert m["fne"] == s["fne"] and m["projection"] == s["projection"]
     assert m["files"][m["vision"]["onnx"]] != s["files"][s["vision"]["onnx"]]
@@ -59,10 +63,7 @@ def test_gpu_copy_copies_every_backbone(repo, tmp_path):
     """A bundle of several backbones: each graph in float16, each in its own crop mode, the rest the source's."""
     src = repo / "models" / "fixture-tiny-two"
     out = tmp_path / "half"
-    gpu_copy(GpuCopy(cache=str(tmp_path / "cache"), wheel=None, bundle=str(src), out=str(out), crop_mode=None,
-                     half=True))
-    m = json.loads((out / "bundle.json").read_text())
-    s = json.loads((src / "bundle.json").read_text())
+    m, s = copied(src, out)
     graphs = [v["onnx"] for v, _ in contract.backbones(s)]
     assert graphs == ["vision.onnx", "vision-effnet.onnx"]
     assert m["name"] == f"{s['name']}-ten+windowed-float16"
@@ -76,9 +77,7 @@ def test_gpu_copy_copies_every_backbone(repo, tmp_path):
         {k: v for k, v in s["files"].items() if k not in graphs}
     contract.read(out)  # every checksum holds
     # A float16 copy of a float32 copy names its own form once.
-    full, again = tmp_path / "full", tmp_path / "again"
-    for source, target, half in ((src, full, False), (full, again, True)):
-        gpu_copy(GpuCopy(cache=str(tmp_path / "cache"), wheel=None, bundle=str(source), out=str(target),
-                         crop_mode=None, half=half))
-    assert json.loads((full / "bundle.json").read_text())["name"] == f"{s['name']}-ten+windowed-float32"
-    assert json.loads((again / "bundle.json").read_text())["name"] == f"{s['name']}-ten+windowed-float16"
+    full, _ = copied(src, tmp_path / "full", half=False)
+    again, _ = copied(tmp_path / "full", tmp_path / "again")
+    assert full["name"] == f"{s['name']}-ten+windowed-float32"
+    assert again["name"] == f"{s['name']}-ten+windowed-float16"
