@@ -3,7 +3,7 @@
 # package installed as a user would (`pip install ./clients/python`: httpx from PyPI), pytest, ruff and mypy;
 # then ruff check and format, mypy --strict over the package (its type hints are part of what it ships:
 # py.typed), and the tests against real servers: the release binary ($JOINTSPACE_BIN, default
-# target/release/jointspace) on the fixture bundle, ORT_DYLIB_PATH as scripts/lib.sh finds it.
+# target/release/jointspace, under $CARGO_TARGET_DIR where set) on the fixture bundle, ORT_DYLIB_PATH as scripts/lib.sh finds it.
 #
 #   clients/python/test.sh [pytest args]
 set -euo pipefail
@@ -24,7 +24,7 @@ fi
 "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps ./clients/python
 "$venv/bin/pip" install -q --disable-pip-version-check ./clients/python
 rm -rf clients/python/build clients/python/src/*.egg-info
-export JOINTSPACE_BIN=${JOINTSPACE_BIN:-$PWD/target/release/jointspace}
+export JOINTSPACE_BIN=${JOINTSPACE_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/jointspace}
 cd clients/python
 echo "-- ruff check, ruff format --check"
 "../../$venv/bin/ruff" check .

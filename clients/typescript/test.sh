@@ -2,7 +2,7 @@
 # The TypeScript client (clients/typescript) against the real server: npm ci from the lock file, the check
 # that src/schema.ts is what openapi-typescript makes of openapi.yaml, the tsc build, the TypeScript examples
 # of docs/api.md compiled against it, then node's test runner
-# on the built tests, each file starting $JOINTSPACE_BIN (default target/release/jointspace) with the fixture
+# on the built tests, each file starting $JOINTSPACE_BIN (default target/release/jointspace, under $CARGO_TARGET_DIR where set) with the fixture
 # bundle on a scratch SQLite database.
 #
 #   clients/typescript/test.sh            (scripts/test.sh runs it after the browser test)
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(cd ../.. && pwd)
-export JOINTSPACE_BIN=${JOINTSPACE_BIN:-$root/target/release/jointspace}
+export JOINTSPACE_BIN=${JOINTSPACE_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/jointspace}
 if [[ -z "${ORT_DYLIB_PATH:-}" ]]; then
   # shellcheck disable=SC1091
   ORT_DYLIB_PATH=$(cd "$root" && source scripts/lib.sh && ort_dylib && echo "$ORT_DYLIB_PATH")
