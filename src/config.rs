@@ -249,8 +249,8 @@ pub struct StoreArgs {
     /// index also scans a filter's matches whenever that costs less than the walk).
     #[arg(long, env = "JOINTSPACE_EXACT_BELOW", default_value_t = 2000)]
     pub exact_below: usize,
-    /// HNSW search breadth (higher: better recall, slower). Unset: from each collection's size, 128 up to
-    /// 100,000 images rising to 1000 at 1M, which keeps recall@10 near 0.95 (docs/storage.md).
+    /// HNSW search breadth (higher: better recall, slower). Unset: from each collection's size, 112 up to
+    /// 100,000 images rising to 1000 at 1M, which keeps recall@10 near 0.95 or above (docs/storage.md).
     #[arg(long, env = "JOINTSPACE_EF_SEARCH", value_parser = clap::value_parser!(u32).range(1..))]
     pub ef_search: Option<u32>,
     /// Links per point in the memory index's graphs (more: better recall at a given breadth, more memory and

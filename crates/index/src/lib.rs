@@ -83,15 +83,17 @@ impl IndexParams {
 }
 
 /// The HNSW search breadth that keeps recall@10 at or above 0.95 as a collection grows, measured on photos'
-/// codes (docs/benchmarks.md): 128 up to 100,000 points (recall 0.999 on Flickr8k's 1,000 test photos, 0.97-0.98
-/// at 100k), then rising as n^0.9 to pgvector's cap of 1000 at 1M (there 128 recalled 0.86, 512 0.94-0.95 and
-/// 1000 0.96). A wider walk costs time roughly in proportion, so a smaller collection keeps the narrow one.
+/// codes (docs/benchmarks.md): 112 up to 100,000 points (recall 0.966-0.969 at 100k in both index modes, where 128
+/// gave 0.976 for about 8% more of Postgres' CPU a search), then rising as n^0.951 to pgvector's cap of 1000 at 1M
+/// (there 128 recalled 0.86, 512 0.94-0.95, 768 and 1000 0.96). A wider walk costs time roughly in proportion,
+/// so a smaller collection keeps the narrow one.
 pub fn auto_ef_search(n: usize) -> usize {
     const NARROW_UP_TO: f64 = 100_000.0;
+    const NARROW: f64 = 112.0;
     if n as f64 <= NARROW_UP_TO {
-        return 128;
+        return NARROW as usize;
     }
-    (128.0 * (n as f64 / NARROW_UP_TO).powf(0.9))
+    (NARROW * (n as f64 / NARROW_UP_TO).powf(0.951))
         .round()
         .min(1000.0) as usize
 }

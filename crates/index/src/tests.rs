@@ -363,11 +363,12 @@ fn a_filter_narrow_enough_for_the_scan_to_cost_less_is_scanned() {
 
 #[test]
 fn the_search_breadth_grows_with_the_collection_unless_set() {
-    assert_eq!(auto_ef_search(0), 128);
-    assert_eq!(auto_ef_search(100_000), 128);
+    assert_eq!(auto_ef_search(0), 112);
+    assert_eq!(auto_ef_search(100_000), 112);
     // Wider past 100k, at pgvector's cap from 1M.
     let at = |n| auto_ef_search(n);
-    assert!(at(100_001) >= 128 && at(300_000) > 300 && at(300_000) < 400);
+    assert!(at(100_001) >= 112 && at(300_000) > 300 && at(300_000) < 400);
+    assert!(at(999_999) > 990, "{}", at(999_999));
     assert_eq!(at(1_000_000), 1000);
     assert_eq!(at(50_000_000), 1000);
     let set = IndexParams {
@@ -385,5 +386,5 @@ fn the_search_breadth_grows_with_the_collection_unless_set() {
     let auto = graph::Graph::build(&IndexParams::default(), &data)
         .unwrap()
         .unwrap();
-    assert_eq!(auto.index.expansion_search(), 128);
+    assert_eq!(auto.index.expansion_search(), 112);
 }
