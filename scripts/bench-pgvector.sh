@@ -41,7 +41,7 @@ as_pg=(); [[ $(id -u) == 0 ]] && { chown postgres: "$DIR"; as_pg=(runuser -u pos
 port=${BENCH_PG_PORT:-56432}
 # The servers' ports: the database index's, the memory index's, the exact answers' (BENCH_SERVER_PORT moves all
 # three, so that two benches, of two sizes, can share a machine).
-DB_PORT=${BENCH_SERVER_PORT:-28601} MEM_PORT=$(( ${BENCH_SERVER_PORT:-28601} + 1 )) EXACT_PORT=$(( ${BENCH_SERVER_PORT:-28601} + 2 ))
+DB_PORT=${BENCH_SERVER_PORT:-28601}; MEM_PORT=$((DB_PORT + 1)); EXACT_PORT=$((DB_PORT + 2))
 [[ -f $DIR/data/PG_VERSION ]] || "${as_pg[@]}" "$PGBIN/initdb" -D "$DIR/data" -U postgres --auth=trust --no-sync -E UTF8 >/dev/null
 # Huge pages for the shared buffers (docs/storage.md, "Postgres settings"): the HNSW walk is a buffer lookup per
 # visited node, and with 4 kB pages it spent a quarter of its time more (3.8 against 4.9-5.3 ms a walk at 100k).
@@ -106,7 +106,7 @@ stop() {
   kill "$pid"; while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
 }
 first_database_start() {
-  local first; read -r first _ < <(start $DB_PORT --index database); stop $DB_PORT
+  local first; read -r first _ < <(start "$DB_PORT" --index database); stop "$DB_PORT"
   echo "{\"bench\": \"pgvector-first-database-start\", \"n\": $N, \"fill_and_build_s\": $first}"
 }
 # The memory index built from the rows (no snapshot yet), the exact server of the answers; its snapshot is kept.
@@ -114,9 +114,9 @@ first_database_start() {
 exact_answers() {
   local ready rss graph=(--index-dir "$DIR/snapshot")
   (( MEMORY )) || graph=(--index-dir "$DIR/exact-index" --hnsw-m 2 --hnsw-ef-construction 4)
-  read -r ready rss < <(start $EXACT_PORT --index memory "${graph[@]}" --exact-below 1000000000)
-  "$PY" scripts/bench_pgvector.py truth $EXACT_PORT "$DIR/truth.jsonl"
-  stop $EXACT_PORT
+  read -r ready rss < <(start "$EXACT_PORT" --index memory "${graph[@]}" --exact-below 1000000000)
+  "$PY" scripts/bench_pgvector.py truth "$EXACT_PORT" "$DIR/truth.jsonl"
+  stop "$EXACT_PORT"
   (( MEMORY )) || rm -rf "$DIR/exact-index"
   echo "{\"bench\": \"pgvector-$EXACT_STEP\", \"n\": $N, \"ready_s\": $ready, \"rss_kb\": $rss}"
 }
@@ -135,13 +135,13 @@ once "$EXACT_STEP" exact_answers
 # PREPARE_ONLY=1: the steps above alone (hours at 1M, fine at low priority), the measurements in a later, quiet run.
 [[ ${PREPARE_ONLY:-0} == 1 ]] && exit 0
 EB=(); [[ -n ${EXACT_BELOW:-} ]] && EB=(--exact-below "$EXACT_BELOW")
-read -r db_ready db_rss < <(start $DB_PORT --index database "${EB[@]}")
+read -r db_ready db_rss < <(start "$DB_PORT" --index database "${EB[@]}")
 # The servers measured, as bench_pgvector.py takes them (MODE=PORT).
-SERVERS=(database=$DB_PORT)
+SERVERS=(database="$DB_PORT")
 mem_ready=null mem_rss=null
 if (( MEMORY )); then
-  read -r mem_ready mem_rss < <(start $MEM_PORT --index memory --index-dir "$DIR/snapshot" "${EB[@]}")
-  SERVERS+=(memory=$MEM_PORT)
+  read -r mem_ready mem_rss < <(start "$MEM_PORT" --index memory --index-dir "$DIR/snapshot" "${EB[@]}")
+  SERVERS+=(memory="$MEM_PORT")
 fi
 size=$("$PGBIN/psql" -qtAh 127.0.0.1 -p "$port" -U postgres -d bench -c "SELECT pg_database_size('bench')")
 huge=$("$PGBIN/psql" -qtAh 127.0.0.1 -p "$port" -U postgres -d bench -c "SHOW huge_pages_status")
@@ -201,14 +201,14 @@ fi
 # EFS="256 512": recall and latency again at that --ef-search (EFS_LOAD=1: the loads too); the memory index reloads
 # its snapshot.
 for ef in ${EFS:-}; do
-  stop $DB_PORT
-  start $DB_PORT --index database --ef-search "$ef" "${EB[@]}" >/dev/null
+  stop "$DB_PORT"
+  start "$DB_PORT" --index database --ef-search "$ef" "${EB[@]}" >/dev/null
   if (( MEMORY )); then
-    stop $MEM_PORT
-    start $MEM_PORT --index memory --index-dir "$DIR/snapshot" --ef-search "$ef" "${EB[@]}" >/dev/null
+    stop "$MEM_PORT"
+    start "$MEM_PORT" --index memory --index-dir "$DIR/snapshot" --ef-search "$ef" "${EB[@]}" >/dev/null
   fi
   "$PY" scripts/bench_pgvector.py search "$N" "$DIR/truth.jsonl" "${SERVERS[@]}" \
     | sed "s/^{/{\"ef_search\": $ef, /" | tag | tee -a "$OUT/pgvector.jsonl"
   if [[ ${EFS_LOAD:-0} == 1 ]]; then loads "$ef"; fi
 done
-stop $DB_PORT; if (( MEMORY )); then stop $MEM_PORT; fi
+stop "$DB_PORT"; if (( MEMORY )); then stop "$MEM_PORT"; fi
