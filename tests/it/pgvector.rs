@@ -322,6 +322,9 @@ async fn enabling_the_database_index_reports_its_work_and_the_page_size() {
         "{:?}",
         first.huge_pages
     );
+    // Postgres' default 128 MB of shared buffers hold the empty indexes and rows: they are read into them.
+    let warmed = first.prewarmed.expect("pg_prewarm is in the test Postgres");
+    assert!(warmed.into_buffers && warmed.index_pages > 0, "{warmed:?}");
     let again = store
         .enable_vector_index(8, &[VectorMetric::InnerProduct], build)
         .await
@@ -435,4 +438,84 @@ async fn order_and_euclidean_bundles_rank_as_in_memory() {
         database.stop().await;
         memory.stop().await;
     }
+}
+
+/// A database-index start reads the HNSW index and the rows into Postgres' shared buffers when both fit them, so
+/// that the first searches after a Postgres restart find their pages there rather than on disk: checked after a
+/// restart, which empties the buffers, with `pg_buffercache` counting the pages each relation has in them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_reads_the_index_and_the_rows_into_the_shared_buffers() {
+    let pg = PgCluster::start_pgvector();
+    let url = pg.create_db("prewarm").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("big.jsonl");
+    synthetic_export(&file);
+    // Two captions an image: the captions' rows and index are what no start or warm-up search reads otherwise
+    // (the images' few pages a warm-up walk and count read through anyway).
+    let lines: Vec<String> = std::fs::read_to_string(&file)
+        .expect("export")
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).expect("line");
+            if let Some(img) = v.get_mut("image") {
+                let i = img["external_id"].as_str().expect("id").to_string();
+                img["captions"] = json!([format!("a dog number {i}"), format!("a red ball {i}")]);
+            }
+            format!("{v}\n")
+        })
+        .collect();
+    std::fs::write(&file, lines.concat()).expect("write export");
+    let (ok, out) = common::outcome(
+        &jointspace(&url)
+            .arg("import")
+            .arg(&file)
+            .output()
+            .expect("import runs"),
+    );
+    assert!(ok, "{out}");
+    // The first start fills the columns and builds the indexes.
+    TestApp::start_url(BUNDLE, &url, &DATABASE_INDEX)
+        .await
+        .stop()
+        .await;
+    pg.stop_server();
+    pg.start_server();
+    let app = TestApp::start_url(BUNDLE, &url, &DATABASE_INDEX).await;
+
+    let mut c = sqlx::PgConnection::connect(&url).await.expect("connect");
+    sqlx::query("CREATE EXTENSION pg_buffercache")
+        .execute(&mut c)
+        .await
+        .expect("pg_buffercache");
+    for rel in [
+        "images",
+        "images_embedding_ip",
+        "captions",
+        "captions_embedding_ip",
+    ] {
+        let (pages, buffered): (i64, i64) = sqlx::query_as(
+            "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint, \
+             (SELECT COUNT(*) FROM pg_buffercache b WHERE b.relfilenode = pg_relation_filenode($1::regclass) \
+              AND b.relforknumber = 0 \
+              AND b.reldatabase = (SELECT oid FROM pg_database WHERE datname = current_database()))",
+        )
+        .bind(rel)
+        .fetch_one(&mut c)
+        .await
+        .expect("buffers");
+        assert!(pages > 10, "{rel} has {pages} pages: too few to tell");
+        assert_eq!(
+            buffered, pages,
+            "every page of {rel} is in the shared buffers after the start"
+        );
+    }
+    // And a search is answered from them.
+    let (s, r) = app
+        .post_json(
+            "/v1/collections/big/images/search",
+            json!({"text": "a dog runs", "k": 5}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["results"].as_array().map(Vec::len), Some(5), "{r}");
 }

@@ -241,7 +241,7 @@ impl Service {
             .await?;
         tracing::info!(
             pgvector = %report.pgvector, filled = report.filled, built = ?report.built,
-            prewarmed_pages = ?report.prewarmed, huge_pages = ?report.huge_pages, secs = t.elapsed().as_secs_f32(),
+            prewarmed = ?report.prewarmed, huge_pages = ?report.huge_pages, secs = t.elapsed().as_secs_f32(),
             "the vector index is in the database"
         );
         if report.huge_pages.as_deref() == Some("off") {

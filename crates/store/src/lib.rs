@@ -41,7 +41,9 @@ pub use self::{
     images::{ImageRow, NewImage, Provenance, StoredCode},
     jobs::{ClaimedJob, JOB_RETENTION, JobRow, JobState},
     keywords::KeywordQuery,
-    pgvector::{HALF_ERROR, HnswBuild, Nearest, Similar, VectorIndexReport, VectorMetric},
+    pgvector::{
+        HALF_ERROR, HnswBuild, Nearest, Prewarmed, Similar, VectorIndexReport, VectorMetric,
+    },
     reindex::Switch,
     transfer::{ExportedImage, ImportMark, ReadSnapshot, SyncedImage},
     upsert::{

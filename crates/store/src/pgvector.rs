@@ -72,9 +72,9 @@ pub struct VectorIndexReport {
     pub filled: u64,
     /// HNSW indexes built at this start (none when they existed).
     pub built: Vec<String>,
-    /// Pages of the HNSW indexes read into the operating system's cache at this start (`pg_prewarm`); None
-    /// when the extension cannot be had (the role may not create it, or the server lacks it).
-    pub prewarmed: Option<i64>,
+    /// What this start read in (`pg_prewarm`); None when the extension cannot be had (the role may not create
+    /// it, or the server lacks it).
+    pub prewarmed: Option<Prewarmed>,
     /// Whether Postgres' shared buffers are on huge pages (`huge_pages_status`: "on" or "off"); None before
     /// Postgres 17, which does not say.
     pub huge_pages: Option<String>,
@@ -213,7 +213,7 @@ impl Store {
             report.filled += fill_embeddings(conn, m.as_str(), dim).await?;
         }
         report.built = build_hnsw_indexes(conn, metrics, build, &partitioned).await?;
-        report.prewarmed = prewarm_hnsw_indexes(conn).await;
+        report.prewarmed = prewarm(conn).await;
         report.huge_pages = sqlx::query_scalar("SHOW huge_pages_status")
             .fetch_one(&mut *conn)
             .await
@@ -486,12 +486,30 @@ async fn fit_embedding_columns(conn: &mut AnyConnection, dim: usize) -> Result<(
     Ok(())
 }
 
-/// Reads the HNSW indexes through before the server says it is ready, so their pages are in the operating
-/// system's cache: a walk touches pages all over the graph, and the first searches after a cold start read
-/// them from disk one by one. At 1M images with the cache dropped: 2.2 s for the first search without it; with
-/// it, ready in 4.4 s instead of 2.9 and 100 sequential searches at p50 / p99 58 / 154 ms. Best effort:
-/// without the `pg_prewarm` extension (not every role may create it) the start goes on, cold.
-async fn prewarm_hnsw_indexes(conn: &mut AnyConnection) -> Option<i64> {
+/// The share of Postgres' shared buffers a start may fill with the search's relations; the rest is left to what
+/// else searches and writes read (the change log, the f32 vectors out of line, new rows).
+const PREWARM_SHARE: f64 = 0.9;
+
+/// What a start read in before the server said it was ready (`pg_prewarm`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prewarmed {
+    /// Pages of the HNSW indexes read.
+    pub index_pages: i64,
+    /// Pages of the rows (`images` and `captions`) and their other indexes read into the shared buffers; 0 when
+    /// they and the HNSW indexes do not fit them together.
+    pub row_pages: i64,
+    /// Whether the indexes went into the shared buffers (else into the operating system's cache only).
+    pub into_buffers: bool,
+}
+
+/// Reads the search's relations in before the server says it is ready: a walk touches index pages all over the
+/// graph and fetches a row for each candidate it returns or tests against a filter, and the first searches after
+/// a cold start read those pages from disk one by one (at 1M, 2.2 s for the first search with the cache dropped;
+/// 133-319 ms p99 for the first pass with the index prewarmed but the rows cold). Into Postgres' own buffers when
+/// they hold the HNSW indexes, and the rows too when they hold both; else the indexes into the operating
+/// system's cache alone, as a walk's page from there costs a copy, not a disk read. Best effort: without the
+/// `pg_prewarm` extension (not every role may create it) the start goes on, cold.
+async fn prewarm(conn: &mut AnyConnection) -> Option<Prewarmed> {
     if let Err(e) = sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
         .execute(&mut *conn)
         .await
@@ -499,15 +517,54 @@ async fn prewarm_hnsw_indexes(conn: &mut AnyConnection) -> Option<i64> {
         tracing::info!(error = %e, "pg_prewarm is not available: the vector index starts cold");
         return None;
     }
-    sqlx::query_scalar(
-        "SELECT COALESCE(sum(pg_prewarm(i.indexrelid::regclass, 'read')), 0)::bigint FROM pg_index i \
-         JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam \
-         WHERE a.amname = 'hnsw' AND i.indrelid IN (to_regclass('images'), to_regclass('captions'))",
-    )
+    let warn =
+        |e: sqlx::Error| tracing::info!(error = %e, "the vector index could not be prewarmed");
+    let tables = "(to_regclass('images'), to_regclass('captions'))";
+    let indexes = format!(
+        "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam \
+         WHERE a.amname = 'hnsw' AND i.indrelid IN {tables}"
+    );
+    // The rows and their other indexes (the filters' GIN, the btrees); plain tables only, as a partitioned one
+    // has no pages of its own (its shards hold them).
+    let rows = format!(
+        "FROM pg_class c WHERE (c.oid IN {tables} AND c.relkind = 'r') OR c.oid IN (SELECT i.indexrelid \
+         FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid JOIN pg_am a ON a.oid = x.relam \
+         WHERE a.amname <> 'hnsw' AND x.relkind = 'i' AND i.indrelid IN {tables})"
+    );
+    let (buffers, index_pages, row_pages): (i64, i64, i64) = sqlx::query_as(&format!(
+        "SELECT (SELECT setting::bigint FROM pg_settings WHERE name = 'shared_buffers'), \
+         (SELECT COALESCE(sum(pg_relation_size(i.indexrelid)), 0)::bigint {indexes}) \
+           / current_setting('block_size')::bigint, \
+         (SELECT COALESCE(sum(pg_relation_size(c.oid)), 0)::bigint {rows}) / current_setting('block_size')::bigint"
+    ))
     .fetch_one(&mut *conn)
     .await
-    .map_err(|e| tracing::info!(error = %e, "the vector index could not be prewarmed"))
-    .ok()
+    .map_err(warn)
+    .ok()?;
+    let fits = |pages: i64| pages as f64 <= PREWARM_SHARE * buffers as f64;
+    let into_buffers = fits(index_pages);
+    let mode = if into_buffers { "buffer" } else { "read" };
+    let read = |what: &str| {
+        format!("SELECT COALESCE(sum(pg_prewarm(c.oid::regclass, '{mode}')), 0)::bigint {what}")
+    };
+    let index_pages: i64 = sqlx::query_scalar(&read(&indexes))
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(warn)
+        .ok()?;
+    let mut warmed = Prewarmed {
+        index_pages,
+        row_pages: 0,
+        into_buffers,
+    };
+    if into_buffers && fits(index_pages + row_pages) {
+        warmed.row_pages = sqlx::query_scalar(&read(&rows))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(warn)
+            .ok()?;
+    }
+    Some(warmed)
 }
 
 /// The largest halfvec kept in the row itself (`STORAGE PLAIN`): 2 bytes a dimension must leave the row under
