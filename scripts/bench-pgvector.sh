@@ -175,8 +175,8 @@ loads() { # [ef_search]
   for server in "${SERVERS[@]}"; do
     mode=${server%=*} p=${server#*=}
     for fields in "${LOADS[@]}"; do
-      # 3 s at the same rate first, not counted: the heap pages the walks read come into the shared buffers
-      # (a start prewarms the index alone), as they are in a server that has been serving.
+      # 3 s at the same rate first, not counted: whatever the start did not read into the shared buffers (the
+      # rows, when they and the index do not fit together) comes in, as in a server that has been serving.
       load "$p" "$fields" 3 >/dev/null
       pg0=$(pg_cpu)
       out=$(load "$p" "$fields" 10)
