@@ -66,6 +66,8 @@ cleanup() {
 trap cleanup EXIT
 URL="postgres://postgres@127.0.0.1:$port/bench"
 export JOINTSPACE_BUNDLE=$BUNDLE JOINTSPACE_DATABASE_URL=$URL RUST_LOG=warn
+# Seconds from T0 to T1 as a JSON number (bc writes .72 for 0.72, which JSON refuses).
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
 # Each JSON line names the set it measured.
 tag() { sed "s/^{/{\"set\": \"$SET\", \"titles\": $([[ $TITLES == 1 ]] && echo true || echo false), /"; }
 emit() { echo "$1" | tag | tee -a "$OUT/pgvector.jsonl"; }
@@ -88,7 +90,7 @@ import() {
   "$JS" import "$DIR/big.jsonl" --batch 256 >/dev/null
   t1=$(date +%s.%N)
   rm "$DIR/big.jsonl"
-  echo "{\"bench\": \"pgvector-ingest\", \"n\": $N, \"import_s\": $(echo "$t1 - $t0" | bc), \"rows_per_s\": $(echo "$N / ($t1 - $t0)" | bc)}"
+  echo "{\"bench\": \"pgvector-ingest\", \"n\": $N, \"import_s\": $(elapsed "$t0" "$t1"), \"rows_per_s\": $(awk -v n="$N" -v a="$t0" -v b="$t1" 'BEGIN {printf "%d", n / (b - a)}')}"
 }
 # Starts a server with the given flags on a port, prints seconds to ready and RSS (kB), leaves it running.
 start() { # port flags...
@@ -98,7 +100,7 @@ start() { # port flags...
   echo $! >"$DIR/pid-$p"
   wait_ready "http://127.0.0.1:$p" 36000 kill -0 "$(cat "$DIR/pid-$p")" || exit 1
   local t1; t1=$(date +%s.%N)
-  echo "$(echo "$t1 - $t0" | bc) $(awk '/VmRSS/ {print $2}' /proc/"$(cat "$DIR/pid-$p")"/status)"
+  echo "$(elapsed "$t0" "$t1") $(awk '/VmRSS/ {print $2}' /proc/"$(cat "$DIR/pid-$p")"/status)"
 }
 # SIGTERM: the server drains and writes its index snapshot before it exits.
 stop() {
@@ -126,7 +128,7 @@ vacuum() {
   local t0 t1; t0=$(date +%s.%N)
   "$PGBIN/psql" -qh 127.0.0.1 -p "$port" -U postgres -d bench -c "VACUUM (ANALYZE) images, captions" >/dev/null
   t1=$(date +%s.%N)
-  echo "{\"bench\": \"pgvector-vacuum\", \"n\": $N, \"vacuum_s\": $(echo "$t1 - $t0" | bc)}"
+  echo "{\"bench\": \"pgvector-vacuum\", \"n\": $N, \"vacuum_s\": $(elapsed "$t0" "$t1")}"
 }
 once ingest import
 once first-database-start first_database_start
