@@ -49,7 +49,10 @@ DB_PORT=${BENCH_SERVER_PORT:-28601}; MEM_PORT=$((DB_PORT + 1)); EXACT_PORT=$((DB
 # (PG_HUGE_PAGES=off asks for them, for a comparison).
 SHARED_BUFFERS=${PG_SHARED_BUFFERS:-1GB}
 hugepages_before=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
-hugepages_want=$(( $(numfmt --from=iec "${SHARED_BUFFERS%B}") / 2097152 + 64 ))
+# Postgres says how many it needs (the buffers and the rest of its shared memory: 47 pages more than a fixed
+# margin of 64 allowed at 7 GB, and it fell back to 4 kB pages).
+hugepages_want=$("${as_pg[@]}" "$PGBIN/postgres" -D "$DIR/data" -c shared_buffers="$SHARED_BUFFERS" \
+  -C shared_memory_size_in_huge_pages)
 hugepages_raised=0
 if [[ -w /proc/sys/vm/nr_hugepages ]] && (( hugepages_before < hugepages_want )); then
   echo "$hugepages_want" >/proc/sys/vm/nr_hugepages && hugepages_raised=1
