@@ -27,7 +27,7 @@ for rep in $(seq "$REPS"); do
     "$bin" ingest --images "$DATA/images" --list "$W/list" --captions "$DATA/Flickr8k.token.txt" --collection c \
       --database-url "sqlite://$W/$v.db" --bundle "$BUNDLE" >/dev/null 2>"$W/ingest.log"
     t1=$(date +%s.%N)
-    echo "{\"what\": \"ingest\", \"v\": \"$v\", \"rep\": $rep, \"photos\": $(wc -l <"$W/list"), \"s\": $(awk "BEGIN {print $t1 - $t0}"), \"loadavg\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+    echo "{\"what\": \"ingest\", \"v\": \"$v\", \"rep\": $rep, \"photos\": $(wc -l <"$W/list"), \"s\": $(elapsed "$t0" "$t1"), \"loadavg\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
   done
 done
 bench seed --database-url "sqlite://$W/seed.db" --bundle "$BUNDLE" --sizes 10000 >/dev/null

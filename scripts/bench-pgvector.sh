@@ -49,8 +49,8 @@ DB_PORT=${BENCH_SERVER_PORT:-28601}; MEM_PORT=$((DB_PORT + 1)); EXACT_PORT=$((DB
 # (PG_HUGE_PAGES=off asks for them, for a comparison).
 SHARED_BUFFERS=${PG_SHARED_BUFFERS:-1GB}
 hugepages_before=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
-# Postgres says how many it needs (the buffers and the rest of its shared memory: 47 pages more than a fixed
-# margin of 64 allowed at 7 GB, and it fell back to 4 kB pages).
+# Postgres says how many it needs: the buffers and the rest of its shared memory (3,695 pages at 7 GB, 111 more
+# than the buffers alone; short of that, `try` falls back to 4 kB pages).
 hugepages_want=$("${as_pg[@]}" "$PGBIN/postgres" -D "$DIR/data" -c shared_buffers="$SHARED_BUFFERS" \
   -C shared_memory_size_in_huge_pages)
 hugepages_raised=0
@@ -69,8 +69,6 @@ cleanup() {
 trap cleanup EXIT
 URL="postgres://postgres@127.0.0.1:$port/bench"
 export JOINTSPACE_BUNDLE=$BUNDLE JOINTSPACE_DATABASE_URL=$URL RUST_LOG=warn
-# Seconds from T0 to T1 as a JSON number (bc writes .72 for 0.72, which JSON refuses).
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
 # Each JSON line names the set it measured.
 tag() { sed "s/^{/{\"set\": \"$SET\", \"titles\": $([[ $TITLES == 1 ]] && echo true || echo false), /"; }
 emit() { echo "$1" | tag | tee -a "$OUT/pgvector.jsonl"; }

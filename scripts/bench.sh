@@ -86,7 +86,7 @@ start_server() { # $1: database path, $2: label; records the time to /readyz and
   t1=$(date +%s.%N)
   local rss
   rss=$(awk '/VmRSS/ {print $2 * 1024}' "/proc/$SERVER_PID/status")
-  echo "{\"bench\": \"start\", \"ready_s\": $(awk "BEGIN { print $t1 - $t0 }"), \"rss_bytes\": $rss, \"loadavg\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" | record "$2"
+  echo "{\"bench\": \"start\", \"ready_s\": $(elapsed "$t0" "$t1"), \"rss_bytes\": $rss, \"loadavg\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" | record "$2"
 }
 stop_server() { # graceful: the server writes its index snapshots on SIGTERM
   [ -n "$SERVER_PID" ] && kill -TERM "$SERVER_PID" && wait "$SERVER_PID" || true

@@ -49,6 +49,9 @@ ort_dylib() {
   export ORT_DYLIB_PATH
 }
 
+# elapsed T0 T1: the seconds between two `date +%s.%N` readings, as a JSON number (bc would write .72 for 0.72).
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
+
 # wait_ready URL SECONDS [CHECK...]: polls URL/readyz until it answers 200; fails (returns 1, saying why) after
 # SECONDS, or as soon as the command CHECK (e.g. `kill -0 $pid`: is the server still running?) fails.
 wait_ready() {

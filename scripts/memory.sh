@@ -34,7 +34,7 @@ for f in $(ls "$DATA/images" | head -n "$N"); do
   "${api[@]}" -X POST "http://127.0.0.1:$PORT/v1/collections/c/images" --data @"$work/req.json" >/dev/null
 done
 t1=$(date +%s.%N)
-echo "ingest of $N photos: $(awk "BEGIN { print $t1 - $t0 }") s"
+echo "ingest of $N photos: $(elapsed "$t0" "$t1") s"
 say "after $N photos"
 for i in $(seq 50); do
   "${api[@]}" -X POST "http://127.0.0.1:$PORT/v1/collections/c/images/search" \
